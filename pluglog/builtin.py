@@ -1,0 +1,44 @@
+"""The built-in plugin: registers pluglog's own providers through the hooks.
+
+Built-ins use exactly the hooks a third-party package would, so nothing is
+special about them except that the plugin manager registers them first.
+Factories are referenced by import inside each hook, keeping ``import
+pluglog`` cheap.
+"""
+
+from pluglog import hookimpl
+
+
+@hookimpl
+def pluglog_register_storage():
+    from pluglog.storage import make_memory_storage, make_segment_storage
+
+    return {"segments": make_segment_storage, "memory": make_memory_storage}
+
+
+@hookimpl
+def pluglog_register_partitioners():
+    from pluglog.partitioners import make_murmur2, make_round_robin
+
+    return {"murmur2": make_murmur2, "round_robin": make_round_robin}
+
+
+@hookimpl
+def pluglog_register_retention_policies():
+    from pluglog.retention import make_delete_policy
+
+    return {"delete": make_delete_policy}
+
+
+@hookimpl
+def pluglog_register_serializers():
+    from pluglog.serializers import make_bytes, make_json, make_string
+
+    return {"bytes": make_bytes, "string": make_string, "json": make_json}
+
+
+@hookimpl
+def pluglog_register_coordinators():
+    from pluglog.coordination.local import make_local
+
+    return {"local": make_local}

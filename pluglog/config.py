@@ -1,0 +1,307 @@
+"""Broker and topic configuration with Kafka's names, defaults and validation.
+
+Topic-level keys keep their dotted Kafka names (``retention.ms``,
+``segment.bytes``) so users' knowledge transfers; broker-level defaults for
+them use Kafka's broker names (``log.retention.ms``, ``log.segment.bytes``).
+Both :class:`TopicConfig` and :class:`BrokerConfig` are frozen: a change is a
+new object, so a config can be shared between components without copying.
+Every bad value raises :class:`pluglog.errors.ConfigError` naming key and value.
+"""
+
+import configparser
+import dataclasses
+from dataclasses import dataclass, field
+
+from pluglog.errors import ConfigError
+
+FSYNC_POLICIES = ("never", "interval", "always")
+
+
+def _parse_bool(key, value):
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ConfigError(f"{key}: expected true or false, got {value!r}")
+
+
+def _int_parser(minimum=None, maximum=None):
+    def parse(key, value):
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
+        if minimum is not None and number < minimum:
+            raise ConfigError(f"{key}: {number} is below the minimum {minimum}")
+        if maximum is not None and number > maximum:
+            raise ConfigError(f"{key}: {number} is above the maximum {maximum}")
+        return number
+
+    return parse
+
+
+def _choice_parser(*choices):
+    def parse(key, value):
+        text = str(value).strip()
+        if text not in choices:
+            raise ConfigError(f"{key}: {value!r} is not one of {', '.join(choices)}")
+        return text
+
+    return parse
+
+
+def _cleanup_policy(key, value):
+    parts = sorted({p.strip() for p in str(value).split(",") if p.strip()})
+    if not parts or any(p not in ("delete", "compact") for p in parts):
+        raise ConfigError(f"{key}: {value!r} is not delete, compact or compact,delete")
+    return ",".join(parts)
+
+
+def _string(key, value):
+    return str(value)
+
+
+_INT64_MAX = 2**63 - 1
+
+# Kafka topic config name -> (attribute, parser, default, broker-level key).
+TOPIC_KEYS = {
+    "segment.bytes": ("segment_bytes", _int_parser(14), 1073741824, "log.segment.bytes"),
+    "segment.ms": ("segment_ms", _int_parser(1), 604800000, "log.roll.ms"),
+    "segment.index.bytes": (
+        "segment_index_bytes",
+        _int_parser(8),
+        10485760,
+        "log.index.size.max.bytes",
+    ),
+    "index.interval.bytes": (
+        "index_interval_bytes",
+        _int_parser(0),
+        4096,
+        "log.index.interval.bytes",
+    ),
+    "retention.ms": ("retention_ms", _int_parser(-1), 604800000, "log.retention.ms"),
+    "retention.bytes": ("retention_bytes", _int_parser(-1), -1, "log.retention.bytes"),
+    "cleanup.policy": ("cleanup_policy", _cleanup_policy, "delete", "log.cleanup.policy"),
+    "max.message.bytes": (
+        "max_message_bytes",
+        _int_parser(0),
+        1048588,
+        "message.max.bytes",
+    ),
+    "flush.messages": (
+        "flush_messages",
+        _int_parser(1),
+        _INT64_MAX,
+        "log.flush.interval.messages",
+    ),
+    "flush.ms": ("flush_ms", _int_parser(0), _INT64_MAX, "log.flush.interval.ms"),
+    "file.delete.delay.ms": (
+        "file_delete_delay_ms",
+        _int_parser(0),
+        60000,
+        "log.segment.delete.delay.ms",
+    ),
+    "message.timestamp.type": (
+        "message_timestamp_type",
+        _choice_parser("CreateTime", "LogAppendTime"),
+        "CreateTime",
+        "log.message.timestamp.type",
+    ),
+    "min.insync.replicas": ("min_insync_replicas", _int_parser(1), 1, "min.insync.replicas"),
+    "min.cleanable.dirty.ratio": (
+        "min_cleanable_dirty_ratio",
+        _string,
+        "0.5",
+        "log.cleaner.min.cleanable.ratio",
+    ),
+    "delete.retention.ms": (
+        "delete_retention_ms",
+        _int_parser(0),
+        86400000,
+        "log.cleaner.delete.retention.ms",
+    ),
+    "compression.type": (
+        "compression_type",
+        _choice_parser("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+        "producer",
+        "compression.type",
+    ),
+    "unclean.leader.election.enable": (
+        "unclean_leader_election_enable",
+        _parse_bool,
+        False,
+        "unclean.leader.election.enable",
+    ),
+}
+
+_ATTR_TO_KEY = {spec[0]: key for key, spec in TOPIC_KEYS.items()}
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """Effective configuration of one topic (defaults merged with overrides)."""
+
+    segment_bytes: int = 1073741824
+    segment_ms: int = 604800000
+    segment_index_bytes: int = 10485760
+    index_interval_bytes: int = 4096
+    retention_ms: int = 604800000
+    retention_bytes: int = -1
+    cleanup_policy: str = "delete"
+    max_message_bytes: int = 1048588
+    flush_messages: int = _INT64_MAX
+    flush_ms: int = _INT64_MAX
+    file_delete_delay_ms: int = 60000
+    message_timestamp_type: str = "CreateTime"
+    min_insync_replicas: int = 1
+    min_cleanable_dirty_ratio: str = "0.5"
+    delete_retention_ms: int = 86400000
+    compression_type: str = "producer"
+    unclean_leader_election_enable: bool = False
+
+    def with_overrides(self, overrides):
+        """Return a copy with Kafka-named ``overrides`` ({key: str}) applied."""
+        changes = {}
+        for key, value in overrides.items():
+            spec = TOPIC_KEYS.get(key)
+            if spec is None:
+                raise ConfigError(f"unknown topic config {key!r}")
+            attr, parse, _default, _broker_key = spec
+            changes[attr] = parse(key, value)
+        return dataclasses.replace(self, **changes)
+
+    def to_kafka(self):
+        """Return ``{kafka key: str value}`` for DescribeConfigs."""
+        out = {}
+        for key, (attr, _parse, _default, _bkey) in TOPIC_KEYS.items():
+            value = getattr(self, attr)
+            out[key] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
+
+
+def validate_topic_overrides(overrides):
+    """Raise ConfigError unless every ``{key: value}`` is a valid topic config."""
+    TopicConfig().with_overrides(overrides)
+    return {k: str(v) for k, v in overrides.items()}
+
+
+# Broker-level keys that are not topic defaults: key -> (attribute, parser).
+BROKER_KEYS = {
+    "broker.id": ("broker_id", _int_parser(0)),
+    "num.partitions": ("num_partitions", _int_parser(1, 100000)),
+    "default.replication.factor": ("default_replication_factor", _int_parser(1)),
+    "auto.create.topics.enable": ("auto_create_topics_enable", _parse_bool),
+    "delete.topic.enable": ("delete_topic_enable", _parse_bool),
+    "socket.request.max.bytes": ("socket_request_max_bytes", _int_parser(1024)),
+    "log.retention.check.interval.ms": (
+        "retention_check_interval_ms",
+        _int_parser(1),
+    ),
+    "log.flush.scheduler.interval.ms": ("flush_scheduler_interval_ms", _int_parser(1)),
+    "log.flush.offset.checkpoint.interval.ms": (
+        "checkpoint_interval_ms",
+        _int_parser(1),
+    ),
+    "group.initial.rebalance.delay.ms": (
+        "group_initial_rebalance_delay_ms",
+        _int_parser(0),
+    ),
+    "group.min.session.timeout.ms": ("group_min_session_timeout_ms", _int_parser(0)),
+    "group.max.session.timeout.ms": ("group_max_session_timeout_ms", _int_parser(0)),
+    "offsets.topic.num.partitions": ("offsets_topic_num_partitions", _int_parser(1)),
+    "offsets.retention.minutes": ("offsets_retention_minutes", _int_parser(1)),
+    "cluster.id": ("cluster_id", _string),
+    "fetch.max.bytes": ("fetch_max_bytes", _int_parser(0)),
+}
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Everything the broker process is configured with."""
+
+    broker_id: int = 0
+    listen: str = "tcp:9092"
+    advertised_host: str = "localhost"
+    advertised_port: int = 9092
+    data_dir: str = "./data"
+    storage: str = "segments"
+    coordinator: str = "local"
+    fsync: str = "interval"
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    auto_create_topics_enable: bool = True
+    delete_topic_enable: bool = True
+    socket_request_max_bytes: int = 104857600
+    retention_check_interval_ms: int = 300000
+    flush_scheduler_interval_ms: int = 1000
+    checkpoint_interval_ms: int = 60000
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1800000
+    offsets_topic_num_partitions: int = 50
+    offsets_retention_minutes: int = 10080
+    cluster_id: str = ""
+    fetch_max_bytes: int = 57671680
+    topic_defaults: TopicConfig = field(default_factory=TopicConfig)
+    plugin_sections: dict = field(default_factory=dict)
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+
+def parse_settings(settings, base=None):
+    """Apply Kafka-named ``settings`` ({key: str}) to ``base`` (a BrokerConfig).
+
+    Keys may be broker keys (``num.partitions``), broker names of topic
+    defaults (``log.segment.bytes``) or topic names (``segment.bytes``).
+    """
+    base = base or BrokerConfig()
+    broker_changes = {}
+    topic_overrides = {}
+    broker_to_topic = {spec[3]: key for key, spec in TOPIC_KEYS.items()}
+    for key, value in settings.items():
+        if key in BROKER_KEYS:
+            attr, parse = BROKER_KEYS[key]
+            broker_changes[attr] = parse(key, value)
+        elif key in broker_to_topic:
+            topic_key = broker_to_topic[key]
+            TOPIC_KEYS[topic_key][1](key, value)  # errors name the key as written
+            topic_overrides[topic_key] = value
+        elif key in TOPIC_KEYS:
+            topic_overrides[key] = value
+        elif key == "log.retention.hours":
+            topic_overrides["retention.ms"] = str(
+                _int_parser(-1)(key, value) * 3600000
+            )
+        else:
+            raise ConfigError(f"unknown config key {key!r}")
+    if topic_overrides:
+        broker_changes["topic_defaults"] = base.topic_defaults.with_overrides(topic_overrides)
+    return dataclasses.replace(base, **broker_changes)
+
+
+def load_ini(path, base=None):
+    """Read an INI config file; ``[broker]`` (or keys before any section,
+    via ``[DEFAULT]``) holds Kafka keys, other sections go to plugins."""
+    parser = configparser.ConfigParser(interpolation=None, default_section="__none__")
+    parser.optionxform = str  # Kafka keys are case-sensitive
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path!r}: {exc.strerror}") from None
+    if not text.lstrip().startswith("["):
+        text = "[broker]\n" + text
+    try:
+        parser.read_string(text, source=path)
+    except configparser.Error as exc:
+        raise ConfigError(f"config file {path!r}: {exc}") from None
+    settings = dict(parser["broker"]) if parser.has_section("broker") else {}
+    config = parse_settings(settings, base)
+    plugin_sections = {
+        name: dict(parser[name]) for name in parser.sections() if name != "broker"
+    }
+    return config.replace(plugin_sections=plugin_sections)

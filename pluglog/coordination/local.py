@@ -1,0 +1,213 @@
+"""The ``local`` coordinator: single-node cluster metadata kept in the data dir.
+
+The file ``<data-dir>/pluglog-metadata.json`` holds the cluster id and every
+topic (partition count, config overrides, topic id). It is rewritten
+atomically (write a temp file, fsync, rename, fsync the directory) on every
+change, so a crash leaves either the old or the new metadata. This broker is
+the only broker and the controller.
+"""
+
+import json
+import os
+import re
+import uuid
+from dataclasses import dataclass, field
+
+from twisted.internet import defer
+from zope.interface import implementer
+
+from pluglog.config import validate_topic_overrides
+from pluglog.errors import (
+    ConfigError,
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from pluglog.interfaces import ICoordinator
+
+METADATA_FILE = "pluglog-metadata.json"
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME = 249
+
+
+def validate_topic_name(name):
+    """Raise InvalidTopicError unless ``name`` is a legal Kafka topic name."""
+    if not name or name in (".", ".."):
+        raise InvalidTopicError(f"illegal topic name {name!r}")
+    if len(name) > MAX_TOPIC_NAME:
+        raise InvalidTopicError(f"topic name longer than {MAX_TOPIC_NAME} characters")
+    if not _LEGAL_TOPIC.match(name):
+        raise InvalidTopicError(
+            f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_', '-'"
+        )
+
+
+@dataclass
+class TopicMetadata:
+    name: str
+    num_partitions: int
+    configs: dict = field(default_factory=dict)
+    topic_id: str = ""
+    internal: bool = False
+
+
+def atomic_write(path, data):
+    """Replace ``path`` with ``data`` (bytes) so a crash keeps old or new."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+@implementer(ICoordinator)
+class LocalCoordinator:
+    """One broker, its own controller; metadata in a JSON file."""
+
+    def __init__(self, config):
+        self.config = config
+        self.path = os.path.join(config.data_dir, METADATA_FILE)
+        self._topics = {}
+        self._cluster_id = config.cluster_id
+        self._listeners = []
+
+    def add_listener(self, listener):
+        """``listener(event, topic_metadata)`` for 'created', 'deleted', 'changed'."""
+        self._listeners.append(listener)
+
+    def _notify(self, event, meta):
+        for listener in list(self._listeners):
+            listener(event, meta)
+
+    def start(self):
+        os.makedirs(self.config.data_dir, exist_ok=True)
+        if os.path.exists(self.path):
+            with open(self.path, encoding="utf-8") as handle:
+                state = json.load(handle)
+            self._cluster_id = state.get("cluster_id") or self._cluster_id
+            for name, info in state.get("topics", {}).items():
+                self._topics[name] = TopicMetadata(
+                    name,
+                    info["partitions"],
+                    dict(info.get("configs", {})),
+                    info.get("topic_id", ""),
+                    bool(info.get("internal", False)),
+                )
+        if not self._cluster_id:
+            self._cluster_id = _new_cluster_id()
+        self._save()
+        return defer.succeed(None)
+
+    def stop(self):
+        return defer.succeed(None)
+
+    def _save(self):
+        state = {
+            "version": 1,
+            "cluster_id": self._cluster_id,
+            "broker_id": self.config.broker_id,
+            "topics": {
+                t.name: {
+                    "partitions": t.num_partitions,
+                    "configs": t.configs,
+                    "topic_id": t.topic_id,
+                    "internal": t.internal,
+                }
+                for t in self._topics.values()
+            },
+        }
+        atomic_write(self.path, json.dumps(state, indent=1, sort_keys=True).encode())
+
+    def brokers(self):
+        return [(self.config.broker_id, self.config.advertised_host, self.config.advertised_port, None)]
+
+    def controller_id(self):
+        return self.config.broker_id
+
+    def cluster_id(self):
+        return self._cluster_id
+
+    def topics(self):
+        return dict(self._topics)
+
+    def create_topic(self, name, num_partitions, replication_factor, configs, internal=False):
+        try:
+            validate_topic_name(name)
+            if name in self._topics:
+                raise TopicExistsError(f"topic {name!r} already exists")
+            if num_partitions < 1:
+                raise InvalidPartitionsError(f"number of partitions must be >= 1, got {num_partitions}")
+            if replication_factor != 1:
+                raise InvalidReplicationFactorError(
+                    f"replication factor {replication_factor} is larger than the 1 available broker"
+                    if replication_factor > 1
+                    else f"replication factor must be >= 1, got {replication_factor}"
+                )
+            try:
+                configs = validate_topic_overrides(configs or {})
+            except ConfigError as exc:
+                raise InvalidConfigError(str(exc)) from None
+        except Exception:
+            return defer.fail()
+        meta = TopicMetadata(name, num_partitions, configs, uuid.uuid4().hex, internal)
+        self._topics[name] = meta
+        self._save()
+        self._notify("created", meta)
+        return defer.succeed(meta)
+
+    def delete_topic(self, name):
+        meta = self._topics.pop(name, None)
+        if meta is None:
+            return defer.fail(UnknownTopicOrPartitionError(f"no topic {name!r}"))
+        self._save()
+        self._notify("deleted", meta)
+        return defer.succeed(meta)
+
+    def create_partitions(self, name, total_count):
+        meta = self._topics.get(name)
+        if meta is None:
+            return defer.fail(UnknownTopicOrPartitionError(f"no topic {name!r}"))
+        if total_count <= meta.num_partitions:
+            return defer.fail(
+                InvalidPartitionsError(
+                    f"topic {name!r} has {meta.num_partitions} partitions; "
+                    f"the new count {total_count} must be larger"
+                )
+            )
+        meta.num_partitions = total_count
+        self._save()
+        self._notify("changed", meta)
+        return defer.succeed(meta)
+
+    def alter_topic_config(self, name, configs):
+        meta = self._topics.get(name)
+        if meta is None:
+            return defer.fail(UnknownTopicOrPartitionError(f"no topic {name!r}"))
+        try:
+            configs = validate_topic_overrides(configs)
+        except ConfigError as exc:
+            return defer.fail(InvalidConfigError(str(exc)))
+        meta.configs = configs
+        self._save()
+        self._notify("changed", meta)
+        return defer.succeed(meta)
+
+
+def _new_cluster_id():
+    # Kafka cluster ids are 22-character URL-safe base64 UUIDs.
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def make_local(config, reactor):
+    return LocalCoordinator(config)

@@ -1,0 +1,49 @@
+"""The plugin manager: hookspecs, then built-ins, then entry points.
+
+Order matters: built-in providers register first through the very hooks
+third-party packages use, then setuptools entry points of the group
+``pluglog`` are loaded (unless ``PLUGLOG_DISABLE_PLUGIN_AUTOLOAD`` is set),
+and ``check_pending`` rejects hook implementations with misspelled names.
+The manager is built inside ``makeService`` (never at import time) so a broken
+third-party plugin cannot break ``twistd --help``.
+"""
+
+import os
+
+import pluggy
+
+from pluglog import PROJECT_NAME, hookspecs
+from pluglog.errors import PluginError
+
+ENTRY_POINT_GROUP = "pluglog"
+DISABLE_AUTOLOAD_ENV = "PLUGLOG_DISABLE_PLUGIN_AUTOLOAD"
+
+
+def make_plugin_manager(extra_plugins=(), autoload=None):
+    """Return a ready pluggy.PluginManager for pluglog.
+
+    ``extra_plugins`` are modules or objects registered after the built-ins
+    (tests, embedding applications). ``autoload`` overrides the environment
+    variable switch for entry-point loading.
+    """
+    from pluglog import builtin  # imported late: it pulls in every built-in
+
+    manager = pluggy.PluginManager(PROJECT_NAME)
+    manager.add_hookspecs(hookspecs)
+    manager.register(builtin, name="pluglog.builtin")
+    for plugin in extra_plugins:
+        manager.register(plugin)
+    if autoload is None:
+        autoload = not os.environ.get(DISABLE_AUTOLOAD_ENV)
+    if autoload:
+        try:
+            manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+        except Exception as exc:  # a broken third-party package must be named
+            raise PluginError(
+                getattr(exc, "plugin_name", "entry point"), "plugin", f"failed to load: {exc}"
+            ) from exc
+    try:
+        manager.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(exc.plugin, "hookspecs", str(exc)) from exc
+    return manager

@@ -1,0 +1,1 @@
+"""pluglog.server package."""

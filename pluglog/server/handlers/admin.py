@@ -1,0 +1,353 @@
+"""Admin APIs: topics, partitions, configs, DeleteRecords, InitProducerId."""
+
+from twisted.internet import defer
+
+from pluglog import protocol as codec
+from pluglog.config import TOPIC_KEYS
+from pluglog.errors import (
+    INVALID_CONFIG,
+    INVALID_REPLICA_ASSIGNMENT,
+    INVALID_REQUEST,
+    NONE,
+    OFFSET_OUT_OF_RANGE,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    UNSUPPORTED_VERSION,
+    KafkaError,
+)
+from pluglog.server.handlers import error_code
+
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+SOURCE_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+
+
+def _fail(exc):
+    return error_code(exc), str(exc)
+
+
+@defer.inlineCallbacks
+def handle_create_topics(ctx, request):
+    broker = ctx.broker
+    validate_only = request.get("validate_only", False)
+    results = []
+    for topic in request["topics"]:
+        name = topic["name"]
+        result = {"name": name, "error_code": NONE, "error_message": None}
+        num_partitions = topic["num_partitions"]
+        replication = topic["replication_factor"]
+        configs = {c["name"]: c["value"] for c in topic["configs"] if c["value"] is not None}
+        if topic["assignments"]:
+            bad = [a for a in topic["assignments"] if a["broker_ids"] != [broker.node_id]]
+            if num_partitions != -1 or replication != -1 or bad:
+                result["error_code"] = INVALID_REPLICA_ASSIGNMENT
+                result["error_message"] = (
+                    "replica assignments must name only this broker and come "
+                    "with num_partitions = replication_factor = -1"
+                )
+                results.append(result)
+                continue
+            num_partitions = len(topic["assignments"])
+        try:
+            if validate_only:
+                _validate_new_topic(broker, name, num_partitions, replication, configs)
+            else:
+                yield broker.create_topic(name, num_partitions, replication, configs)
+        except KafkaError as exc:
+            result["error_code"], result["error_message"] = _fail(exc)
+            results.append(result)
+            continue
+        meta = broker.coordinator.topics().get(name)
+        count = meta.num_partitions if meta else num_partitions
+        effective = broker.config.topic_defaults.with_overrides(configs).to_kafka()
+        result.update(
+            {
+                "topic_id": bytes.fromhex(meta.topic_id) if meta and meta.topic_id else bytes(16),
+                "num_partitions": count if count != -1 else broker.config.num_partitions,
+                "replication_factor": 1,
+                "configs": [
+                    {
+                        "name": key,
+                        "value": value,
+                        "read_only": False,
+                        "config_source": SOURCE_TOPIC if key in configs else SOURCE_DEFAULT,
+                        "is_sensitive": False,
+                    }
+                    for key, value in sorted(effective.items())
+                ],
+            }
+        )
+        results.append(result)
+    return {"throttle_time_ms": 0, "topics": results}
+
+
+def _validate_new_topic(broker, name, num_partitions, replication, configs):
+    from pluglog.coordination.local import validate_topic_name
+    from pluglog.config import validate_topic_overrides
+    from pluglog.errors import (
+        ConfigError,
+        InvalidConfigError,
+        InvalidPartitionsError,
+        InvalidReplicationFactorError,
+        TopicExistsError,
+    )
+
+    validate_topic_name(name)
+    if name in broker.coordinator.topics():
+        raise TopicExistsError(f"topic {name!r} already exists")
+    if num_partitions == 0 or num_partitions < -1:
+        raise InvalidPartitionsError(f"number of partitions must be >= 1, got {num_partitions}")
+    if replication not in (-1, 1):
+        raise InvalidReplicationFactorError(f"replication factor {replication} is not 1")
+    try:
+        validate_topic_overrides(configs)
+    except ConfigError as exc:
+        raise InvalidConfigError(str(exc)) from None
+
+
+@defer.inlineCallbacks
+def handle_delete_topics(ctx, request):
+    broker = ctx.broker
+    names = request.get("topic_names") or [t["name"] for t in request.get("topics", [])]
+    responses = []
+    for name in names:
+        entry = {"name": name, "error_code": NONE, "error_message": None}
+        try:
+            yield broker.delete_topic(name)
+        except KafkaError as exc:
+            entry["error_code"], entry["error_message"] = _fail(exc)
+        responses.append(entry)
+    return {"throttle_time_ms": 0, "responses": responses}
+
+
+@defer.inlineCallbacks
+def handle_create_partitions(ctx, request):
+    broker = ctx.broker
+    results = []
+    for topic in request["topics"]:
+        name = topic["name"]
+        entry = {"name": name, "error_code": NONE, "error_message": None}
+        try:
+            meta = broker.coordinator.topics().get(name)
+            if meta is None:
+                entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+                entry["error_message"] = f"no topic {name!r}"
+            elif topic["assignments"] and any(
+                a["broker_ids"] != [broker.node_id] for a in topic["assignments"]
+            ):
+                entry["error_code"] = INVALID_REPLICA_ASSIGNMENT
+                entry["error_message"] = "assignments must name only this broker"
+            elif request["validate_only"]:
+                if topic["count"] <= meta.num_partitions:
+                    from pluglog.errors import INVALID_PARTITIONS
+
+                    entry["error_code"] = INVALID_PARTITIONS
+                    entry["error_message"] = (
+                        f"topic has {meta.num_partitions} partitions; {topic['count']} is not more"
+                    )
+            else:
+                yield broker.coordinator.create_partitions(name, topic["count"])
+        except KafkaError as exc:
+            entry["error_code"], entry["error_message"] = _fail(exc)
+        results.append(entry)
+    return {"throttle_time_ms": 0, "results": results}
+
+
+def _broker_configs(broker):
+    config = broker.config
+    values = {
+        "broker.id": str(config.broker_id),
+        "num.partitions": str(config.num_partitions),
+        "auto.create.topics.enable": str(config.auto_create_topics_enable).lower(),
+        "delete.topic.enable": str(config.delete_topic_enable).lower(),
+        "socket.request.max.bytes": str(config.socket_request_max_bytes),
+        "log.dirs": config.data_dir,
+    }
+    for key, value in config.topic_defaults.to_kafka().items():
+        values[TOPIC_KEYS[key][3]] = value
+    return values
+
+
+def handle_describe_configs(ctx, request):
+    broker = ctx.broker
+    version = ctx.version
+    results = []
+    for resource in request["resources"]:
+        rtype = resource["resource_type"]
+        rname = resource["resource_name"]
+        wanted = resource["configuration_keys"]
+        entry = {
+            "error_code": NONE,
+            "error_message": None,
+            "resource_type": rtype,
+            "resource_name": rname,
+            "configs": [],
+        }
+        if rtype == TOPIC_RESOURCE:
+            meta = broker.coordinator.topics().get(rname)
+            if meta is None:
+                entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+                entry["error_message"] = f"no topic {rname!r}"
+                results.append(entry)
+                continue
+            effective = broker.config.topic_defaults.with_overrides(meta.configs).to_kafka()
+            sources = {k: SOURCE_TOPIC if k in meta.configs else SOURCE_DEFAULT for k in effective}
+        elif rtype == BROKER_RESOURCE and rname in ("", str(broker.node_id)):
+            effective = _broker_configs(broker)
+            sources = {k: SOURCE_STATIC_BROKER for k in effective}
+        else:
+            entry["error_code"] = INVALID_REQUEST
+            entry["error_message"] = f"unsupported resource type {rtype} / name {rname!r}"
+            results.append(entry)
+            continue
+        for key in sorted(effective):
+            if wanted is not None and key not in wanted:
+                continue
+            item = {
+                "name": key,
+                "value": effective[key],
+                "read_only": rtype == BROKER_RESOURCE,
+                "config_source": sources[key],
+                "is_default": sources[key] == SOURCE_DEFAULT,
+                "is_sensitive": False,
+                "synonyms": [],
+            }
+            if version >= 1 and request.get("include_synonyms"):
+                item["synonyms"] = [{"name": key, "value": effective[key], "source": sources[key]}]
+            entry["configs"].append(item)
+        results.append(entry)
+    return {"throttle_time_ms": 0, "results": results}
+
+
+@defer.inlineCallbacks
+def _alter(ctx, request, incremental):
+    broker = ctx.broker
+    responses = []
+    for resource in request["resources"]:
+        rtype = resource["resource_type"]
+        rname = resource["resource_name"]
+        entry = {
+            "error_code": NONE,
+            "error_message": None,
+            "resource_type": rtype,
+            "resource_name": rname,
+        }
+        meta = broker.coordinator.topics().get(rname) if rtype == TOPIC_RESOURCE else None
+        if rtype != TOPIC_RESOURCE:
+            entry["error_code"] = INVALID_REQUEST
+            entry["error_message"] = "only topic configs can be altered at run time"
+        elif meta is None:
+            entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+            entry["error_message"] = f"no topic {rname!r}"
+        else:
+            try:
+                configs = _apply_ops(meta.configs, resource["configs"], incremental)
+                if request["validate_only"]:
+                    from pluglog.config import validate_topic_overrides
+
+                    validate_topic_overrides(configs)
+                else:
+                    yield broker.coordinator.alter_topic_config(rname, configs)
+            except KafkaError as exc:
+                entry["error_code"], entry["error_message"] = _fail(exc)
+            except ValueError as exc:
+                entry["error_code"], entry["error_message"] = INVALID_CONFIG, str(exc)
+        responses.append(entry)
+    return {"throttle_time_ms": 0, "responses": responses}
+
+
+def _apply_ops(current, changes, incremental):
+    if not incremental:
+        return {c["name"]: c["value"] for c in changes if c["value"] is not None}
+    configs = dict(current)
+    for change in changes:
+        name, op, value = change["name"], change["config_operation"], change["value"]
+        if op == 0:  # SET
+            configs[name] = value
+        elif op == 1:  # DELETE
+            configs.pop(name, None)
+        elif op in (2, 3):  # APPEND / SUBTRACT on list-valued configs
+            items = [v for v in configs.get(name, "").split(",") if v]
+            extra = [v for v in (value or "").split(",") if v]
+            items = items + [v for v in extra if v not in items] if op == 2 else [
+                v for v in items if v not in extra
+            ]
+            configs[name] = ",".join(items)
+        else:
+            raise ValueError(f"unknown config operation {op}")
+    return configs
+
+
+def handle_alter_configs(ctx, request):
+    return _alter(ctx, request, incremental=False)
+
+
+def handle_incremental_alter_configs(ctx, request):
+    return _alter(ctx, request, incremental=True)
+
+
+def handle_delete_records(ctx, request):
+    broker = ctx.broker
+    topics = []
+    for topic in request["topics"]:
+        name = topic["name"]
+        out = []
+        for want in topic["partitions"]:
+            index = want["partition_index"]
+            entry = {"partition_index": index, "low_watermark": -1, "error_code": NONE}
+            part = broker.partitions.get((name, index))
+            if part is None:
+                entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                offset = want["offset"]
+                if offset == -1:
+                    offset = part.high_watermark
+                if offset < 0 or offset > part.high_watermark:
+                    entry["error_code"] = OFFSET_OUT_OF_RANGE
+                else:
+                    try:
+                        if offset > part.log.log_start_offset:
+                            part.log.delete_records_before(offset)
+                        entry["low_watermark"] = part.log.log_start_offset
+                    except KafkaError as exc:
+                        entry["error_code"] = error_code(exc)
+            out.append(entry)
+        topics.append({"name": name, "partitions": out})
+    return {"throttle_time_ms": 0, "topics": topics}
+
+
+def handle_init_producer_id(ctx, request):
+    broker = ctx.broker
+    if request["transactional_id"] is not None:
+        # Transactions are a later milestone; refuse clearly instead of
+        # handing out an id that EndTxn could never complete.
+        return {
+            "throttle_time_ms": 0,
+            "error_code": UNSUPPORTED_VERSION,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+    allocator = getattr(broker, "producer_ids", None)
+    if allocator is None:
+        from pluglog.broker.producer_ids import ProducerIdAllocator
+
+        allocator = broker.producer_ids = ProducerIdAllocator(broker.config.data_dir)
+    return {
+        "throttle_time_ms": 0,
+        "error_code": NONE,
+        "producer_id": allocator.allocate(),
+        "producer_epoch": 0,
+    }
+
+
+HANDLERS = {
+    codec.CREATE_TOPICS: handle_create_topics,
+    codec.DELETE_TOPICS: handle_delete_topics,
+    codec.CREATE_PARTITIONS: handle_create_partitions,
+    codec.DESCRIBE_CONFIGS: handle_describe_configs,
+    codec.ALTER_CONFIGS: handle_alter_configs,
+    codec.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
+    codec.DELETE_RECORDS: handle_delete_records,
+    codec.INIT_PRODUCER_ID: handle_init_producer_id,
+}

@@ -1,0 +1,252 @@
+"""Fetch (with long polling), ListOffsets and OffsetForLeaderEpoch.
+
+Fetch is sessionless (SessionId 0 refuses incremental sessions) and answers
+every requested partition. Record data is returned as the storage's file
+range, untouched. Long polls: when the first pass has fewer than MinBytes,
+one waiter per partition and one timer per request are registered; the
+first append that brings the total to MinBytes, or MaxWaitMs, answers.
+Size limits follow KIP-74: the first non-empty partition may exceed
+MaxBytes/PartitionMaxBytes by one whole batch so a consumer always makes
+progress.
+"""
+
+from twisted.internet import defer
+
+from pluglog import protocol as codec
+from pluglog.errors import (
+    FENCED_LEADER_EPOCH,
+    NONE,
+    OFFSET_OUT_OF_RANGE,
+    UNKNOWN_LEADER_EPOCH,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    UNSUPPORTED_VERSION,
+    KafkaError,
+    OffsetOutOfRangeError,
+)
+from pluglog.server.handlers import error_code
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+
+
+def _epoch_error(partition, current_leader_epoch):
+    if current_leader_epoch < 0 or current_leader_epoch == partition.leader_epoch:
+        return NONE
+    if current_leader_epoch > partition.leader_epoch:
+        return UNKNOWN_LEADER_EPOCH
+    return FENCED_LEADER_EPOCH
+
+
+def _partition_data(index, code, hw=-1, log_start=-1, records=b""):
+    return {
+        "partition_index": index,
+        "error_code": code,
+        "high_watermark": hw,
+        "last_stable_offset": hw,
+        "log_start_offset": log_start,
+        "aborted_transactions": [],
+        "preferred_read_replica": -1,
+        "records": records,
+    }
+
+
+def _read_all(broker, request):
+    """One pass over the requested partitions; returns (response topics, bytes)."""
+    max_bytes = request.get("max_bytes", 0x7FFFFFFF)
+    if max_bytes <= 0:
+        max_bytes = 0x7FFFFFFF
+    remaining = max_bytes
+    total = 0
+    topics = []
+    for topic in request["topics"]:
+        name = topic["topic"]
+        out = []
+        for want in topic["partitions"]:
+            index = want["partition"]
+            part = broker.partitions.get((name, index))
+            if part is None:
+                out.append(_partition_data(index, UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            plog = part.log
+            code = _epoch_error(part, want.get("current_leader_epoch", -1))
+            if code != NONE:
+                out.append(_partition_data(index, code, part.high_watermark, plog.log_start_offset))
+                continue
+            offset = want["fetch_offset"]
+            limit = min(want["partition_max_bytes"], remaining)
+            if offset == part.high_watermark or limit <= 0 and total:
+                if offset < plog.log_start_offset or offset > part.high_watermark:
+                    code = OFFSET_OUT_OF_RANGE
+                out.append(_partition_data(index, code, part.high_watermark, plog.log_start_offset))
+                continue
+            try:
+                result = plog.read(
+                    offset, max(limit, 0), max_offset=part.high_watermark, min_one_batch=total == 0
+                )
+            except OffsetOutOfRangeError:
+                out.append(
+                    _partition_data(
+                        index, OFFSET_OUT_OF_RANGE, part.high_watermark, plog.log_start_offset
+                    )
+                )
+                continue
+            except KafkaError as exc:
+                out.append(_partition_data(index, error_code(exc), part.high_watermark))
+                continue
+            size = result.size
+            total += size
+            remaining -= size
+            out.append(
+                _partition_data(
+                    index,
+                    NONE,
+                    part.high_watermark,
+                    plog.log_start_offset,
+                    result.records if size else b"",
+                )
+            )
+        topics.append({"topic": name, "partitions": out})
+    return topics, total
+
+
+def _response(topics):
+    return {"throttle_time_ms": 0, "error_code": NONE, "session_id": 0, "responses": topics}
+
+
+def handle_fetch(ctx, request):
+    broker = ctx.broker
+    topics, total = _read_all(broker, request)
+    min_bytes = request["min_bytes"]
+    max_wait = request["max_wait_ms"]
+    has_error = any(p["error_code"] for t in topics for p in t["partitions"])
+    if total >= min_bytes or max_wait <= 0 or has_error or total > 0 and min_bytes <= 1:
+        return _response(topics)
+    return _LongPoll(broker, request, max_wait).deferred
+
+
+class _LongPoll:
+    """A fetch parked until enough data arrives or MaxWaitMs passes."""
+
+    def __init__(self, broker, request, max_wait_ms):
+        self.broker = broker
+        self.request = request
+        self.deferred = defer.Deferred(self._cancel)
+        self.partitions = []
+        for topic in request["topics"]:
+            for want in topic["partitions"]:
+                part = broker.partitions.get((topic["topic"], want["partition"]))
+                if part is not None:
+                    part.add_waiter(self._wake)
+                    self.partitions.append(part)
+        self.timer = broker.reactor.callLater(max_wait_ms / 1000.0, self._answer)
+
+    def _detach(self):
+        for part in self.partitions:
+            part.remove_waiter(self._wake)
+        self.partitions = []
+        if self.timer.active():
+            self.timer.cancel()
+
+    def _wake(self, part):
+        if self.deferred.called:
+            return
+        topics, total = _read_all(self.broker, self.request)
+        if total >= self.request["min_bytes"]:
+            self._detach()
+            self.deferred.callback(_response(topics))
+        else:
+            part.add_waiter(self._wake)
+
+    def _answer(self):
+        if self.deferred.called:
+            return
+        self._detach()
+        topics, _total = _read_all(self.broker, self.request)
+        self.deferred.callback(_response(topics))
+
+    def _cancel(self, _deferred):
+        self._detach()
+
+
+def handle_list_offsets(ctx, request):
+    broker = ctx.broker
+    topics = []
+    for topic in request["topics"]:
+        name = topic["name"]
+        out = []
+        for want in topic["partitions"]:
+            index = want["partition_index"]
+            entry = {
+                "partition_index": index,
+                "error_code": NONE,
+                "old_style_offsets": [],
+                "timestamp": -1,
+                "offset": -1,
+                "leader_epoch": -1,
+            }
+            part = broker.partitions.get((name, index))
+            if part is None:
+                entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+                out.append(entry)
+                continue
+            code = _epoch_error(part, want.get("current_leader_epoch", -1))
+            if code != NONE:
+                entry["error_code"] = code
+                out.append(entry)
+                continue
+            ts = want["timestamp"]
+            entry["leader_epoch"] = part.leader_epoch
+            if ts == LATEST:
+                entry["offset"] = part.high_watermark
+            elif ts == EARLIEST:
+                entry["offset"] = part.log.log_start_offset
+            elif ts == MAX_TIMESTAMP:
+                entry["error_code"] = UNSUPPORTED_VERSION
+            elif ts < 0:
+                entry["error_code"] = UNSUPPORTED_VERSION
+            else:
+                found = part.log.offset_for_timestamp(ts)
+                if found is not None and found[0] < part.high_watermark:
+                    entry["offset"], entry["timestamp"] = found
+                else:
+                    entry["leader_epoch"] = -1
+            if ctx.version == 0 and entry["offset"] >= 0:
+                entry["old_style_offsets"] = [entry["offset"]]
+            out.append(entry)
+        topics.append({"name": name, "partitions": out})
+    return {"throttle_time_ms": 0, "topics": topics}
+
+
+def handle_offset_for_leader_epoch(ctx, request):
+    broker = ctx.broker
+    topics = []
+    for topic in request["topics"]:
+        name = topic["topic"]
+        out = []
+        for want in topic["partitions"]:
+            index = want["partition"]
+            entry = {"error_code": NONE, "partition": index, "leader_epoch": -1, "end_offset": -1}
+            part = broker.partitions.get((name, index))
+            if part is None:
+                entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                code = _epoch_error(part, want.get("current_leader_epoch", -1))
+                requested = want["leader_epoch"]
+                if code != NONE:
+                    entry["error_code"] = code
+                elif 0 <= requested <= part.leader_epoch:
+                    # One epoch per partition until replication brings epoch
+                    # changes: every requested epoch ends at the log end.
+                    entry["leader_epoch"] = part.leader_epoch
+                    entry["end_offset"] = part.log.log_end_offset
+            out.append(entry)
+        topics.append({"topic": name, "partitions": out})
+    return {"throttle_time_ms": 0, "topics": topics}
+
+
+HANDLERS = {
+    codec.FETCH: handle_fetch,
+    codec.LIST_OFFSETS: handle_list_offsets,
+    codec.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
+}

@@ -1,0 +1,122 @@
+"""Produce: append client batches as received, answer in the request's version.
+
+v3+ carry exactly one magic-2 batch per partition; the broker checks its
+header and CRC-32C, patches baseOffset and partitionLeaderEpoch and appends
+the bytes unchanged (compressed batches stay compressed). Produce v0-2
+(legacy magic 0/1 message sets) are advertised only because librdkafka <
+2.11.1 enables compression when Produce's range starts at 0; like Kafka 4
+(KAFKA-18659) the broker refuses them with UNSUPPORTED_VERSION per
+partition, and docs/protocol.rst says so.
+"""
+
+from twisted.logger import Logger
+
+from pluglog import protocol as codec
+from pluglog.broker.partition import DuplicateAppend
+from pluglog.errors import (
+    INVALID_RECORD,
+    INVALID_REQUIRED_ACKS,
+    NONE,
+    UNSUPPORTED_VERSION,
+    KafkaError,
+)
+from pluglog.server.handlers import NO_RESPONSE, error_code
+
+log = Logger()
+_BATCH_LENGTH_AT = 8
+
+
+def _one_batch(records):
+    """True when ``records`` is exactly one v2 batch (Produce v3+ rule)."""
+    if len(records) < 61:
+        return False
+    length = int.from_bytes(records[_BATCH_LENGTH_AT : _BATCH_LENGTH_AT + 4], "big", signed=True)
+    return length + 12 == len(records)
+
+
+def _partition_result(index, code, base_offset=-1, append_time=-1, log_start=-1, message=None):
+    return {
+        "index": index,
+        "error_code": code,
+        "base_offset": base_offset,
+        "log_append_time_ms": append_time,
+        "log_start_offset": log_start,
+        "record_errors": [],
+        "error_message": message,
+    }
+
+
+def handle_produce(ctx, request):
+    broker = ctx.broker
+    version = ctx.version
+    acks = request["acks"]
+    now = broker.now_ms()
+    responses = []
+    failed = False
+    for topic in request["topic_data"]:
+        name = topic["name"]
+        results = []
+        for part in topic["partition_data"]:
+            index = part["index"]
+            records = part["records"]
+            if acks not in (-1, 0, 1):
+                results.append(
+                    _partition_result(index, INVALID_REQUIRED_ACKS, message=f"acks={acks}")
+                )
+                failed = True
+                continue
+            if version < 3:
+                results.append(
+                    _partition_result(
+                        index,
+                        UNSUPPORTED_VERSION,
+                        message="legacy message sets (Produce v0-2) are not accepted; "
+                        "use record batch format v2 (Produce v3+)",
+                    )
+                )
+                failed = True
+                continue
+            if records is None or not _one_batch(records):
+                results.append(
+                    _partition_result(
+                        index,
+                        INVALID_RECORD,
+                        message="Produce v3+ must carry exactly one v2 record batch per partition",
+                    )
+                )
+                failed = True
+                continue
+            try:
+                partition = broker.partition(name, index)
+                info = partition.append(records, now)
+            except KafkaError as exc:
+                failed = True
+                results.append(_partition_result(index, error_code(exc), message=str(exc)))
+                continue
+            if isinstance(info, DuplicateAppend):
+                results.append(
+                    _partition_result(
+                        index, NONE, info.first_offset, info.log_append_time, info.log_start_offset
+                    )
+                )
+            else:
+                results.append(
+                    _partition_result(
+                        index, NONE, info.first_offset, info.log_append_time, info.log_start_offset
+                    )
+                )
+        responses.append({"name": name, "partition_responses": results})
+    if acks == 0:
+        if failed:
+            # Kafka closes an acks=0 connection on error: the client has no
+            # response slot to receive one in.
+            raise _AcksZeroFailure("produce with acks=0 failed; closing the connection")
+        return NO_RESPONSE
+    return {"responses": responses, "throttle_time_ms": 0}
+
+
+class _AcksZeroFailure(KafkaError):
+    error_code = NONE
+
+
+HANDLERS = {codec.PRODUCE: handle_produce}

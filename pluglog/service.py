@@ -1,0 +1,104 @@
+"""BrokerService: the twistd service tree of one broker.
+
+Start order: plugin registry -> storage and coordinator (Broker.start) ->
+Kafka listener -> timers (flush, recovery checkpoint, retention) -> plugin
+services from ``pluglog_add_services`` -> ``pluglog_broker_started``. Stop
+runs the reverse: stop listening, stop timers and plugin services, then
+flush every log and write the recovery-point checkpoint and the
+clean-shutdown marker (``Broker.stop``). A failed start is logged and stops
+the reactor instead of leaving a half-started broker.
+"""
+
+from twisted.application import service
+from twisted.internet import defer, endpoints, task
+from twisted.logger import Logger
+
+from pluglog.broker.core import Broker
+from pluglog.registry import Registry
+
+log = Logger()
+
+
+class BrokerService(service.MultiService):
+    """The broker process's root service."""
+
+    def __init__(self, config, plugin_manager, reactor=None):
+        super().__init__()
+        if reactor is None:
+            from twisted.internet import reactor
+        self.config = config
+        self.plugin_manager = plugin_manager
+        self.reactor = reactor
+        self.broker = None
+        self.port = None
+        self._timers = []
+        self._started = None
+
+    def startService(self):
+        super().startService()
+        self._started = self._start()
+        self._started.addErrback(self._start_failed)
+
+    @defer.inlineCallbacks
+    def _start(self):
+        from pluglog.server.protocol import KafkaServerFactory
+
+        registry = Registry(self.plugin_manager)
+        self.broker = broker = Broker(self.config, registry, self.reactor)
+        yield broker.start()
+        endpoint = endpoints.serverFromString(self.reactor, self.config.listen)
+        factory = KafkaServerFactory(broker)
+        self.port = yield endpoint.listen(factory)
+        bound = self.port.getHost().port
+        if not self.config.advertised_port:
+            broker.advertised = (self.config.advertised_host, bound)
+            broker.config = broker.config.replace(advertised_port=bound)
+        log.info(
+            "pluglog broker {id} listening on {listen} (port {port}), advertised as "
+            "{host}:{aport}, data in {data}",
+            id=self.config.broker_id,
+            listen=self.config.listen,
+            port=bound,
+            host=broker.advertised[0],
+            aport=broker.advertised[1],
+            data=self.config.data_dir,
+        )
+        self._every(self.config.flush_scheduler_interval_ms, broker.flush_due)
+        if self.config.fsync != "never":
+            self._every(self.config.checkpoint_interval_ms, broker.checkpoint)
+        self._every(self.config.retention_check_interval_ms, broker.run_retention)
+        for extra in self.plugin_manager.hook.pluglog_add_services(broker=broker):
+            if extra is not None:
+                extra.setServiceParent(self)
+        self.plugin_manager.hook.pluglog_broker_started(broker=broker)
+
+    def _every(self, interval_ms, function):
+        def guarded():
+            try:
+                function()
+            except Exception:
+                log.failure("periodic task {name} failed", name=function.__name__)
+
+        call = task.LoopingCall(guarded)
+        call.clock = self.reactor
+        call.start(interval_ms / 1000.0, now=False)
+        self._timers.append(call)
+
+    def _start_failed(self, failure):
+        log.failure("pluglog broker failed to start", failure)
+        if self.reactor.running:
+            self.reactor.stop()
+
+    @defer.inlineCallbacks
+    def stopService(self):
+        if self._started is not None and not self._started.called:
+            yield self._started
+        if self.port is not None:
+            yield self.port.stopListening()
+        for call in self._timers:
+            if call.running:
+                call.stop()
+        yield super().stopService()
+        if self.broker is not None:
+            yield self.broker.stop()
+            log.info("pluglog broker stopped cleanly; logs flushed and checkpointed")

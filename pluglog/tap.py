@@ -1,0 +1,169 @@
+"""``twistd pluglog``: command-line options and the service maker.
+
+Options validate everything they can before the reactor starts, raising
+``usage.UsageError`` naming the bad value: strports are parsed, the config
+file is read and checked, and the chosen storage/coordinator names are
+looked up in the plugin manager (built here, on demand, never at import).
+"""
+
+import os
+import re
+import socket
+
+from twisted.internet import endpoints, reactor as default_reactor
+from twisted.python import usage
+
+from pluglog import __version__
+from pluglog.config import FSYNC_POLICIES, BrokerConfig, load_ini, parse_settings
+from pluglog.errors import ConfigError, PluginError
+
+
+def parse_host_port(value, option="--advertised-listener"):
+    """Parse ``host:port`` (IPv6 as ``[::1]:9092``); raise UsageError if bad."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host:
+        raise usage.UsageError(f"{option}: expected host:port, got {value!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        number = int(port)
+    except ValueError:
+        raise usage.UsageError(f"{option}: bad port in {value!r}") from None
+    if not 0 < number < 65536:
+        raise usage.UsageError(f"{option}: port out of range in {value!r}")
+    return host, number
+
+
+def listen_address(description):
+    """Return ``(interface or None, port)`` of a tcp strport description."""
+    parts = [p.replace("\\:", ":") for p in re.split(r"(?<!\\):", description)]
+    interface = None
+    port = None
+    positional = []
+    for part in parts[1:]:
+        key, eq, val = part.partition("=")
+        if eq and key == "interface":
+            interface = val
+        elif eq and key == "port":
+            port = val
+        elif not eq:
+            positional.append(part)
+    if port is None and positional:
+        port = positional[0]
+    try:
+        return interface, int(port) if port is not None else 0
+    except ValueError:
+        raise usage.UsageError(f"--listen: bad port in {description!r}") from None
+
+
+class Options(usage.Options):
+    """Options of ``twistd pluglog``."""
+
+    synopsis = "[options]"
+    longdesc = "Run a pluglog broker that speaks the Kafka wire protocol."
+
+    optParameters = [
+        ["listen", "l", "tcp:9092", "Kafka listener as a Twisted strport (tcp:PORT[:interface=IP])."],
+        ["advertised-listener", "a", None, "host:port that clients are told to connect to."],
+        ["data-dir", "d", "./data", "Directory holding the logs."],
+        ["config", "c", None, "INI file with Kafka-named broker keys."],
+        ["storage", None, None, "Storage provider name (default: segments)."],
+        ["coordinator", None, None, "Coordinator provider name (default: local)."],
+        ["fsync", None, None, "fsync policy: never, interval or always (default: interval)."],
+        ["broker-id", None, None, "Broker id (default 0)."],
+    ]
+
+    def __init__(self):
+        super().__init__()
+        self["set"] = []
+
+    def opt_set(self, value):
+        """Set a Kafka-named config key, KEY=VALUE (repeatable)."""
+        key, eq, val = value.partition("=")
+        if not eq or not key:
+            raise usage.UsageError(f"--set: expected KEY=VALUE, got {value!r}")
+        self["set"].append((key.strip(), val.strip()))
+
+    def opt_version(self):
+        """Print the pluglog version and exit."""
+        print(f"pluglog {__version__}")
+        raise SystemExit(0)
+
+    def postOptions(self):
+        config = BrokerConfig()
+        try:
+            if self["config"]:
+                config = load_ini(self["config"], config)
+            if self["set"]:
+                config = parse_settings(dict(self["set"]), config)
+        except ConfigError as exc:
+            raise usage.UsageError(str(exc)) from None
+
+        listen = self["listen"]
+        try:
+            endpoints.serverFromString(default_reactor, listen)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise usage.UsageError(f"--listen: bad strport {listen!r}: {exc}") from None
+        if not listen.startswith("tcp"):
+            raise usage.UsageError(f"--listen: only tcp listeners are served, got {listen!r}")
+        interface, port = listen_address(listen)
+
+        if self["advertised-listener"]:
+            host, adv_port = parse_host_port(self["advertised-listener"])
+        else:
+            if interface and interface not in ("0.0.0.0", "::"):
+                host = interface
+            else:
+                host = socket.getfqdn()
+            adv_port = port
+
+        if self["fsync"] is not None and self["fsync"] not in FSYNC_POLICIES:
+            raise usage.UsageError(
+                f"--fsync: {self['fsync']!r} is not one of {', '.join(FSYNC_POLICIES)}"
+            )
+        changes = {
+            "listen": listen,
+            "advertised_host": host,
+            "advertised_port": adv_port,
+            "data_dir": os.path.abspath(self["data-dir"]),
+        }
+        if self["fsync"] is not None:
+            changes["fsync"] = self["fsync"]
+        if self["storage"] is not None:
+            changes["storage"] = self["storage"]
+        if self["coordinator"] is not None:
+            changes["coordinator"] = self["coordinator"]
+        if self["broker-id"] is not None:
+            try:
+                changes["broker_id"] = int(self["broker-id"])
+            except ValueError:
+                raise usage.UsageError(
+                    f"--broker-id: expected an integer, got {self['broker-id']!r}"
+                ) from None
+            if changes["broker_id"] < 0:
+                raise usage.UsageError(f"--broker-id: must be >= 0, got {self['broker-id']!r}")
+        config = config.replace(**changes)
+
+        from pluglog.plugins import make_plugin_manager
+        from pluglog.registry import Registry
+
+        try:
+            manager = make_plugin_manager()
+            registry = Registry(manager)
+            for kind, name in (("storage", config.storage), ("coordinator", config.coordinator)):
+                if name not in registry.names(kind):
+                    raise usage.UsageError(
+                        f"--{kind}: no {kind} plugin named {name!r} "
+                        f"(available: {', '.join(registry.names(kind))})"
+                    )
+        except PluginError as exc:
+            raise usage.UsageError(str(exc)) from None
+        self.broker_config = config
+        self.plugin_manager = manager
+
+
+def makeService(options):
+    """Build the broker service from parsed Options."""
+    from pluglog.service import BrokerService
+
+    return BrokerService(options.broker_config, options.plugin_manager)

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything the test suite needs on a fresh Debian 12 machine
+# (Debian packages, the project and its test extras) and runs the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+SUDO=""
+if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi
+
+# Real parts the integration tests use: kcat (librdkafka 2.0) and, for the
+# cluster tests, ZooKeeper and Java.
+need=()
+command -v kcat >/dev/null || need+=(kcat)
+[ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
+command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+if [ ${#need[@]} -gt 0 ]; then
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
+fi
+
+# compat mode puts the checkout itself on sys.path, so twistd finds
+# twisted/plugins/pluglog_tap.py and code edits need no reinstall.
+$PY -m pip install -q -e '.[test]' --config-settings editable_mode=compat
+
+$PY -m ruff check pluglog tests bench twisted
+$PY -m pytest -q "$@"

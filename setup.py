@@ -1,0 +1,45 @@
+"""pluglog distribution: the broker package plus its twistd plugin file."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="pluglog",
+    version="0.1.0",
+    description="A Kafka-protocol distributed commit log on Twisted, built from plugins",
+    long_description=open("README.rst", encoding="utf-8").read(),
+    long_description_content_type="text/x-rst",
+    license="Apache-2.0",
+    python_requires=">=3.11",
+    packages=find_packages(include=["pluglog", "pluglog.*"]) + ["twisted.plugins"],
+    package_data={"twisted.plugins": ["pluglog_tap.py"]},
+    install_requires=[
+        "twisted>=24.0",
+        "zope.interface>=6.0",
+        "pluggy>=1.5",
+        "crc32c>=2.4",
+        "crcmod>=1.7",
+        "kazoo>=2.10",
+        "fastavro>=1.9",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8",
+            "wheel",
+            "setuptools>=61",
+            "ruff>=0.6",
+            "confluent-kafka>=2.6",
+            "kafka-python>=3.0",
+            "aiokafka>=0.12",
+            "python-snappy>=0.7",
+            "cramjam>=2.8",
+            "lz4>=4.0",
+            "zstandard>=0.22",
+        ],
+        "docs": ["sphinx>=7"],
+    },
+    classifiers=[
+        "Framework :: Twisted",
+        "Programming Language :: Python :: 3",
+        "Topic :: System :: Distributed Computing",
+    ],
+)

@@ -1,0 +1,19 @@
+"""Fixtures that run the real broker process."""
+
+import pytest
+
+from tests.broker_process import BrokerProcess
+
+
+@pytest.fixture
+def broker(tmp_path):
+    proc = BrokerProcess(tmp_path / "data").start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory):
+    proc = BrokerProcess(tmp_path_factory.mktemp("shared") / "data").start()
+    yield proc
+    proc.stop()
