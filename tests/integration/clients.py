@@ -1,0 +1,212 @@
+"""Produce and consume with real Kafka clients, normalised for comparison.
+
+Every record is ``(partition, key, value, headers)`` with bytes or None for key
+and value and a list of ``(str, bytes)`` headers, so records written by one
+client can be compared with what another client reads.
+"""
+
+import asyncio
+import time
+
+import confluent_kafka
+import kafka
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.structs import TopicPartition as AioTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+CODECS = {
+    "confluent": ["none", "gzip", "snappy", "lz4", "zstd"],
+    "kafka-python": [None, "gzip", "snappy", "lz4", "zstd"],
+    "aiokafka": [None, "gzip", "snappy", "lz4", "zstd"],
+}
+
+
+def make_records(count, partitions=3, seed=0):
+    """Deterministic records with keys, null keys/values, headers."""
+    records = []
+    for i in range(count):
+        n = i + seed
+        key = None if n % 10 == 0 else f"key-{n}".encode()
+        value = None if n % 7 == 0 else (f"value-{n}-" * (n % 5 + 1)).encode()
+        headers = [("idx", str(n).encode())]
+        if n % 3 == 0:
+            headers.append(("empty", b""))
+        records.append((n % partitions, key, value, headers))
+    return records
+
+
+def create_topic(bootstrap, topic, partitions=3, config=None):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config or {})]
+    )
+    futures[topic].result(timeout=30)
+
+
+def by_partition(records):
+    out = {}
+    for partition, key, value, headers in records:
+        out.setdefault(partition, []).append((key, value, headers))
+    return out
+
+
+# ---- producers ---------------------------------------------------------------
+
+
+def produce_confluent(bootstrap, topic, records, compression="none", **extra):
+    errors = []
+    producer = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "compression.type": compression,
+            "linger.ms": 5,
+            **extra,
+        }
+    )
+
+    def report(err, msg):
+        if err is not None:
+            errors.append(err)
+
+    for partition, key, value, headers in records:
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    value=value,
+                    key=key,
+                    partition=partition,
+                    headers=headers,
+                    on_delivery=report,
+                )
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    remaining = producer.flush(60)
+    assert remaining == 0, f"{remaining} records not delivered"
+    assert not errors, errors[:3]
+
+
+def produce_kafka_python(bootstrap, topic, records, compression=None, **extra):
+    producer = kafka.KafkaProducer(
+        bootstrap_servers=bootstrap, compression_type=compression, linger_ms=5, **extra
+    )
+    futures = [
+        producer.send(topic, value=value, key=key, partition=partition, headers=headers)
+        for partition, key, value, headers in records
+    ]
+    producer.flush(60)
+    for future in futures:
+        future.get(timeout=30)
+    producer.close()
+
+
+def produce_aiokafka(bootstrap, topic, records, compression=None):
+    async def run():
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, compression_type=compression, linger_ms=5
+        )
+        await producer.start()
+        try:
+            futures = []
+            for partition, key, value, headers in records:
+                futures.append(
+                    await producer.send(
+                        topic, value=value, key=key, partition=partition, headers=headers
+                    )
+                )
+            await asyncio.gather(*futures)
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+
+
+PRODUCERS = {
+    "confluent": produce_confluent,
+    "kafka-python": produce_kafka_python,
+    "aiokafka": produce_aiokafka,
+}
+
+
+# ---- consumers ---------------------------------------------------------------
+
+
+def _norm_headers(headers):
+    return [(k, bytes(v) if v is not None else None) for k, v in (headers or [])]
+
+
+def consume_confluent(bootstrap, topic, partitions, expected, timeout=60):
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"assign-{topic}-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.assign(
+        [confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(partitions)]
+    )
+    out = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < expected and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 0.5):
+                if msg.error():
+                    raise AssertionError(f"consume error: {msg.error()}")
+                out.append(
+                    (msg.partition(), msg.key(), msg.value(), _norm_headers(msg.headers()))
+                )
+    finally:
+        consumer.close()
+    return out
+
+
+def consume_kafka_python(bootstrap, topic, partitions, expected, timeout=60):
+    consumer = kafka.KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    tps = [kafka.TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    out = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < expected and time.monotonic() < deadline:
+            for tp_records in consumer.poll(timeout_ms=500).values():
+                for msg in tp_records:
+                    out.append((msg.partition, msg.key, msg.value, _norm_headers(msg.headers)))
+    finally:
+        consumer.close()
+    return out
+
+
+def consume_aiokafka(bootstrap, topic, partitions, expected, timeout=60):
+    async def run():
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        tps = [AioTopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        out = []
+        deadline = time.monotonic() + timeout
+        try:
+            while len(out) < expected and time.monotonic() < deadline:
+                batches = await consumer.getmany(timeout_ms=500)
+                for msgs in batches.values():
+                    for msg in msgs:
+                        out.append(
+                            (msg.partition, msg.key, msg.value, _norm_headers(msg.headers))
+                        )
+        finally:
+            await consumer.stop()
+        return out
+
+    return asyncio.run(run())
+
+
+CONSUMERS = {
+    "confluent": consume_confluent,
+    "kafka-python": consume_kafka_python,
+    "aiokafka": consume_aiokafka,
+}
