@@ -1,0 +1,56 @@
+"""Idempotent producer sequence checks and deduplication."""
+
+import pytest
+
+from pluglog.broker.producer_state import ProducerStateTable
+from pluglog.errors import (
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    OutOfOrderSequenceError,
+)
+
+
+def test_new_producer_accepted_and_tracked():
+    table = ProducerStateTable()
+    assert table.check(7, 0, 0, 9) is None
+    table.update(7, 0, 0, 9, 100, 109, -1)
+    assert table.check(7, 0, 10, 19) is None
+
+
+def test_duplicate_of_any_of_last_five():
+    table = ProducerStateTable()
+    for n in range(7):
+        table.update(1, 0, n * 10, n * 10 + 9, 1000 + n * 10, 1009 + n * 10, -1)
+    assert table.check(1, 0, 60, 69) == (1060, 1069, -1)
+    assert table.check(1, 0, 20, 29) == (1020, 1029, -1)
+    # The 6th-newest batch is no longer retained: it is a sequence error now.
+    with pytest.raises(OutOfOrderSequenceError):
+        table.check(1, 0, 10, 19)
+
+
+def test_gap_and_epochs():
+    table = ProducerStateTable()
+    table.update(1, 3, 0, 4, 0, 4, -1)
+    with pytest.raises(OutOfOrderSequenceError):
+        table.check(1, 3, 6, 7)
+    with pytest.raises(InvalidProducerEpochError):
+        table.check(1, 2, 5, 5)
+    with pytest.raises(OutOfOrderSequenceError):
+        table.check(1, 4, 5, 5)  # a new epoch must restart at 0
+    assert table.check(1, 4, 0, 0) is None
+
+
+def test_sequence_wraps():
+    table = ProducerStateTable()
+    top = 2**31 - 1
+    table.update(1, 0, top - 1, top, 0, 1, -1)
+    assert table.check(1, 0, 0, 3) is None
+
+
+def test_missing_sequence_is_invalid():
+    with pytest.raises(InvalidRecordError):
+        ProducerStateTable().check(1, 0, -1, -1)
+
+
+def test_non_idempotent_batches_pass():
+    assert ProducerStateTable().check(-1, -1, -1, -1) is None
