@@ -37,6 +37,7 @@ setup(
         ],
         "docs": ["sphinx>=7"],
     },
+    entry_points={"console_scripts": ["pluglog = pluglog.cli.main:main"]},
     classifiers=[
         "Framework :: Twisted",
         "Programming Language :: Python :: 3",

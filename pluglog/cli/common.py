@@ -1,0 +1,37 @@
+"""Helpers shared by the CLI commands: metadata lookups and error reporting."""
+
+from pluglog import errors
+from pluglog import protocol as codec
+
+_ERROR_NAMES = {
+    value: name
+    for name, value in vars(errors).items()
+    if name.isupper() and isinstance(value, int)
+}
+
+
+def error_name(code):
+    return _ERROR_NAMES.get(code, f"error {code}")
+
+
+def check(code, what, message=None):
+    """Raise CliError unless ``code`` is 0."""
+    from pluglog.cli.main import CliError
+
+    if code:
+        detail = f": {message}" if message else ""
+        raise CliError(f"{what}: {error_name(code)} ({code}){detail}")
+
+
+def metadata(client, topics, allow_create=False):
+    body = {
+        "topics": None if topics is None else [{"name": t} for t in topics],
+        "allow_auto_topic_creation": allow_create,
+    }
+    return client.request(codec.METADATA, 8, body)
+
+
+def partitions_of(client, topic, allow_create=False):
+    meta = metadata(client, [topic], allow_create)["topics"][0]
+    check(meta["error_code"], topic)
+    return sorted(p["partition_index"] for p in meta["partitions"])

@@ -1,0 +1,77 @@
+"""``pluglog``: the operator command line (topics, produce, consume, groups).
+
+Like Kafka's kafka-topics.sh / console producer and consumer /
+kafka-consumer-groups.sh, over the Kafka protocol with pluglog's blocking
+client, so it works against any Kafka-protocol broker. Usage errors exit 2
+with a message naming the bad value; broker errors exit 1 naming the Kafka
+error.
+"""
+
+import argparse
+import sys
+
+from pluglog.client.blocking import BlockingClient, ProtocolError
+
+
+class CliError(Exception):
+    """A failure worth one line on stderr and exit status 1."""
+
+
+def _positive(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _bootstrap(text):
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected host:port, got {text!r}")
+    return text
+
+
+def _config_pair(text):
+    key, eq, value = text.partition("=")
+    if not eq or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def build_parser():
+    from pluglog.cli import groups, topics, transfer
+
+    parser = argparse.ArgumentParser(prog="pluglog", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "-b",
+        "--bootstrap-server",
+        type=_bootstrap,
+        default="localhost:9092",
+        help="broker host:port (default localhost:9092)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    topics.add_parser(sub, _positive, _config_pair)
+    transfer.add_parsers(sub, _positive)
+    groups.add_parser(sub)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        with BlockingClient.from_bootstrap(args.bootstrap_server, client_id="pluglog-cli") as client:
+            return args.run(client, args) or 0
+    except (CliError, ProtocolError) as exc:
+        print(f"pluglog: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"pluglog: cannot reach {args.bootstrap_server}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""``pluglog topics``: list, describe, create, delete, alter-config."""
+
+from pluglog import protocol as codec
+from pluglog.cli.common import check, metadata
+
+
+def add_parser(sub, positive, config_pair):
+    parser = sub.add_parser("topics", help="manage topics")
+    actions = parser.add_subparsers(dest="action", required=True)
+    actions.add_parser("list", help="list topic names").set_defaults(run=list_topics)
+    describe = actions.add_parser("describe", help="partitions, offsets and configs")
+    describe.add_argument("topic")
+    describe.set_defaults(run=describe_topic)
+    create = actions.add_parser("create", help="create a topic")
+    create.add_argument("topic")
+    create.add_argument("--partitions", type=positive, default=None)
+    create.add_argument("--config", type=config_pair, action="append", default=[])
+    create.set_defaults(run=create_topic)
+    delete = actions.add_parser("delete", help="delete a topic")
+    delete.add_argument("topic")
+    delete.set_defaults(run=delete_topic)
+    alter = actions.add_parser("alter-config", help="set or delete topic configs")
+    alter.add_argument("topic")
+    alter.add_argument("--set", type=config_pair, action="append", default=[])
+    alter.add_argument("--delete", action="append", default=[])
+    alter.set_defaults(run=alter_config)
+
+
+def list_topics(client, args):
+    for topic in sorted(metadata(client, None)["topics"], key=lambda t: t["name"]):
+        print(topic["name"])
+
+
+def end_offsets(client, topic, partitions, timestamp):
+    resp = client.request(
+        codec.LIST_OFFSETS,
+        5,
+        {
+            "replica_id": -1,
+            "isolation_level": 0,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [{"partition_index": p, "timestamp": timestamp} for p in partitions],
+                }
+            ],
+        },
+    )
+    out = {}
+    for entry in resp["topics"][0]["partitions"]:
+        check(entry["error_code"], f"{topic}-{entry['partition_index']}")
+        out[entry["partition_index"]] = entry["offset"]
+    return out
+
+
+def describe_topic(client, args):
+    topic = metadata(client, [args.topic], allow_create=False)["topics"][0]
+    check(topic["error_code"], args.topic)
+    parts = sorted(p["partition_index"] for p in topic["partitions"])
+    start = end_offsets(client, args.topic, parts, -2)
+    end = end_offsets(client, args.topic, parts, -1)
+    print(f"Topic: {args.topic}\tPartitionCount: {len(parts)}")
+    for p in topic["partitions"]:
+        index = p["partition_index"]
+        print(
+            f"\tPartition: {index}\tLeader: {p['leader_id']}\tReplicas: {p['replica_nodes']}\t"
+            f"Isr: {p['isr_nodes']}\tStart: {start[index]}\tEnd: {end[index]}"
+        )
+    resp = client.request(
+        codec.DESCRIBE_CONFIGS,
+        1,
+        {"resources": [{"resource_type": 2, "resource_name": args.topic, "configuration_keys": None}]},
+    )
+    result = resp["results"][0]
+    check(result["error_code"], args.topic, result["error_message"])
+    for item in result["configs"]:
+        marker = "*" if item["config_source"] == 1 else " "
+        print(f"\t{marker} {item['name']}={item['value']}")
+
+
+def create_topic(client, args):
+    resp = client.request(
+        codec.CREATE_TOPICS,
+        4,
+        {
+            "topics": [
+                {
+                    "name": args.topic,
+                    "num_partitions": args.partitions or -1,
+                    "replication_factor": -1,
+                    "assignments": [],
+                    "configs": [{"name": k, "value": v} for k, v in args.config],
+                }
+            ],
+            "timeout_ms": 30000,
+            "validate_only": False,
+        },
+    )
+    result = resp["topics"][0]
+    check(result["error_code"], args.topic, result["error_message"])
+    print(f"Created topic {args.topic}.")
+
+
+def delete_topic(client, args):
+    resp = client.request(codec.DELETE_TOPICS, 3, {"topic_names": [args.topic], "timeout_ms": 30000})
+    check(resp["responses"][0]["error_code"], args.topic)
+    print(f"Deleted topic {args.topic}.")
+
+
+def alter_config(client, args):
+    changes = [{"name": k, "config_operation": 0, "value": v} for k, v in args.set]
+    changes += [{"name": k, "config_operation": 1, "value": None} for k in args.delete]
+    resp = client.request(
+        codec.INCREMENTAL_ALTER_CONFIGS,
+        0,
+        {
+            "resources": [{"resource_type": 2, "resource_name": args.topic, "configs": changes}],
+            "validate_only": False,
+        },
+    )
+    result = resp["responses"][0]
+    check(result["error_code"], args.topic, result["error_message"])
+    print(f"Updated configs of {args.topic}.")

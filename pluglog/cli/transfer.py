@@ -1,0 +1,181 @@
+"""``pluglog produce`` and ``pluglog consume``: the console producer and consumer.
+
+produce reads lines from stdin (``--key-separator`` splits key and value),
+chooses partitions with a partitioner plugin (``murmur2`` by default, Kafka's
+choice for keyed records) and sends one batch per partition per request.
+consume prints records from every partition (or one), from the beginning,
+the end or an offset, and with ``--exit`` stops at the end offsets it found
+when it started.
+"""
+
+import sys
+import time
+
+from pluglog import protocol as codec
+from pluglog.cli.common import check, partitions_of
+from pluglog.cli.topics import end_offsets
+from pluglog.protocol.records import CODEC_NAMES, Record, build_batch, iter_records
+
+
+def add_parsers(sub, positive):
+    produce = sub.add_parser("produce", help="send stdin lines as records")
+    produce.add_argument("topic")
+    produce.add_argument("--key-separator", default=None, help="split each line into key SEP value")
+    produce.add_argument("--partition", type=int, default=None)
+    produce.add_argument("--partitioner", default="murmur2", help="partitioner plugin name")
+    produce.add_argument("--compression", choices=sorted(CODEC_NAMES), default="none")
+    produce.add_argument("--acks", type=int, choices=(-1, 0, 1), default=-1)
+    produce.add_argument("--batch-size", type=positive, default=500)
+    produce.set_defaults(run=produce_lines)
+
+    consume = sub.add_parser("consume", help="print records")
+    consume.add_argument("topic")
+    consume.add_argument("--partition", type=int, default=None)
+    where = consume.add_mutually_exclusive_group()
+    where.add_argument("--from-beginning", action="store_true")
+    where.add_argument("--offset", type=int, default=None)
+    consume.add_argument("--exit", "-e", action="store_true", help="stop at the end offsets")
+    consume.add_argument("--max-messages", type=positive, default=None)
+    consume.add_argument("--print-key", action="store_true")
+    consume.add_argument("--print-offset", action="store_true")
+    consume.add_argument("--timeout-ms", type=int, default=None, help="stop after this idle time")
+    consume.set_defaults(run=consume_records)
+
+
+def _partitioner(name):
+    from twisted.internet.task import Clock
+
+    from pluglog.cli.main import CliError
+    from pluglog.config import BrokerConfig
+    from pluglog.errors import PluginError
+    from pluglog.plugins import make_plugin_manager
+    from pluglog.registry import Registry
+
+    try:
+        return Registry(make_plugin_manager()).build("partitioner", name, BrokerConfig(), Clock())
+    except PluginError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _send(client, topic, pending, args):
+    topic_data = [
+        {
+            "name": topic,
+            "partition_data": [
+                {
+                    "index": partition,
+                    "records": build_batch(
+                        records, compression=args.compression, base_timestamp=records[0].timestamp
+                    ),
+                }
+                for partition, records in sorted(pending.items())
+            ],
+        }
+    ]
+    body = {"transactional_id": None, "acks": args.acks, "timeout_ms": 30000, "topic_data": topic_data}
+    resp = client.request(codec.PRODUCE, 8, body, expect_response=args.acks != 0)
+    if resp is not None:
+        for part in resp["responses"][0]["partition_responses"]:
+            check(part["error_code"], f"{topic}-{part['index']}", part["error_message"])
+    pending.clear()
+
+
+def produce_lines(client, args):
+    partitions = partitions_of(client, args.topic, allow_create=True)
+    if args.partition is not None and args.partition not in partitions:
+        from pluglog.cli.main import CliError
+
+        raise CliError(f"--partition {args.partition}: {args.topic} has partitions {partitions}")
+    partitioner = None if args.partition is not None else _partitioner(args.partitioner)
+    pending = {}
+    count = 0
+    for line in sys.stdin.buffer:
+        line = line.rstrip(b"\r\n")
+        key = None
+        if args.key_separator is not None:
+            sep = args.key_separator.encode()
+            if sep in line:
+                key, line = line.split(sep, 1)
+        partition = args.partition
+        if partition is None:
+            partition = partitioner.partition(args.topic, key, len(partitions))
+        records = pending.setdefault(partition, [])
+        records.append(Record(key=key, value=line, timestamp=int(time.time() * 1000)))
+        count += 1
+        if len(records) >= args.batch_size:
+            _send(client, args.topic, pending, args)
+    if pending:
+        _send(client, args.topic, pending, args)
+    print(f"Produced {count} records to {args.topic}.", file=sys.stderr)
+
+
+def consume_records(client, args):
+    partitions = partitions_of(client, args.topic)
+    if args.partition is not None:
+        partitions = [p for p in partitions if p == args.partition]
+    if args.offset is not None:
+        positions = dict.fromkeys(partitions, args.offset)
+    else:
+        positions = end_offsets(client, args.topic, partitions, -2 if args.from_beginning else -1)
+    stop_at = end_offsets(client, args.topic, partitions, -1) if args.exit else None
+    printed = 0
+    idle_since = time.monotonic()
+    out = sys.stdout.buffer
+    while True:
+        active = [p for p in partitions if stop_at is None or positions[p] < stop_at[p]]
+        if not active:
+            break
+        resp = client.request(
+            codec.FETCH,
+            11,
+            {
+                "replica_id": -1,
+                "max_wait_ms": 500,
+                "min_bytes": 1,
+                "max_bytes": 52428800,
+                "isolation_level": 0,
+                "session_id": 0,
+                "session_epoch": -1,
+                "topics": [
+                    {
+                        "topic": args.topic,
+                        "partitions": [
+                            {
+                                "partition": p,
+                                "fetch_offset": positions[p],
+                                "partition_max_bytes": 1048576,
+                            }
+                            for p in active
+                        ],
+                    }
+                ],
+                "forgotten_topics_data": [],
+                "rack_id": "",
+            },
+        )
+        got_any = False
+        for part in resp["responses"][0]["partitions"]:
+            index = part["partition_index"]
+            check(part["error_code"], f"{args.topic}-{index}")
+            for record in iter_records(part["records"] or b""):
+                if record.offset < positions[index]:
+                    continue  # a batch may start before the fetch offset
+                if stop_at is not None and record.offset >= stop_at[index]:
+                    break
+                prefix = b""
+                if args.print_offset:
+                    prefix += f"{index}:{record.offset}\t".encode()
+                if args.print_key:
+                    prefix += (record.key or b"") + b"\t"
+                out.write(prefix + (record.value or b"") + b"\n")
+                positions[index] = record.offset + 1
+                printed += 1
+                got_any = True
+                if args.max_messages and printed >= args.max_messages:
+                    out.flush()
+                    return
+        out.flush()
+        if got_any:
+            idle_since = time.monotonic()
+        elif args.timeout_ms is not None and (time.monotonic() - idle_since) * 1000 > args.timeout_ms:
+            break

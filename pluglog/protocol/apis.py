@@ -1,0 +1,90 @@
+"""The API table: which APIs pluglog defines and advertises, and their codecs.
+
+``SUPPORTED`` is what the broker advertises in ApiVersions.  It is deliberately
+narrower than what is defined (decodable): the "Recommend" column of the shared
+protocol notes keeps minima low for old librdkafka feature gates and maxima below
+the flexible/topic-id versions (Produce 0-8, Fetch 4-11, Metadata 0-8...).
+"""
+
+from pluglog.protocol.compiler import compile_struct
+from pluglog.protocol.errors import UnsupportedVersionError
+from pluglog.protocol.schemas import ALL_APIS
+
+APIS = {api.key: api for api in ALL_APIS}
+
+API_NAMES = {key: api.name for key, api in sorted(APIS.items())}
+
+API_VERSIONS_KEY = 18
+
+SUPPORTED = {
+    0: (0, 8),  # Produce; min 0 so librdkafka < 2.11.1 keeps gzip/snappy/lz4 on
+    1: (4, 11),  # Fetch; v12+ is flexible and v13+ needs topic ids
+    2: (1, 5),  # ListOffsets
+    3: (0, 8),  # Metadata; v9+ flexible, v10+ topic ids
+    8: (2, 7),  # OffsetCommit
+    9: (1, 5),  # OffsetFetch
+    10: (0, 2),  # FindCoordinator
+    11: (0, 5),  # JoinGroup
+    12: (0, 3),  # Heartbeat
+    13: (0, 3),  # LeaveGroup
+    14: (0, 3),  # SyncGroup
+    15: (0, 4),  # DescribeGroups
+    16: (0, 2),  # ListGroups
+    18: (0, 4),  # ApiVersions; kafka-python 3 opens with v4
+    19: (0, 4),  # CreateTopics
+    20: (0, 3),  # DeleteTopics
+    21: (0, 1),  # DeleteRecords
+    22: (0, 1),  # InitProducerId
+    23: (2, 3),  # OffsetForLeaderEpoch
+    32: (0, 2),  # DescribeConfigs
+    33: (0, 1),  # AlterConfigs
+    37: (0, 1),  # CreatePartitions
+    42: (0, 1),  # DeleteGroups
+    44: (0, 1),  # IncrementalAlterConfigs
+    47: (0, 0),  # OffsetDelete
+    # SaslHandshake (17) and DescribeCluster (60) are defined but not advertised.
+}
+
+
+def get_api(api_key, api_version):
+    """The :class:`Api` for a key if it defines the version, else raise."""
+    api = APIS.get(api_key)
+    if api is None or not api.defines(api_version):
+        raise UnsupportedVersionError(api_key, api_version)
+    return api
+
+
+def is_defined(api_key, api_version):
+    api = APIS.get(api_key)
+    return api is not None and api.defines(api_version)
+
+
+def is_supported(api_key, api_version):
+    """True if the broker advertises this version (the server's accept policy)."""
+    rng = SUPPORTED.get(api_key)
+    return rng is not None and rng[0] <= api_version <= rng[1]
+
+
+def is_flexible(api_key, api_version):
+    """True if this version uses compact types, tag buffers and header v2/v1."""
+    return get_api(api_key, api_version).is_flexible(api_version)
+
+
+def request_codec(api_key, api_version):
+    """Cached ``(decode, encode)`` for a request body."""
+    api = get_api(api_key, api_version)
+    return compile_struct(api.request, api_version, api.is_flexible(api_version))
+
+
+def response_codec(api_key, api_version):
+    """Cached ``(decode, encode)`` for a response body."""
+    api = get_api(api_key, api_version)
+    return compile_struct(api.response, api_version, api.is_flexible(api_version))
+
+
+def supported_api_keys():
+    """``api_keys`` entries for an ApiVersions response built from :data:`SUPPORTED`."""
+    return [
+        {"api_key": key, "min_version": lo, "max_version": hi}
+        for key, (lo, hi) in sorted(SUPPORTED.items())
+    ]

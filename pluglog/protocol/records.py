@@ -1,0 +1,379 @@
+"""Build and decode magic-2 record batches, records included.
+
+This is the full codec (kafka-protocol.md §2): zig-zag varints, records,
+headers and the gzip / snappy / lz4 / zstd codecs. Clients, tests, benchmarks
+and compaction use it. The broker's produce and fetch paths must not: they
+work on batch headers only (:mod:`pluglog.storage.records`), because decoding
+records costs Python work per record.
+
+Codec libraries are optional imports (python-snappy, lz4, zstandard); using a
+codec whose library is missing raises :class:`UnsupportedCodecError` naming
+the package to install. Snappy is written with xerial framing (as the Java
+client and kafka-python do) and read in both xerial and raw form.
+"""
+
+import gzip
+import struct
+from typing import NamedTuple
+
+from pluglog.errors import CorruptRecordError, InvalidRecordError
+from pluglog.storage.crc import crc32c
+
+COMPRESSION_NONE = 0
+COMPRESSION_GZIP = 1
+COMPRESSION_SNAPPY = 2
+COMPRESSION_LZ4 = 3
+COMPRESSION_ZSTD = 4
+CODEC_NAMES = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_HEADER_SIZE = 61
+_CRC_START = 21
+_XERIAL_HEADER = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK = 32 * 1024
+_U32 = struct.Struct(">I")
+
+
+class UnsupportedCodecError(InvalidRecordError):
+    """A batch uses a compression codec whose library is not installed."""
+
+
+class Record(NamedTuple):
+    """One record. ``offset_delta`` defaults to the record's position in the
+    batch and ``timestamp`` to the batch's base timestamp when building;
+    decoded records carry all fields, ``offset`` included."""
+
+    key: bytes | None = None
+    value: bytes | None = None
+    headers: tuple | list = ()
+    timestamp: int | None = None
+    offset_delta: int | None = None
+    offset: int | None = None
+
+
+class RecordBatch(NamedTuple):
+    """A decoded batch: the header fields plus its records."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+    records: list
+
+    @property
+    def compression(self):
+        return self.attributes & 0x07
+
+    @property
+    def timestamp_type(self):
+        return (self.attributes >> 3) & 1
+
+    @property
+    def is_transactional(self):
+        return bool(self.attributes & 0x10)
+
+    @property
+    def is_control(self):
+        return bool(self.attributes & 0x20)
+
+    @property
+    def last_offset(self):
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def size(self):
+        return self.batch_length + 12
+
+
+# -- varints ------------------------------------------------------------------
+
+
+def _encode_unsigned(number):
+    out = bytearray()
+    while number > 0x7F:
+        out.append((number & 0x7F) | 0x80)
+        number >>= 7
+    out.append(number)
+    return bytes(out)
+
+
+def encode_varint(value):
+    """Zig-zag encode a signed 32-bit integer."""
+    if not -(2**31) <= value < 2**31:
+        raise ValueError(f"{value} does not fit a varint (int32)")
+    return _encode_unsigned(((value << 1) ^ (value >> 31)) & 0xFFFFFFFF)
+
+
+def encode_varlong(value):
+    """Zig-zag encode a signed 64-bit integer."""
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"{value} does not fit a varlong (int64)")
+    return _encode_unsigned(((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
+
+
+def _decode_unsigned(buf, position, max_bytes):
+    number = 0
+    shift = 0
+    for i in range(max_bytes):
+        try:
+            byte = buf[position + i]
+        except IndexError:
+            raise InvalidRecordError("varint runs past the end of the buffer") from None
+        number |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return number, position + i + 1
+        shift += 7
+    raise InvalidRecordError(f"varint longer than {max_bytes} bytes")
+
+
+def decode_varint(buf, position=0):
+    """Return ``(value, next_position)`` of the zig-zag varint at ``position``."""
+    number, position = _decode_unsigned(buf, position, 5)
+    if number > 0xFFFFFFFF:
+        raise InvalidRecordError("varint overflows int32")
+    return (number >> 1) ^ -(number & 1), position
+
+
+def decode_varlong(buf, position=0):
+    """Return ``(value, next_position)`` of the zig-zag varlong at ``position``."""
+    number, position = _decode_unsigned(buf, position, 10)
+    if number > 0xFFFFFFFFFFFFFFFF:
+        raise InvalidRecordError("varlong overflows int64")
+    return (number >> 1) ^ -(number & 1), position
+
+
+# -- codecs -------------------------------------------------------------------
+
+
+def _require(module, package):
+    try:
+        return __import__(module, fromlist=["_"])
+    except ImportError:
+        raise UnsupportedCodecError(
+            f"the {module} codec needs the {package!r} package (pip install {package})"
+        ) from None
+
+
+def compress(codec, data):
+    if codec == COMPRESSION_NONE:
+        return data
+    if codec == COMPRESSION_GZIP:
+        return gzip.compress(data)
+    if codec == COMPRESSION_SNAPPY:
+        snappy = _require("snappy", "python-snappy")
+        blocks = [_XERIAL_HEADER]
+        for start in range(0, len(data), _XERIAL_BLOCK):
+            block = snappy.compress(data[start : start + _XERIAL_BLOCK])
+            blocks += [_U32.pack(len(block)), block]
+        return b"".join(blocks)
+    if codec == COMPRESSION_LZ4:
+        return _require("lz4.frame", "lz4").compress(data)
+    if codec == COMPRESSION_ZSTD:
+        return _require("zstandard", "zstandard").ZstdCompressor().compress(data)
+    raise UnsupportedCodecError(f"unknown compression codec {codec}")
+
+
+def decompress(codec, data):
+    data = bytes(data)
+    if codec == COMPRESSION_NONE:
+        return data
+    try:
+        if codec == COMPRESSION_GZIP:
+            return gzip.decompress(data)
+        if codec == COMPRESSION_SNAPPY:
+            snappy = _require("snappy", "python-snappy")
+            if not data.startswith(_XERIAL_HEADER[:8]):
+                return snappy.decompress(data)
+            out, position = [], 16
+            while position < len(data):
+                (length,) = _U32.unpack_from(data, position)
+                position += 4
+                out.append(snappy.decompress(data[position : position + length]))
+                position += length
+            return b"".join(out)
+        if codec == COMPRESSION_LZ4:
+            return _require("lz4.frame", "lz4").decompress(data)
+        if codec == COMPRESSION_ZSTD:
+            zstd = _require("zstandard", "zstandard")
+            # decompressobj copes with frames that do not record their size.
+            return zstd.ZstdDecompressor().decompressobj().decompress(data)
+    except UnsupportedCodecError:
+        raise
+    except Exception as exc:
+        raise CorruptRecordError(f"cannot decompress codec {codec}: {exc}") from exc
+    raise UnsupportedCodecError(f"unknown compression codec {codec}")
+
+
+# -- build --------------------------------------------------------------------
+
+
+def _encode_bytes(data):
+    if data is None:
+        return encode_varint(-1)
+    return encode_varint(len(data)) + bytes(data)
+
+
+def encode_record(record, base_timestamp, default_delta):
+    timestamp = base_timestamp if record.timestamp is None else record.timestamp
+    delta = default_delta if record.offset_delta is None else record.offset_delta
+    parts = [
+        b"\x00",
+        encode_varlong(timestamp - base_timestamp),
+        encode_varint(delta),
+        _encode_bytes(record.key),
+        _encode_bytes(record.value),
+        encode_varint(len(record.headers)),
+    ]
+    for name, value in record.headers:
+        parts.append(_encode_bytes(name.encode("utf-8") if isinstance(name, str) else name))
+        parts.append(_encode_bytes(value))
+    body = b"".join(parts)
+    return encode_varint(len(body)) + body
+
+
+def build_batch(
+    records,
+    base_offset=0,
+    compression=0,
+    producer_id=-1,
+    producer_epoch=-1,
+    base_sequence=-1,
+    base_timestamp=None,
+    is_transactional=False,
+    partition_leader_epoch=0,
+    is_control=False,
+    timestamp_type=0,
+):
+    """Return the bytes of one magic-2 batch holding ``records``."""
+    records = [r if isinstance(r, Record) else Record(*r) for r in records]
+    if not records:
+        raise ValueError("a record batch needs at least one record")
+    if isinstance(compression, str):
+        compression = CODEC_NAMES[compression]
+    timestamps = [r.timestamp for r in records if r.timestamp is not None]
+    if base_timestamp is None:
+        base_timestamp = records[0].timestamp if records[0].timestamp is not None else 0
+    max_timestamp = max(timestamps) if timestamps else base_timestamp
+    encoded = [encode_record(r, base_timestamp, i) for i, r in enumerate(records)]
+    deltas = [i if r.offset_delta is None else r.offset_delta for i, r in enumerate(records)]
+    payload = compress(compression, b"".join(encoded))
+    attributes = (
+        compression
+        | (timestamp_type << 3)
+        | (0x10 if is_transactional else 0)
+        | (0x20 if is_control else 0)
+    )
+    header = bytearray(
+        _HEADER.pack(
+            base_offset,
+            _HEADER_SIZE - 12 + len(payload),
+            partition_leader_epoch,
+            2,
+            0,
+            attributes,
+            deltas[-1],
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(records),
+        )
+    )
+    crc = crc32c(payload, crc32c(memoryview(header)[_CRC_START:]))
+    _U32.pack_into(header, 17, crc)
+    return bytes(header) + payload
+
+
+# -- parse --------------------------------------------------------------------
+
+
+def _decode_bytes(buf, position):
+    length, position = decode_varint(buf, position)
+    if length < 0:
+        return None, position
+    end = position + length
+    if end > len(buf):
+        raise InvalidRecordError("record field runs past the end of the batch")
+    return bytes(buf[position:end]), end
+
+
+def decode_records(data, count, base_offset, base_timestamp):
+    """Decode ``count`` records from the (uncompressed) record array ``data``."""
+    records = []
+    position = 0
+    for _ in range(count):
+        length, position = decode_varint(data, position)
+        end = position + length
+        if length < 0 or end > len(data):
+            raise InvalidRecordError("record length runs past the end of the batch")
+        position += 1  # attributes: unused
+        ts_delta, position = decode_varlong(data, position)
+        offset_delta, position = decode_varint(data, position)
+        key, position = _decode_bytes(data, position)
+        value, position = _decode_bytes(data, position)
+        header_count, position = decode_varint(data, position)
+        headers = []
+        for _ in range(header_count):
+            name, position = _decode_bytes(data, position)
+            header_value, position = _decode_bytes(data, position)
+            headers.append((name.decode("utf-8"), header_value))
+        if position != end:
+            raise InvalidRecordError("record length does not match its fields")
+        records.append(
+            Record(
+                key,
+                value,
+                headers,
+                base_timestamp + ts_delta,
+                offset_delta,
+                base_offset + offset_delta,
+            )
+        )
+    return records
+
+
+def parse_batch(buf, verify_crc=True):
+    """Decode the first batch of ``buf`` (records included) into a RecordBatch."""
+    view = memoryview(buf)
+    if len(view) < _HEADER_SIZE:
+        raise InvalidRecordError(f"{len(view)} bytes are too few for a batch header")
+    fields = _HEADER.unpack_from(view, 0)
+    if fields[3] != 2:
+        raise InvalidRecordError(f"unsupported record batch magic {fields[3]}")
+    size = fields[1] + 12
+    if size < _HEADER_SIZE or size > len(view):
+        raise InvalidRecordError(f"batch length {fields[1]} does not fit {len(view)} bytes")
+    if verify_crc and crc32c(view[_CRC_START:size]) != fields[4]:
+        raise CorruptRecordError("record batch CRC mismatch")
+    data = decompress(fields[5] & 0x07, view[_HEADER_SIZE:size])
+    records = decode_records(data, fields[12], fields[0], fields[7])
+    return RecordBatch(*fields, records)
+
+
+def iter_batches(buf, verify_crc=True):
+    """Yield every complete batch in ``buf``; a truncated last batch (as a fetch
+    response may end with) is ignored."""
+    view = memoryview(buf)
+    position = 0
+    while len(view) - position >= _HEADER_SIZE:
+        size = struct.unpack_from(">i", view, position + 8)[0] + 12
+        if position + size > len(view):
+            return
+        yield parse_batch(view[position : position + size], verify_crc)
+        position += size
+
+
+def iter_records(buf, verify_crc=True):
+    """Yield every decoded Record of every complete batch in ``buf``."""
+    for batch in iter_batches(buf, verify_crc):
+        yield from batch.records

@@ -1,0 +1,400 @@
+"""A topic-partition's log: an ordered list of segments, the last one active.
+
+Format: ``<data-dir>/<topic>-<partition>/`` holds the segment files of
+:mod:`pluglog.storage.segment`, named by 20-digit base offset. Segments
+removed by retention, DeleteRecords or truncation are renamed to
+``*.deleted`` and unlinked ``file.delete.delay.ms`` later (through the
+reactor's ``callLater`` when a reactor was given, at once otherwise), so a
+fetch that already holds a :class:`~pluglog.storage.records.FileRange` of
+them can finish.
+
+Threading/reactor contract: every method is synchronous and runs on the
+caller's (reactor) thread; time is never read from the clock, ``now_ms`` is
+passed in. The fsync policy decides what an append costs:
+
+* ``never``: appends never fsync; data reaches disk when the OS writes it
+  back, or on :meth:`flush`/:meth:`close`.
+* ``interval``: an append fsyncs when ``flush.messages`` records or
+  ``flush.ms`` milliseconds have accumulated since the last flush; the broker
+  service also calls :meth:`maybe_flush` (time-based) or :meth:`flush`.
+* ``always``: ``fdatasync`` after every append, before it is acknowledged.
+
+Invariants:
+
+* ``segments`` is non-empty and sorted by base offset; each segment's base
+  offset is >= the previous segment's next offset; only the last one is
+  written to.
+* ``log_start_offset <= log_end_offset`` and ``log_start_offset`` lies in the
+  first segment; ``recovery_point <= log_end_offset``.
+* An append is all or nothing: batches are validated before any byte is
+  written, and all batches of one append go to one segment.
+* ``truncate_to(o)`` removes the whole batch containing ``o``, so the log end
+  afterwards is that batch's base offset (a batch is never split).
+"""
+
+import os
+from bisect import bisect_right
+
+from zope.interface import implementer
+
+from pluglog.errors import KafkaStorageError, OffsetOutOfRangeError
+from pluglog.interfaces import IPartitionLog
+from pluglog.storage.filenames import DELETED_SUFFIX, LOG_SUFFIX, TMP_SUFFIX, parse_segment_file
+from pluglog.storage.records import AppendInfo, ReadResult, prepare_append
+from pluglog.storage.segment import MAX_RELATIVE_OFFSET, LogSegment
+
+FSYNC_NEVER = "never"
+FSYNC_INTERVAL = "interval"
+FSYNC_ALWAYS = "always"
+
+
+class BasePartitionLog:
+    """The segment-agnostic part of a partition log (shared with memory.py).
+
+    Subclasses provide ``_new_segment(base_offset, now_ms)`` and may override
+    ``_sync_directory()``.
+    """
+
+    def __init__(self, topic, partition, config, reactor=None, fsync=FSYNC_INTERVAL):
+        if fsync not in (FSYNC_NEVER, FSYNC_INTERVAL, FSYNC_ALWAYS):
+            raise ValueError(f"unknown fsync policy {fsync!r}")
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.reactor = reactor
+        self.fsync = fsync
+        self.segments = []
+        self._bases = []
+        self.log_start_offset = 0
+        self.recovery_point = 0
+        self._unflushed_records = 0
+        self._last_flush_ms = None
+        self._dirty = []
+        self._directory_dirty = False
+        self._pending_deletes = {}
+        self.closed = False
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.topic}-{self.partition}>"
+
+    # -- attributes -----------------------------------------------------------
+
+    @property
+    def active_segment(self):
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self):
+        return self.segments[-1].next_offset
+
+    @property
+    def size_bytes(self):
+        return sum(segment.size for segment in self.segments)
+
+    def _set_segments(self, segments):
+        self.segments = segments
+        self._bases = [segment.base_offset for segment in segments]
+
+    # -- append -------------------------------------------------------------
+
+    def append(self, batches, now_ms, leader_epoch=0):
+        config = self.config
+        log_append_time = now_ms if config.message_timestamp_type == "LogAppendTime" else -1
+        prepared = prepare_append(
+            batches, self.log_end_offset, leader_epoch, config.max_message_bytes, log_append_time
+        )
+        segment = self._maybe_roll(prepared, now_ms)
+        segment.append(prepared)
+        if segment.created_ms < 0:
+            segment.created_ms = now_ms
+        if not self._dirty or self._dirty[-1] is not segment:
+            self._dirty.append(segment)
+        self._unflushed_records += prepared.records
+        if self._last_flush_ms is None:
+            self._last_flush_ms = now_ms
+        if self.fsync == FSYNC_ALWAYS:
+            self.flush()
+        elif self.fsync == FSYNC_INTERVAL and (
+            self._unflushed_records >= config.flush_messages
+            or now_ms - self._last_flush_ms >= config.flush_ms
+        ):
+            self.flush()
+            self._last_flush_ms = now_ms
+        return AppendInfo(
+            prepared.first_offset,
+            prepared.last_offset,
+            prepared.max_timestamp,
+            prepared.offset_of_max_timestamp,
+            log_append_time,
+            len(prepared.sizes),
+            prepared.size_bytes,
+            self.log_start_offset,
+            prepared.records,
+        )
+
+    def _maybe_roll(self, prepared, now_ms):
+        segment = self.segments[-1]
+        if segment.size == 0:
+            return segment
+        config = self.config
+        if segment.created_ms >= 0:
+            waited = now_ms - segment.created_ms
+        else:
+            # Found on disk: measure from record time like Kafka does, so a
+            # restart does not reset the segment's age.
+            first = segment.first_batch_timestamp
+            waited = prepared.max_timestamp - first if first >= 0 else 0
+        if (
+            segment.size + prepared.size_bytes > config.segment_bytes
+            or waited > config.segment_ms
+            or segment.index_full()
+            or prepared.last_offset - segment.base_offset > MAX_RELATIVE_OFFSET
+        ):
+            return self.roll(now_ms)
+        return segment
+
+    def roll(self, now_ms):
+        """Start a new active segment at log_end_offset (no-op if the active one is empty)."""
+        active = self.segments[-1]
+        if active.size == 0:
+            return active
+        active.on_roll()
+        segment = self._new_segment(self.log_end_offset, now_ms)
+        self.segments.append(segment)
+        self._bases.append(segment.base_offset)
+        self._directory_dirty = True
+        return segment
+
+    # -- read ---------------------------------------------------------------
+
+    def read(self, offset, max_bytes, max_offset=None, min_one_batch=True):
+        end = self.log_end_offset
+        if offset < self.log_start_offset or offset > end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{self.log_start_offset}, {end}] "
+                f"of {self.topic}-{self.partition}"
+            )
+        i = max(0, bisect_right(self._bases, offset) - 1)
+        for segment in self.segments[i:]:
+            if max_offset is not None and segment.base_offset >= max_offset:
+                break
+            records, first = segment.read(offset, max_bytes, max_offset, min_one_batch)
+            if records is not None:
+                return ReadResult(records, len(records), first, self.log_start_offset, end)
+        return ReadResult(b"", 0, -1, self.log_start_offset, end)
+
+    def offset_for_timestamp(self, timestamp_ms):
+        for segment in self.segments:
+            if segment.next_offset <= self.log_start_offset:
+                continue
+            if segment.largest_timestamp >= timestamp_ms:
+                found = segment.find_timestamp(timestamp_ms, self.log_start_offset)
+                if found is not None:
+                    return max(found[0], self.log_start_offset), found[1]
+        return None
+
+    def batch_headers(self, start_offset=0):
+        i = max(0, bisect_right(self._bases, start_offset) - 1)
+        for segment in list(self.segments[i:]):
+            yield from segment.batch_headers(start_offset)
+
+    def segment_infos(self):
+        last = len(self.segments) - 1
+        return [segment.info(i == last) for i, segment in enumerate(self.segments)]
+
+    # -- removal ------------------------------------------------------------
+
+    def delete_records_before(self, offset):
+        end = self.log_end_offset
+        if offset > end:
+            raise OffsetOutOfRangeError(f"offset {offset} is beyond the log end {end}")
+        if offset <= self.log_start_offset:
+            return 0
+        self.log_start_offset = offset
+        # Whole segments whose every offset is below the new start go.
+        count = bisect_right(self._bases, offset) - 1
+        return self.delete_oldest_segments(count)
+
+    def delete_oldest_segments(self, count):
+        count = max(0, min(count, len(self.segments) - 1))
+        for segment in self.segments[:count]:
+            self._delete_segment(segment)
+        if count:
+            self._set_segments(self.segments[count:])
+            self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        return count
+
+    def truncate_to(self, offset):
+        end = self.log_end_offset
+        if offset >= end:
+            return
+        if offset < self.log_start_offset:
+            # Nothing below the target survives: start afresh at it.
+            for segment in self.segments:
+                self._delete_segment(segment)
+            self._set_segments([self._new_segment(offset, -1)])
+            self.log_start_offset = offset
+        else:
+            keep = max(1, bisect_right(self._bases, offset))
+            for segment in self.segments[keep:]:
+                self._delete_segment(segment)
+            self._set_segments(self.segments[:keep])
+            self.segments[-1].truncate_to(offset)
+            self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        self._dirty = [s for s in self._dirty if not s.deleted]
+        self._directory_dirty = True
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+
+    def _delete_segment(self, segment):
+        segment.mark_deleted()
+        self._directory_dirty = True
+        delay_ms = self.config.file_delete_delay_ms
+        if self.reactor is None or delay_ms <= 0:
+            segment.delete_files()
+            return
+        call = self.reactor.callLater(delay_ms / 1000.0, self._finish_delete, segment)
+        self._pending_deletes[segment] = call
+
+    def _finish_delete(self, segment):
+        self._pending_deletes.pop(segment, None)
+        segment.delete_files()
+
+    # -- durability ---------------------------------------------------------
+
+    def maybe_flush(self, now_ms):
+        """Flush if the ``interval`` policy's flush.ms has passed (broker timer)."""
+        if self.fsync != FSYNC_INTERVAL or not self._unflushed_records:
+            return False
+        if self._last_flush_ms is not None and now_ms - self._last_flush_ms < self.config.flush_ms:
+            return False
+        self.flush()
+        self._last_flush_ms = now_ms
+        return True
+
+    def flush(self):
+        for segment in self._dirty:
+            if not segment.deleted:
+                segment.flush()
+        self._dirty = []
+        if self._directory_dirty:
+            self._sync_directory()
+            self._directory_dirty = False
+        self._unflushed_records = 0
+        self.recovery_point = self.log_end_offset
+
+    def _sync_directory(self):
+        pass
+
+    def close(self):
+        if self.closed:
+            return
+        self.flush()
+        for segment, call in list(self._pending_deletes.items()):
+            if call.active():
+                call.cancel()
+            segment.delete_files()
+        self._pending_deletes.clear()
+        for segment in self.segments:
+            segment.close()
+        self.closed = True
+
+
+@implementer(IPartitionLog)
+class SegmentPartitionLog(BasePartitionLog):
+    """IPartitionLog over segment files in ``directory``.
+
+    Opening recovers the log: with ``clean=True`` (the storage saw a clean
+    shutdown marker) only the active segment's tail after its last index
+    entry is scanned; otherwise every segment from the one holding
+    ``recovery_point`` onward is CRC-checked, cut at the first torn or corrupt
+    batch (later segments are then deleted) and re-indexed. Missing index
+    files are rebuilt either way; corrupt ones when first loaded.
+    """
+
+    def __init__(
+        self,
+        directory,
+        topic,
+        partition,
+        config,
+        reactor=None,
+        fsync=FSYNC_INTERVAL,
+        recovery_point=0,
+        log_start_offset=0,
+        clean=True,
+    ):
+        super().__init__(topic, partition, config, reactor, fsync)
+        self.directory = directory
+        try:
+            os.makedirs(directory, exist_ok=True)
+            bases = self._scan_directory()
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot open log directory {directory}: {exc}") from exc
+        if not bases:
+            self._set_segments([self._new_segment(log_start_offset, -1)])
+            self._directory_dirty = True
+        else:
+            self._set_segments([self._open_segment(base) for base in bases])
+        self._recover(recovery_point, clean)
+        self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+
+    def _scan_directory(self):
+        """Remove leftovers (``*.deleted``, ``*.tmp``, orphan indexes) and
+        return the base offsets of the segments present."""
+        names = os.listdir(self.directory)
+        bases = set()
+        for name in names:
+            parsed = parse_segment_file(name)
+            if parsed and parsed[1] == LOG_SUFFIX:
+                bases.add(parsed[0])
+        for name in names:
+            parsed = parse_segment_file(name)
+            if name.endswith((DELETED_SUFFIX, TMP_SUFFIX)) or parsed and parsed[0] not in bases:
+                os.unlink(os.path.join(self.directory, name))
+        return sorted(bases)
+
+    def _open_segment(self, base_offset, created_ms=-1):
+        config = self.config
+        return LogSegment(
+            self.directory,
+            base_offset,
+            config.index_interval_bytes,
+            config.segment_index_bytes,
+            created_ms,
+        )
+
+    def _new_segment(self, base_offset, now_ms):
+        return self._open_segment(base_offset, now_ms)
+
+    def _recover(self, recovery_point, clean):
+        for segment in self.segments:
+            if segment.indexes_missing():
+                segment.rebuild_indexes()
+        if clean:
+            self.segments[-1].next_offset  # noqa: B018 - loads the active tail
+            self.recovery_point = min(recovery_point, self.log_end_offset)
+            return
+        start = max(0, bisect_right(self._bases, recovery_point) - 1)
+        for i in range(start, len(self.segments)):
+            if self.segments[i].recover() and i + 1 < len(self.segments):
+                # Data after a damaged batch cannot be trusted to follow it.
+                for later in self.segments[i + 1 :]:
+                    later.mark_deleted()
+                    later.delete_files()
+                self._set_segments(self.segments[: i + 1])
+                break
+        for segment in self.segments[start:]:
+            segment.flush()
+        self._directory_dirty = True
+        self.recovery_point = self.log_end_offset
+
+    def _sync_directory(self):
+        try:
+            fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise KafkaStorageError(f"fsync of {self.directory} failed: {exc}") from exc

@@ -1,0 +1,248 @@
+"""The log manager: every partition log of one data directory.
+
+Format (see :mod:`pluglog.storage.filenames`): one ``<topic>-<partition>/``
+directory per log, plus two checkpoint files in Kafka's text format::
+
+    0                      format version
+    2                      number of entries
+    orders 0 1234          topic, partition, offset (one line each)
+    orders 1 977
+
+``recovery-point-offset-checkpoint`` records, per log, an offset below which
+everything is known to be fsynced; ``log-start-offset-checkpoint`` records
+log start offsets moved by DeleteRecords. Both are written atomically
+(``.tmp`` + fsync + rename + directory fsync). ``close()`` finally writes the
+empty marker ``.pluglog_cleanshutdown``.
+
+Opening a data directory removes the marker first (so a crash from then on is
+an unclean stop), then opens every log:
+
+* marker present: no rescan; each log locates its end from the active
+  segment's last index entry plus a short scan of the tail;
+* marker absent: each log re-scans every segment from its recovery point
+  onward (CRC check, torn tail cut, indexes rebuilt);
+* in both cases missing index files are rebuilt, corrupt ones are rebuilt
+  when first loaded, and leftover ``*.deleted`` / ``*.tmp`` files and deleted
+  partition directories are removed.
+
+Threading/reactor contract: synchronous, on the caller's (reactor) thread;
+the reactor is only used for ``callLater`` (delayed file deletion).
+Invariant: at most one SegmentPartitionLog per (topic, partition).
+"""
+
+import os
+import shutil
+import uuid
+
+from zope.interface import implementer
+
+from pluglog.config import TopicConfig
+from pluglog.errors import KafkaStorageError
+from pluglog.interfaces import ILogStorage
+from pluglog.storage.filenames import (
+    CLEAN_SHUTDOWN_FILE,
+    DELETED_SUFFIX,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    TMP_SUFFIX,
+    log_dir_name,
+    parse_log_dir_name,
+)
+from pluglog.storage.log import FSYNC_INTERVAL, SegmentPartitionLog
+
+CHECKPOINT_VERSION = 0
+
+
+class CheckpointError(KafkaStorageError):
+    """A checkpoint file is malformed."""
+
+
+def read_checkpoint(path):
+    """Return ``{(topic, partition): offset}`` from a checkpoint file ({} if absent)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except FileNotFoundError:
+        return {}
+    try:
+        if int(lines[0]) != CHECKPOINT_VERSION:
+            raise CheckpointError(f"{path}: unknown version {lines[0]!r}")
+        count = int(lines[1])
+        entries = {}
+        for line in lines[2 : 2 + count]:
+            topic, partition, offset = line.split(" ")
+            entries[(topic, int(partition))] = int(offset)
+    except (IndexError, ValueError) as exc:
+        raise CheckpointError(f"{path} is malformed: {exc}") from None
+    if len(entries) != count:
+        raise CheckpointError(f"{path}: expected {count} entries, found {len(entries)}")
+    return entries
+
+
+def fsync_directory(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_checkpoint(path, entries):
+    """Atomically replace ``path`` with ``entries`` ({(topic, partition): offset})."""
+    lines = [str(CHECKPOINT_VERSION), str(len(entries))]
+    lines += [
+        f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(entries.items())
+    ]
+    tmp = path + TMP_SUFFIX
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    fsync_directory(os.path.dirname(path) or ".")
+
+
+@implementer(ILogStorage)
+class SegmentLogStorage:
+    """ILogStorage over segment files in ``data_dir``."""
+
+    def __init__(self, data_dir, topic_defaults=None, reactor=None, fsync=FSYNC_INTERVAL):
+        self.data_dir = os.path.abspath(data_dir)
+        self.topic_defaults = topic_defaults or TopicConfig()
+        self.reactor = reactor
+        self.fsync = fsync
+        self._logs = {}
+        self._pending_deletes = {}
+        self.closed = False
+        try:
+            os.makedirs(self.data_dir, exist_ok=True)
+            marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
+            self.opened_clean = os.path.exists(marker)
+            if self.opened_clean:
+                os.unlink(marker)
+                fsync_directory(self.data_dir)
+            self._load_logs()
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot open data directory {data_dir}: {exc}") from exc
+        self.write_checkpoints()
+
+    def _path(self, name):
+        return os.path.join(self.data_dir, name)
+
+    def _load_logs(self):
+        clean = self.opened_clean
+        try:
+            recovery_points = read_checkpoint(self._path(RECOVERY_POINT_CHECKPOINT))
+            start_offsets = read_checkpoint(self._path(LOG_START_OFFSET_CHECKPOINT))
+        except CheckpointError:
+            # Without trustworthy recovery points, re-scan everything.
+            recovery_points, start_offsets, clean = {}, {}, False
+        for name in sorted(os.listdir(self.data_dir)):
+            path = self._path(name)
+            if name.endswith(DELETED_SUFFIX):
+                if os.path.isdir(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.unlink(path)
+                continue
+            if name.endswith(TMP_SUFFIX) and os.path.isfile(path):
+                os.unlink(path)
+                continue
+            parsed = parse_log_dir_name(name)
+            if parsed is None or not os.path.isdir(path):
+                continue
+            self._logs[parsed] = SegmentPartitionLog(
+                path,
+                parsed[0],
+                parsed[1],
+                self.topic_defaults,
+                self.reactor,
+                self.fsync,
+                recovery_point=recovery_points.get(parsed, 0),
+                log_start_offset=start_offsets.get(parsed, 0),
+                clean=clean,
+            )
+
+    def open_log(self, topic, partition, topic_config=None):
+        config = topic_config or self.topic_defaults
+        log = self._logs.get((topic, partition))
+        if log is None:
+            log = SegmentPartitionLog(
+                self._path(log_dir_name(topic, partition)),
+                topic,
+                partition,
+                config,
+                self.reactor,
+                self.fsync,
+            )
+            self._logs[(topic, partition)] = log
+        else:
+            log.config = config
+        return log
+
+    def get_log(self, topic, partition):
+        return self._logs.get((topic, partition))
+
+    def delete_log(self, topic, partition):
+        """Rename the partition directory to ``*.deleted`` and remove it after
+        file.delete.delay.ms (at once without a reactor)."""
+        log = self._logs.pop((topic, partition), None)
+        if log is None:
+            return
+        target = f"{log.directory}.{uuid.uuid4().hex}{DELETED_SUFFIX}"
+        os.replace(log.directory, target)
+        delay_ms = log.config.file_delete_delay_ms
+        if self.reactor is None or delay_ms <= 0:
+            self._remove(log, target)
+        else:
+            call = self.reactor.callLater(delay_ms / 1000.0, self._remove, log, target)
+            self._pending_deletes[target] = (log, call)
+        self.write_checkpoints()
+
+    def _remove(self, log, path):
+        self._pending_deletes.pop(path, None)
+        for segment in log.segments:
+            segment.deleted = True
+            segment.close()
+        log.closed = True
+        shutil.rmtree(path, ignore_errors=True)
+
+    def logs(self):
+        return list(self._logs.values())
+
+    def write_checkpoints(self):
+        """Write the recovery-point and log-start-offset checkpoints."""
+        logs = self._logs
+        write_checkpoint(
+            self._path(RECOVERY_POINT_CHECKPOINT),
+            {key: log.recovery_point for key, log in logs.items()},
+        )
+        write_checkpoint(
+            self._path(LOG_START_OFFSET_CHECKPOINT),
+            {key: log.log_start_offset for key, log in logs.items()},
+        )
+
+    def maybe_flush_all(self, now_ms):
+        """Run each log's time-based flush (the broker's flush scheduler)."""
+        flushed = [log.maybe_flush(now_ms) for log in self._logs.values()]
+        return sum(flushed)
+
+    def flush_all(self):
+        for log in self._logs.values():
+            log.flush()
+        self.write_checkpoints()
+
+    def close(self):
+        if self.closed:
+            return
+        for log in self._logs.values():
+            log.close()
+        for path, (log, call) in list(self._pending_deletes.items()):
+            if call.active():
+                call.cancel()
+            self._remove(log, path)
+        self.write_checkpoints()
+        with open(self._path(CLEAN_SHUTDOWN_FILE), "wb") as handle:
+            os.fsync(handle.fileno())
+        fsync_directory(self.data_dir)
+        self.closed = True

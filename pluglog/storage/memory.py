@@ -1,0 +1,207 @@
+"""In-memory storage: the twin of the segment storage for tests and demos.
+
+Format: each "segment" is a ``bytearray`` of batches exactly as the segment
+storage would write them (same validation, offset assignment, leader epoch
+and LogAppendTime patching, done by the shared
+:class:`~pluglog.storage.log.BasePartitionLog`), plus per-batch columns
+(base offset, last offset, start position, end position, running max
+timestamp) in :mod:`array`\\ s, so every lookup is a bisect. Segments roll
+on the same rules (segment.bytes, segment.ms); retention, DeleteRecords and
+truncation behave the same. Reads return ``bytes`` rather than file ranges.
+
+Threading/reactor contract: synchronous, caller's thread, no clock reads.
+Nothing survives the process; flush and the fsync policy are no-ops.
+
+Invariants: as for the segment storage (see :mod:`pluglog.storage.log`);
+the columns always describe exactly the batches in ``data``.
+"""
+
+from array import array
+from bisect import bisect_left, bisect_right
+
+from zope.interface import implementer
+
+from pluglog.config import TopicConfig
+from pluglog.interfaces import ILogStorage, IPartitionLog
+from pluglog.storage.log import FSYNC_NEVER, BasePartitionLog
+from pluglog.storage.records import SegmentInfo, parse_header
+
+
+class MemorySegment:
+    """A segment held in memory; same duck type as LogSegment."""
+
+    def __init__(self, base_offset, created_ms=-1):
+        self.base_offset = base_offset
+        self.created_ms = created_ms
+        self.deleted = False
+        self._clear()
+
+    def _clear(self):
+        self.data = bytearray()
+        self.bases = array("q")
+        self.lasts = array("q")
+        self.starts = array("q")
+        self.ends = array("q")
+        self.max_timestamps = array("q")
+        self.running_max = array("q")  # max timestamp of batches [0..i]
+
+    @property
+    def size(self):
+        return len(self.data)
+
+    @property
+    def next_offset(self):
+        return self.lasts[-1] + 1 if self.lasts else self.base_offset
+
+    @property
+    def largest_timestamp(self):
+        return self.running_max[-1] if self.running_max else -1
+
+    @property
+    def first_batch_timestamp(self):
+        return self.running_max[0] if self.running_max else -1
+
+    def index_full(self):
+        return False
+
+    def info(self, active):
+        return SegmentInfo(
+            self.base_offset,
+            self.next_offset,
+            self.size,
+            self.largest_timestamp,
+            self.created_ms,
+            active,
+        )
+
+    def append(self, prepared):
+        position = len(self.data)
+        for piece in prepared.pieces:
+            self.data += piece
+        running = self.largest_timestamp
+        for base, size, batch_max, header in zip(
+            prepared.base_offsets, prepared.sizes, prepared.max_timestamps, prepared.headers
+        ):
+            self.bases.append(base)
+            self.lasts.append(base + header.last_offset_delta)
+            self.starts.append(position)
+            position += size
+            self.ends.append(position)
+            self.max_timestamps.append(batch_max)
+            running = max(running, batch_max)
+            self.running_max.append(running)
+
+    def read(self, offset, max_bytes, max_offset=None, min_one_batch=True):
+        first = bisect_left(self.lasts, offset)
+        if first == len(self.lasts):
+            return None, -1
+        if max_offset is not None and self.bases[first] >= max_offset:
+            return b"", -1
+        start = self.starts[first]
+        stop = bisect_right(self.ends, start + max_bytes)
+        if max_offset is not None:
+            stop = min(stop, bisect_left(self.bases, max_offset))
+        if stop <= first:
+            if not min_one_batch:
+                return b"", -1
+            stop = first + 1
+        return bytes(self.data[start : self.ends[stop - 1]]), self.bases[first]
+
+    def find_timestamp(self, timestamp, min_offset=0):
+        # Every batch before the running max reaches the target is older.
+        first = max(bisect_left(self.lasts, min_offset), bisect_left(self.running_max, timestamp))
+        for i in range(first, len(self.bases)):
+            if self.max_timestamps[i] >= timestamp:
+                return self.bases[i], self.max_timestamps[i]
+        return None
+
+    def batch_headers(self, start_offset):
+        for i in range(bisect_left(self.lasts, start_offset), len(self.starts)):
+            yield parse_header(self.data, self.starts[i])
+
+    def truncate_to(self, offset):
+        keep = bisect_left(self.lasts, offset)
+        if keep == len(self.lasts):
+            return 0
+        cut = len(self.data) - self.starts[keep]
+        del self.data[self.starts[keep] :]
+        columns = (
+            self.bases,
+            self.lasts,
+            self.starts,
+            self.ends,
+            self.max_timestamps,
+            self.running_max,
+        )
+        for column in columns:
+            del column[keep:]
+        return cut
+
+    def on_roll(self):
+        pass
+
+    def flush(self):
+        pass
+
+    def close(self):
+        pass
+
+    def mark_deleted(self):
+        self.deleted = True
+
+    def delete_files(self):
+        self._clear()
+
+
+@implementer(IPartitionLog)
+class MemoryPartitionLog(BasePartitionLog):
+    """IPartitionLog kept in memory (records are returned as bytes)."""
+
+    def __init__(self, topic, partition, config, reactor=None, fsync=FSYNC_NEVER):
+        super().__init__(topic, partition, config, reactor, fsync)
+        self._set_segments([MemorySegment(0)])
+
+    def _new_segment(self, base_offset, now_ms):
+        return MemorySegment(base_offset, now_ms)
+
+
+@implementer(ILogStorage)
+class MemoryLogStorage:
+    """ILogStorage whose logs live in memory; ``close`` forgets nothing until
+    the object itself is dropped, so a test can reopen a log."""
+
+    def __init__(self, topic_defaults=None, reactor=None):
+        self.topic_defaults = topic_defaults or TopicConfig()
+        self.reactor = reactor
+        self._logs = {}
+
+    def open_log(self, topic, partition, topic_config=None):
+        log = self._logs.get((topic, partition))
+        config = topic_config or self.topic_defaults
+        if log is None:
+            log = MemoryPartitionLog(topic, partition, config, self.reactor)
+            self._logs[(topic, partition)] = log
+        else:
+            log.config = config
+            log.closed = False
+        return log
+
+    def get_log(self, topic, partition):
+        return self._logs.get((topic, partition))
+
+    def delete_log(self, topic, partition):
+        log = self._logs.pop((topic, partition), None)
+        if log is not None:
+            for segment in log.segments:
+                segment.delete_files()
+
+    def logs(self):
+        return list(self._logs.values())
+
+    def flush_all(self):
+        for log in self._logs.values():
+            log.flush()
+
+    def close(self):
+        for log in self._logs.values():
+            log.close()

@@ -1,0 +1,356 @@
+"""Record batch headers, produce-time validation and storage result types.
+
+Format: a log is a concatenation of magic-2 record batches exactly as they
+travel on the wire. Only the fixed 61-byte big-endian header is ever parsed
+here (kafka-protocol.md §2.1)::
+
+    0 baseOffset i64 | 8 batchLength i32 | 12 partitionLeaderEpoch i32
+    16 magic i8 | 17 crc u32 | 21 attributes i16 | 23 lastOffsetDelta i32
+    27 baseTimestamp i64 | 35 maxTimestamp i64 | 43 producerId i64
+    49 producerEpoch i16 | 53 baseSequence i32 | 57 recordsCount i32 | 61 records
+
+The CRC-32C covers ``[21, end)``, so baseOffset and partitionLeaderEpoch can be
+patched without recomputing it; only LogAppendTime re-stamping (attributes and
+maxTimestamp) needs a new CRC.
+
+Contract: pure functions over bytes-like objects, no I/O except
+:meth:`FileRange.read`; safe on any thread. Work is O(batches): records inside
+a batch are never decoded (that is :mod:`pluglog.protocol.records`' job).
+
+Invariants of :func:`prepare_append`: nothing is returned unless every batch
+passed validation, so a failed append writes nothing; offsets assigned are
+contiguous from ``next_offset``.
+"""
+
+import os
+import struct
+from collections import namedtuple
+from dataclasses import dataclass
+
+from zope.interface import implementer
+
+from pluglog.errors import CorruptRecordError, InvalidRecordError, MessageTooLargeError
+from pluglog.interfaces import IFileRange
+from pluglog.storage.crc import crc32c
+
+BASE_OFFSET_OFFSET = 0
+BATCH_LENGTH_OFFSET = 8
+PARTITION_LEADER_EPOCH_OFFSET = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+LAST_OFFSET_DELTA_OFFSET = 23
+BASE_TIMESTAMP_OFFSET = 27
+MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43
+PRODUCER_EPOCH_OFFSET = 51
+BASE_SEQUENCE_OFFSET = 53
+RECORDS_COUNT_OFFSET = 57
+HEADER_SIZE = 61
+#: bytes before batchLength's count starts (baseOffset + batchLength)
+LOG_OVERHEAD = 12
+#: smallest legal batchLength: the header minus LOG_OVERHEAD
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+
+HEADER_STRUCT = struct.Struct(">qiibIhiqqqhii")
+# baseOffset, batchLength, partitionLeaderEpoch: the 16 bytes the broker patches.
+_PATCH_STRUCT = struct.Struct(">qii")
+_ATTRS_STRUCT = struct.Struct(">h")
+_TS_STRUCT = struct.Struct(">q")
+_CRC_STRUCT = struct.Struct(">I")
+_unpack_header = HEADER_STRUCT.unpack_from
+
+assert HEADER_STRUCT.size == HEADER_SIZE
+
+
+class BatchHeader(
+    namedtuple(
+        "BatchHeader",
+        "base_offset batch_length partition_leader_epoch magic crc attributes "
+        "last_offset_delta base_timestamp max_timestamp producer_id producer_epoch "
+        "base_sequence records_count",
+    )
+):
+    """The 61-byte header of a magic-2 record batch."""
+
+    __slots__ = ()
+
+    @property
+    def last_offset(self):
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self):
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def size(self):
+        """Bytes the batch occupies in a log (header included)."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def compression(self):
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def timestamp_type(self):
+        return LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else CREATE_TIME
+
+    @property
+    def is_transactional(self):
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self):
+        return bool(self.attributes & CONTROL_MASK)
+
+
+def parse_header(buf, position=0):
+    """Return the :class:`BatchHeader` at ``position`` of ``buf`` (no checks)."""
+    return BatchHeader._make(_unpack_header(buf, position))
+
+
+def validate_batches(buf, max_message_bytes):
+    """Check client batches in ``buf`` and return their headers.
+
+    Raises :class:`InvalidRecordError` for structural problems (wrong magic,
+    bad lengths, inconsistent counts, missing sequence, control batches, a
+    truncated or empty buffer), :class:`MessageTooLargeError` for a batch over
+    ``max_message_bytes`` and :class:`CorruptRecordError` for a CRC mismatch.
+    """
+    view = buf if isinstance(buf, memoryview) else memoryview(buf)
+    end = len(view)
+    position = 0
+    headers = []
+    while position < end:
+        if end - position < HEADER_SIZE:
+            raise InvalidRecordError(f"{end - position} trailing bytes are not a batch header")
+        header = BatchHeader._make(_unpack_header(view, position))
+        if header.magic != 2:
+            raise InvalidRecordError(f"unsupported record batch magic {header.magic}")
+        size = header.batch_length + LOG_OVERHEAD
+        if header.batch_length < MIN_BATCH_LENGTH:
+            raise InvalidRecordError(f"batch length {header.batch_length} is too small")
+        if size > max_message_bytes:
+            raise MessageTooLargeError(
+                f"batch of {size} bytes exceeds max.message.bytes {max_message_bytes}"
+            )
+        if position + size > end:
+            raise InvalidRecordError(f"batch of {size} bytes truncated to {end - position} bytes")
+        if crc32c(view[position + ATTRIBUTES_OFFSET : position + size]) != header.crc:
+            raise CorruptRecordError(f"CRC mismatch in batch at byte {position}")
+        if header.records_count <= 0 or header.last_offset_delta != header.records_count - 1:
+            raise InvalidRecordError(
+                f"lastOffsetDelta {header.last_offset_delta} does not match "
+                f"recordsCount {header.records_count}"
+            )
+        if header.producer_id >= 0 and header.base_sequence < 0:
+            raise InvalidRecordError("idempotent batch without a base sequence")
+        if header.attributes & CONTROL_MASK:
+            raise InvalidRecordError("clients may not write control batches")
+        headers.append(header)
+        position += size
+    if not headers:
+        raise InvalidRecordError("no record batches")
+    return headers
+
+
+def scan_batches(buf, position=0, end=None, next_offset=None, check_crc=True):
+    """Walk the well-formed batches of a stored log region.
+
+    Returns ``(entries, stop)`` where entries are ``(position, header)`` for
+    every complete batch from ``position`` and ``stop`` is the byte after the
+    last good one. It stops (without raising) at a torn or corrupt batch, a
+    wrong magic, or a base offset below ``next_offset`` (offsets must grow).
+    Control and compacted batches are accepted: this reads our own logs.
+    """
+    view = buf if isinstance(buf, memoryview) else memoryview(buf)
+    if end is None:
+        end = len(view)
+    entries = []
+    while end - position >= HEADER_SIZE:
+        header = BatchHeader._make(_unpack_header(view, position))
+        size = header.batch_length + LOG_OVERHEAD
+        if (
+            header.magic != 2
+            or header.batch_length < MIN_BATCH_LENGTH
+            or position + size > end
+            or header.last_offset_delta < 0
+            or (next_offset is not None and header.base_offset < next_offset)
+        ):
+            break
+        if check_crc and crc32c(view[position + ATTRIBUTES_OFFSET : position + size]) != (
+            header.crc
+        ):
+            break
+        entries.append((position, header))
+        next_offset = header.base_offset + header.last_offset_delta + 1
+        position += size
+    return entries, position
+
+
+PreparedAppend = namedtuple(
+    "PreparedAppend",
+    "pieces headers base_offsets sizes max_timestamps first_offset last_offset max_timestamp "
+    "offset_of_max_timestamp size_bytes records",
+)
+PreparedAppend.__doc__ = """Validated batches with offsets assigned, ready to write.
+
+``pieces`` are buffers whose concatenation is the bytes to store; the
+patched headers are small new bytes objects and the batch bodies are
+memoryview slices of the caller's buffer (no copy).
+"""
+
+
+def prepare_append(buffers, next_offset, leader_epoch, max_message_bytes, log_append_time_ms=-1):
+    """Validate ``buffers`` and assign offsets from ``next_offset``.
+
+    ``buffers`` is one bytes-like holding concatenated batches, or a list of
+    them. With ``log_append_time_ms >= 0`` (message.timestamp.type =
+    LogAppendTime) each batch's timestamp type and maxTimestamp are rewritten
+    and its CRC recomputed (header plus a running CRC over the body).
+    """
+    if isinstance(buffers, list | tuple):
+        views = [memoryview(b) for b in buffers]
+    else:
+        views = [memoryview(buffers)]
+    if not views:
+        raise InvalidRecordError("no record batches")
+    pieces = []
+    all_headers = []
+    base_offsets = []
+    sizes = []
+    max_timestamps = []
+    first_offset = next_offset
+    max_timestamp = -1
+    offset_of_max = -1
+    records = 0
+    for view in views:
+        headers = validate_batches(view, max_message_bytes)
+        position = 0
+        for header in headers:
+            size = header.batch_length + LOG_OVERHEAD
+            if log_append_time_ms >= 0:
+                patched = bytearray(view[position : position + HEADER_SIZE])
+                _PATCH_STRUCT.pack_into(patched, 0, next_offset, header.batch_length, leader_epoch)
+                _ATTRS_STRUCT.pack_into(
+                    patched, ATTRIBUTES_OFFSET, header.attributes | TIMESTAMP_TYPE_MASK
+                )
+                _TS_STRUCT.pack_into(patched, MAX_TIMESTAMP_OFFSET, log_append_time_ms)
+                body = view[position + HEADER_SIZE : position + size]
+                crc = crc32c(body, crc32c(memoryview(patched)[ATTRIBUTES_OFFSET:]))
+                _CRC_STRUCT.pack_into(patched, CRC_OFFSET, crc)
+                pieces.append(bytes(patched))
+                pieces.append(body)
+                batch_max = log_append_time_ms
+            else:
+                pieces.append(_PATCH_STRUCT.pack(next_offset, header.batch_length, leader_epoch))
+                pieces.append(view[position + 16 : position + size])
+                batch_max = header.max_timestamp
+            last = next_offset + header.last_offset_delta
+            if batch_max > max_timestamp:
+                max_timestamp = batch_max
+                offset_of_max = last
+            base_offsets.append(next_offset)
+            sizes.append(size)
+            max_timestamps.append(batch_max)
+            all_headers.append(header)
+            records += header.records_count
+            next_offset = last + 1
+            position += size
+    return PreparedAppend(
+        pieces,
+        all_headers,
+        base_offsets,
+        sizes,
+        max_timestamps,
+        first_offset,
+        next_offset - 1,
+        max_timestamp,
+        offset_of_max,
+        sum(sizes),
+        records,
+    )
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    """What an append did (the produce response is built from it)."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int  # -1 unless message.timestamp.type is LogAppendTime
+    num_batches: int
+    size_bytes: int
+    log_start_offset: int
+    num_records: int = 0
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """Whole batches read from one segment, plus the log's bounds."""
+
+    records: object  # bytes or an IFileRange
+    size: int
+    first_offset: int  # base offset of the first batch returned, -1 if none
+    log_start_offset: int
+    log_end_offset: int
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    """A segment's summary, for retention policies, tools and tests."""
+
+    base_offset: int
+    next_offset: int
+    size_bytes: int
+    largest_timestamp: int  # -1 when the segment has no batch with a timestamp
+    created_ms: int  # -1 when unknown (segment found on disk)
+    active: bool
+
+
+@implementer(IFileRange)
+class FileRange:
+    """``size`` bytes at ``position`` of the file behind ``fileno()``.
+
+    The descriptor belongs to the segment; it stays open at least
+    file.delete.delay.ms after the segment is deleted, which is the window a
+    fetch has to send the range.
+    """
+
+    __slots__ = ("fileno", "position", "size")
+
+    def __init__(self, fileno, position, size):
+        self.fileno = fileno
+        self.position = position
+        self.size = size
+
+    def read(self):
+        data = os.pread(self.fileno(), self.size, self.position)
+        if len(data) == self.size:
+            return data
+        chunks = [data]
+        done = len(data)
+        while done < self.size:
+            chunk = os.pread(self.fileno(), self.size - done, self.position + done)
+            if not chunk:
+                raise OSError(f"file ended {self.size - done} bytes before the range end")
+            chunks.append(chunk)
+            done += len(chunk)
+        return b"".join(chunks)
+
+    def __len__(self):
+        return self.size
+
+    def __repr__(self):
+        return f"<FileRange fd={self.fileno()} position={self.position} size={self.size}>"

@@ -1,0 +1,435 @@
+"""One log segment: a .log file of record batches plus its two sparse indexes.
+
+Files (see :mod:`pluglog.storage.filenames`, :mod:`pluglog.storage.index`):
+``<base>.log`` holds magic-2 batches back to back, byte-identical to what the
+producer sent except baseOffset (bytes 0-7) and partitionLeaderEpoch (bytes
+12-15), which the broker patches (both outside the CRC); ``<base>.index`` and
+``<base>.timeindex`` hold one entry per ``index.interval.bytes`` of log.
+
+Appends go to the end of the file with one ``os.pwritev`` of the patched
+16-byte header prefixes and memoryview slices of the producer's buffers, so
+batch bodies are never copied in Python. Reads return a
+:class:`~pluglog.storage.records.FileRange` that fetch sends with
+``os.sendfile``; locating the range costs one index bisect plus a short
+header-only scan, never record decoding.
+
+Threading: every method runs on the reactor thread (or one caller thread);
+nothing blocks except page-cache I/O and, when the fsync policy asks,
+:meth:`flush`.
+
+Invariants:
+
+* ``size`` equals the .log file length; the file holds only whole batches
+  (a torn tail is cut by :meth:`recover` before the segment is used);
+* base offsets strictly increase and every offset in the file is in
+  ``[base_offset, base_offset + 2**32)``;
+* index entries point at batch starts; indexes may lag the log (they are
+  rebuilt from it) but never point past it.
+
+Old segments are cheap to open: indexes, the next offset and the largest
+timestamp are loaded the first time something needs them.
+"""
+
+import os
+from bisect import bisect_left, bisect_right
+
+from pluglog.errors import KafkaStorageError
+from pluglog.storage.filenames import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    segment_path,
+)
+from pluglog.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
+from pluglog.storage.records import (
+    HEADER_SIZE,
+    MIN_BATCH_LENGTH,
+    FileRange,
+    SegmentInfo,
+    parse_header,
+    scan_batches,
+)
+
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+# Header scans read this much at a time; recovery reads bigger chunks.
+_SCAN_CHUNK = 16384
+_RECOVERY_CHUNK = 8 * 1024 * 1024
+#: relative offsets are u32 in the index; Kafka keeps them within int32
+MAX_RELATIVE_OFFSET = 2**31 - 1
+
+
+def write_pieces(fd, pieces, position):
+    """Write the concatenation of ``pieces`` at ``position`` (pwritev, IOV_MAX-sized)."""
+    for start in range(0, len(pieces), _IOV_MAX):
+        chunk = pieces[start : start + _IOV_MAX]
+        expected = sum(map(len, chunk))
+        written = os.pwritev(fd, chunk, position)
+        if written < expected:
+            # Short writes on regular files mean a full disk or a signal; finish
+            # the rest byte-exactly, and let a real error propagate.
+            rest = memoryview(b"".join(chunk))[written:]
+            while rest:
+                n = os.pwrite(fd, rest, position + written)
+                if n <= 0:
+                    raise OSError("pwrite wrote nothing")
+                written += n
+                rest = rest[n:]
+        position += expected
+    return position
+
+
+class LogSegment:
+    """A segment file pair; see the module docstring for the contract."""
+
+    def __init__(
+        self, directory, base_offset, index_interval_bytes, max_index_bytes, created_ms=-1
+    ):
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.created_ms = created_ms
+        self.log_path = segment_path(directory, base_offset, LOG_SUFFIX)
+        try:
+            self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+            self.size = os.fstat(self._fd).st_size
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot open {self.log_path}: {exc}") from exc
+        index_path = segment_path(directory, base_offset, INDEX_SUFFIX)
+        time_path = segment_path(directory, base_offset, TIME_INDEX_SUFFIX)
+        self.index = OffsetIndex(index_path, base_offset, max_index_bytes)
+        self.time_index = TimeIndex(time_path, base_offset, max_index_bytes)
+        self._indexes_loaded = False
+        self.bytes_since_index = 0
+        if self.size == 0:
+            self._next_offset = base_offset
+            self._max_timestamp = -1
+            self._offset_of_max_timestamp = base_offset
+            self._first_timestamp = None
+        else:
+            self._next_offset = None  # unknown until _load_tail()
+            self._max_timestamp = None
+            self._offset_of_max_timestamp = None
+            self._first_timestamp = None
+        self.deleted = False
+        if self.size == 0:
+            # Create both index files now so that a missing one on reopen
+            # really means damage (and triggers a rebuild).
+            self.index.create()
+            self.time_index.create()
+
+    def fileno(self):
+        return self._fd
+
+    def __repr__(self):
+        return f"<LogSegment {self.log_path} size={self.size}>"
+
+    # -- lazily loaded state ------------------------------------------------
+
+    def indexes_missing(self):
+        return not (os.path.exists(self.index.path) and os.path.exists(self.time_index.path))
+
+    def _ensure_indexes(self):
+        if self._indexes_loaded:
+            return
+        try:
+            self.index.load(self.size)
+            self.time_index.load()
+        except IndexCorruptError:
+            self.rebuild_indexes()
+        self._indexes_loaded = True
+
+    def _load_tail(self):
+        """Find the next offset and max timestamp: the last index entry, then
+        a short CRC-checked scan of the batches after it."""
+        self._ensure_indexes()
+        _, position = self.index.last_entry()
+        max_ts = self.time_index.last_timestamp
+        offset_of_max = (
+            self.base_offset + self.time_index.offsets[-1] if self.time_index.offsets else None
+        )
+        entries, stop = self._scan(position, self.size, check_crc=True)
+        if stop < self.size:
+            # Only reachable if a cleanly closed segment was damaged behind our
+            # back; fall back to a full recovery of this segment.
+            self.recover()
+            return
+        next_offset = self.base_offset
+        if entries:
+            next_offset = entries[-1][1].next_offset
+        for _, header in entries:
+            if header.max_timestamp > max_ts:
+                max_ts, offset_of_max = header.max_timestamp, header.last_offset
+        self.bytes_since_index = self.size - position
+        self._next_offset = next_offset
+        self._max_timestamp = max_ts
+        self._offset_of_max_timestamp = offset_of_max if offset_of_max is not None else -1
+
+    @property
+    def next_offset(self):
+        """Offset after the last batch of this segment."""
+        if self._next_offset is None:
+            self._load_tail()
+        return self._next_offset
+
+    @property
+    def largest_timestamp(self):
+        if self._max_timestamp is None:
+            self._load_tail()
+        return self._max_timestamp
+
+    @property
+    def first_batch_timestamp(self):
+        """Max timestamp of the first batch (segment.ms rolls are measured from it)."""
+        if self._first_timestamp is None and self.size >= HEADER_SIZE:
+            self._first_timestamp = parse_header(os.pread(self._fd, HEADER_SIZE, 0)).max_timestamp
+        return -1 if self._first_timestamp is None else self._first_timestamp
+
+    def index_full(self):
+        self._ensure_indexes()
+        return self.index.is_full or self.time_index.is_full
+
+    def info(self, active):
+        return SegmentInfo(
+            self.base_offset,
+            self.next_offset,
+            self.size,
+            self.largest_timestamp,
+            self.created_ms,
+            active,
+        )
+
+    # -- scanning -----------------------------------------------------------
+
+    def _iter_headers(self, position, end):
+        """Yield ``(position, header)`` of batches in [position, end), headers only."""
+        fd = self._fd
+        while end - position >= HEADER_SIZE:
+            data = os.pread(fd, min(_SCAN_CHUNK, end - position), position)
+            used = 0
+            while len(data) - used >= HEADER_SIZE:
+                header = parse_header(data, used)
+                if header.magic != 2 or header.batch_length < MIN_BATCH_LENGTH:
+                    return
+                yield position + used, header
+                used += header.batch_length + 12
+            position += used
+
+    def _scan(self, position, end, check_crc, next_offset=None):
+        """Return ``(entries, stop)`` for the valid batches from ``position``;
+        ``stop`` is where the first torn/corrupt batch (or ``end``) begins."""
+        entries = []
+        while position < end:
+            data = os.pread(self._fd, min(_RECOVERY_CHUNK, end - position), position)
+            found, stop = scan_batches(data, 0, len(data), next_offset, check_crc)
+            if not found and len(data) >= HEADER_SIZE:
+                # A batch bigger than one chunk: read exactly that batch.
+                size = parse_header(data).batch_length + 12
+                if len(data) < size <= end - position:
+                    data = os.pread(self._fd, size, position)
+                    found, stop = scan_batches(data, 0, len(data), next_offset, check_crc)
+            if not found:
+                break
+            entries.extend((position + p, h) for p, h in found)
+            next_offset = found[-1][1].next_offset
+            position += stop
+        return entries, position
+
+    def rebuild_indexes(self, check_crc=False):
+        """Rebuild both indexes from the log; return where the valid batches end."""
+        entries, stop = self._scan(0, self.size, check_crc, self.base_offset)
+        offsets, positions, times, time_offsets = [], [], [], []
+        interval = self.index_interval_bytes
+        since = 0
+        max_ts, offset_of_max = -1, self.base_offset
+        for position, header in entries:
+            if since > interval:
+                offsets.append(header.base_offset - self.base_offset)
+                positions.append(position)
+                if max_ts >= 0 and (not times or max_ts > times[-1]):
+                    times.append(max_ts)
+                    time_offsets.append(offset_of_max - self.base_offset)
+                since = 0
+            since += header.batch_length + 12
+            if header.max_timestamp > max_ts:
+                max_ts, offset_of_max = header.max_timestamp, header.last_offset
+        self.index.reset(offsets, positions)
+        self.time_index.reset(times, time_offsets)
+        self._indexes_loaded = True
+        self.bytes_since_index = since
+        self._next_offset = entries[-1][1].next_offset if entries else self.base_offset
+        self._max_timestamp = max_ts
+        self._offset_of_max_timestamp = offset_of_max
+        return stop
+
+    def recover(self):
+        """CRC-check every batch, cut the log at the first bad or torn one and
+        rebuild the indexes. Returns the number of bytes cut."""
+        stop = self.rebuild_indexes(check_crc=True)
+        cut = self.size - stop
+        if cut:
+            self._truncate_file(stop)
+        return cut
+
+    def _truncate_file(self, position):
+        os.ftruncate(self._fd, position)
+        self.size = position
+        self._first_timestamp = None
+
+    # -- append / read ------------------------------------------------------
+
+    def append(self, prepared):
+        """Write a :class:`~pluglog.storage.records.PreparedAppend` at the end."""
+        self._ensure_indexes()
+        if self._next_offset is None or self._max_timestamp is None:
+            self._load_tail()
+        position = self.size
+        try:
+            end = write_pieces(self._fd, prepared.pieces, position)
+        except OSError as exc:
+            try:
+                os.ftruncate(self._fd, position)
+            except OSError:
+                pass
+            raise KafkaStorageError(f"append to {self.log_path} failed: {exc}") from exc
+        interval = self.index_interval_bytes
+        since = self.bytes_since_index
+        max_ts, offset_of_max = self._max_timestamp, self._offset_of_max_timestamp
+        index, time_index = self.index, self.time_index
+        for base, size, batch_max, header in zip(
+            prepared.base_offsets, prepared.sizes, prepared.max_timestamps, prepared.headers
+        ):
+            if since > interval:
+                index.append(base, position)
+                time_index.maybe_append(max_ts, offset_of_max)
+                since = 0
+            since += size
+            position += size
+            if batch_max > max_ts:
+                max_ts, offset_of_max = batch_max, base + header.last_offset_delta
+        self.size = end
+        self.bytes_since_index = since
+        self._max_timestamp, self._offset_of_max_timestamp = max_ts, offset_of_max
+        self._next_offset = prepared.last_offset + 1
+
+    def _locate(self, offset):
+        """Return ``(position, header)`` of the first batch with last offset >= offset."""
+        self._ensure_indexes()
+        _, position = self.index.lookup(offset)
+        for batch_position, header in self._iter_headers(position, self.size):
+            if header.base_offset + header.last_offset_delta >= offset:
+                return batch_position, header
+        return None, None
+
+    def read(self, offset, max_bytes, max_offset=None, min_one_batch=True):
+        """Return ``(records, first_offset)`` for whole batches from the one
+        containing ``offset``: a FileRange, or ``b""`` when a limit leaves
+        nothing to return, or ``None`` when this segment holds no batch at or
+        after ``offset`` (the caller moves on to the next segment)."""
+        start, header = self._locate(offset)
+        if header is None:
+            return None, -1
+        if max_offset is not None and header.base_offset >= max_offset:
+            return b"", -1
+        first_size = header.batch_length + 12
+        if first_size > max_bytes:
+            if min_one_batch:
+                return FileRange(self.fileno, start, first_size), header.base_offset
+            return b"", -1
+        limit = start + max_bytes
+        # Skip whole batches using the index: entries are batch starts, so
+        # everything before an entry at or below the limit fits.
+        index = self.index
+        j = bisect_right(index.positions, limit) - 1
+        if max_offset is not None:
+            j = min(j, bisect_left(index.offsets, max_offset - self.base_offset) - 1)
+        scan_from = start + first_size
+        if j >= 0 and index.positions[j] > scan_from:
+            scan_from = index.positions[j]
+        end = scan_from
+        for position, next_header in self._iter_headers(scan_from, self.size):
+            batch_end = position + next_header.batch_length + 12
+            if batch_end > limit or (
+                max_offset is not None and next_header.base_offset >= max_offset
+            ):
+                break
+            end = batch_end
+        return FileRange(self.fileno, start, end - start), header.base_offset
+
+    def find_timestamp(self, timestamp, min_offset=0):
+        """Return ``(base_offset, max_timestamp)`` of the first batch holding
+        offsets >= ``min_offset`` whose max timestamp is >= ``timestamp``."""
+        if self.largest_timestamp < timestamp:
+            return None
+        before = self.time_index.lookup_before(timestamp)
+        position = self.index.lookup(max(before or 0, min_offset))[1]
+        for _, header in self._iter_headers(position, self.size):
+            if header.max_timestamp >= timestamp and header.next_offset > min_offset:
+                return header.base_offset, header.max_timestamp
+        return None
+
+    def batch_headers(self, start_offset):
+        position, header = self._locate(start_offset)
+        if header is None:
+            return
+        for _, header in self._iter_headers(position, self.size):
+            yield header
+
+    def truncate_to(self, offset):
+        """Drop the batch containing ``offset`` and everything after it."""
+        position, header = self._locate(offset)
+        if header is None:
+            return 0
+        cut = self.size - position
+        self._truncate_file(position)
+        self.index.truncate_to(header.base_offset)
+        self.time_index.truncate_to(header.base_offset)
+        self._next_offset = None
+        self._load_tail()
+        return cut
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def on_roll(self):
+        """Record the final max timestamp so a reopen finds it in the time index."""
+        self._ensure_indexes()
+        if self._max_timestamp is not None and self._max_timestamp >= 0:
+            self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+
+    def flush(self):
+        try:
+            os.fdatasync(self._fd)
+            self.index.flush()
+            self.time_index.flush()
+        except OSError as exc:
+            raise KafkaStorageError(f"fsync of {self.log_path} failed: {exc}") from exc
+
+    def close(self):
+        if self._fd is None:
+            return
+        if not self.deleted and self._indexes_loaded:
+            self.on_roll()
+            self.flush()
+        self.index.close()
+        self.time_index.close()
+        os.close(self._fd)
+        self._fd = None
+
+    def mark_deleted(self):
+        """Rename the files to ``*.deleted``; readers holding ranges keep working."""
+        self.deleted = True
+        for holder in (self.index, self.time_index):
+            holder.close()
+            if os.path.exists(holder.path):
+                holder.rename(holder.path + DELETED_SUFFIX)
+        os.replace(self.log_path, self.log_path + DELETED_SUFFIX)
+        self.log_path += DELETED_SUFFIX
+
+    def delete_files(self):
+        """Close the descriptor and unlink the ``*.deleted`` files."""
+        self.close()
+        for path in (self.log_path, self.index.path, self.time_index.path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass

@@ -1,0 +1,102 @@
+"""Check the hand-written schemas against Kafka's message JSON specs.
+
+The JSON files ship inside kafka-python (a test-only dependency here); the broker
+never loads them.  For every version pluglog defines, the fields on the wire must
+match the spec in order, name (snake_case), type, nullability, tag and default.
+"""
+
+import json
+import os
+import re
+
+import kafka
+import pytest
+
+from pluglog.protocol.apis import APIS, SUPPORTED
+from pluglog.protocol.schema import parse_versions
+
+RESOURCES = os.path.join(os.path.dirname(kafka.__file__), "protocol", "schemas", "resources")
+
+
+def load_spec(name):
+    with open(os.path.join(RESOURCES, name + ".json")) as fh:
+        text = re.sub(r"^\s*//.*$", "", fh.read(), flags=re.M)
+    return json.loads(text)
+
+
+def snake(name):
+    name = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
+
+
+def _in(spec, version):
+    lo, hi = parse_versions(spec)
+    return lo <= version <= hi
+
+
+def _json_default(jf):
+    raw = jf["default"]
+    if raw == "null":
+        return None
+    if jf["type"] == "bool":
+        return raw in (True, "true")
+    if jf["type"].startswith("int"):
+        return int(raw, 0) if isinstance(raw, str) else raw
+    return raw
+
+
+def compare(ours, jfields, version, flexible, path):
+    json_present = [jf for jf in jfields if _in(jf.get("versions"), version)]
+    our_present = [f for f in ours if f.present(version)]
+    assert [snake(jf["name"]) for jf in json_present] == [f.name for f in our_present], path
+    for jf, f in zip(json_present, our_present):
+        where = f"{path}.{f.name} v{version}"
+        jtype = jf["type"]
+        if "fields" in jf:
+            if jtype.startswith("[]"):
+                assert f.is_struct_array, where
+                compare(f.type, jf["fields"], version, flexible, where)
+            else:
+                assert f.is_struct, where
+                compare(f.type.fields, jf["fields"], version, flexible, where)
+        else:
+            assert f.type == jtype, where
+        assert f.nullable_in(version) == _in(jf.get("nullableVersions"), version), where
+        tagged = flexible and _in(jf.get("taggedVersions"), version)
+        assert (flexible and f.tagged_in(version)) == tagged, where
+        if tagged:
+            assert f.tag == jf["tag"], where
+        if "default" in jf and "fields" not in jf:
+            assert f.default(version) == _json_default(jf), where
+
+
+@pytest.mark.parametrize("key", sorted(APIS))
+@pytest.mark.parametrize("kind", ["Request", "Response"])
+def test_schema_matches_kafka_json(key, kind):
+    api = APIS[key]
+    spec = load_spec(api.name + kind)
+    assert spec["apiKey"] == key
+    assert api.flexible == parse_versions(spec["flexibleVersions"])
+    fields = api.request if kind == "Request" else api.response
+    lo, hi = api.versions
+    for version in range(lo, hi + 1):
+        compare(fields, spec["fields"], version, api.is_flexible(version), api.name + kind)
+
+
+def test_supported_within_defined():
+    for key, (lo, hi) in SUPPORTED.items():
+        assert APIS[key].defines(lo) and APIS[key].defines(hi)
+    assert 17 not in SUPPORTED and 60 not in SUPPORTED
+    assert SUPPORTED[0] == (0, 8) and SUPPORTED[1] == (4, 11) and SUPPORTED[18] == (0, 4)
+
+
+def test_no_advertised_version_is_flexible_except_known_ones():
+    # The "Recommend" set stays below flexible versions except ApiVersions 3-4 and
+    # IncrementalAlterConfigs 1 (whose v1 is flexible).
+    flexible = {
+        (key, v)
+        for key, (lo, hi) in SUPPORTED.items()
+        for v in range(lo, hi + 1)
+        if APIS[key].is_flexible(v)
+    }
+    assert flexible == {(18, 3), (18, 4), (44, 1)}
