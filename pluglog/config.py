@@ -273,9 +273,7 @@ def parse_settings(settings, base=None):
         elif key in TOPIC_KEYS:
             topic_overrides[key] = value
         elif key == "log.retention.hours":
-            topic_overrides["retention.ms"] = str(
-                _int_parser(-1)(key, value) * 3600000
-            )
+            topic_overrides["retention.ms"] = str(_int_parser(-1)(key, value) * 3600000)
         else:
             raise ConfigError(f"unknown config key {key!r}")
     if topic_overrides:
@@ -301,7 +299,5 @@ def load_ini(path, base=None):
         raise ConfigError(f"config file {path!r}: {exc}") from None
     settings = dict(parser["broker"]) if parser.has_section("broker") else {}
     config = parse_settings(settings, base)
-    plugin_sections = {
-        name: dict(parser[name]) for name in parser.sections() if name != "broker"
-    }
+    plugin_sections = {name: dict(parser[name]) for name in parser.sections() if name != "broker"}
     return config.replace(plugin_sections=plugin_sections)

@@ -50,7 +50,9 @@ class Registry:
             try:
                 offered = impl.function() or {}
             except Exception as exc:
-                raise PluginError(impl.plugin_name, interface, f"{hook_name} failed: {exc}") from exc
+                raise PluginError(
+                    impl.plugin_name, interface, f"{hook_name} failed: {exc}"
+                ) from exc
             if not isinstance(offered, dict):
                 raise PluginError(
                     impl.plugin_name, interface, f"{hook_name} must return a dict of factories"

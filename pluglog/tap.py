@@ -10,7 +10,8 @@ import os
 import re
 import socket
 
-from twisted.internet import endpoints, reactor as default_reactor
+from twisted.internet import endpoints
+from twisted.internet import reactor as default_reactor
 from twisted.python import usage
 
 from pluglog import __version__
@@ -62,8 +63,13 @@ class Options(usage.Options):
     synopsis = "[options]"
     longdesc = "Run a pluglog broker that speaks the Kafka wire protocol."
 
-    optParameters = [
-        ["listen", "l", "tcp:9092", "Kafka listener as a Twisted strport (tcp:PORT[:interface=IP])."],
+    optParameters = [  # noqa: N815 - Twisted usage.Options name
+        [
+            "listen",
+            "l",
+            "tcp:9092",
+            "Kafka listener as a Twisted strport (tcp:PORT[:interface=IP]).",
+        ],
         ["advertised-listener", "a", None, "host:port that clients are told to connect to."],
         ["data-dir", "d", "./data", "Directory holding the logs."],
         ["config", "c", None, "INI file with Kafka-named broker keys."],

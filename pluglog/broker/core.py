@@ -49,7 +49,9 @@ class Broker:
         if event in ("created", "changed"):
             self._open_topic(meta)
             if event == "created":
-                self.hook.pluglog_topic_created(topic=meta.name, config=self.topic_configs[meta.name])
+                self.hook.pluglog_topic_created(
+                    topic=meta.name, config=self.topic_configs[meta.name]
+                )
         elif event == "deleted":
             self._drop_topic(meta.name)
 
@@ -60,7 +62,9 @@ class Broker:
             part = self.partitions.get((meta.name, index))
             if part is None:
                 plog = self.storage.open_log(meta.name, index, topic_config)
-                self.partitions[(meta.name, index)] = Partition(meta.name, index, plog, topic_config)
+                self.partitions[(meta.name, index)] = Partition(
+                    meta.name, index, plog, topic_config
+                )
             else:
                 part.config = topic_config
                 if hasattr(part.log, "update_config"):
@@ -82,7 +86,9 @@ class Broker:
         meta = self.coordinator.topics().get(topic)
         return None if meta is None else meta.num_partitions
 
-    def create_topic(self, name, num_partitions=-1, replication_factor=-1, configs=None, internal=False):
+    def create_topic(
+        self, name, num_partitions=-1, replication_factor=-1, configs=None, internal=False
+    ):
         if num_partitions == -1:
             num_partitions = self.config.num_partitions
         if replication_factor == -1:

@@ -87,7 +87,9 @@ class ProducerStateTable:
                 )
         return None
 
-    def update(self, producer_id, epoch, first_seq, last_seq, first_offset, last_offset, append_time):
+    def update(
+        self, producer_id, epoch, first_seq, last_seq, first_offset, last_offset, append_time
+    ):
         """Record an appended batch."""
         if producer_id < 0:
             return

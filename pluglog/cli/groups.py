@@ -21,7 +21,9 @@ def add_parser(sub):
     describe = actions.add_parser("describe", help="members, committed offsets and lag")
     describe.add_argument("group")
     describe.set_defaults(run=describe_group)
-    reset = actions.add_parser("reset-offsets", help="move committed offsets (group must be empty)")
+    reset = actions.add_parser(
+        "reset-offsets", help="move committed offsets (group must be empty)"
+    )
     reset.add_argument("group")
     reset.add_argument("--topic", required=True)
     to = reset.add_mutually_exclusive_group(required=True)

@@ -63,13 +63,18 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        with BlockingClient.from_bootstrap(args.bootstrap_server, client_id="pluglog-cli") as client:
+        with BlockingClient.from_bootstrap(
+            args.bootstrap_server, client_id="pluglog-cli"
+        ) as client:
             return args.run(client, args) or 0
     except (CliError, ProtocolError) as exc:
         print(f"pluglog: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"pluglog: cannot reach {args.bootstrap_server}: {exc.strerror or exc}", file=sys.stderr)
+        print(
+            f"pluglog: cannot reach {args.bootstrap_server}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -41,7 +41,9 @@ def end_offsets(client, topic, partitions, timestamp):
             "topics": [
                 {
                     "name": topic,
-                    "partitions": [{"partition_index": p, "timestamp": timestamp} for p in partitions],
+                    "partitions": [
+                        {"partition_index": p, "timestamp": timestamp} for p in partitions
+                    ],
                 }
             ],
         },
@@ -69,7 +71,11 @@ def describe_topic(client, args):
     resp = client.request(
         codec.DESCRIBE_CONFIGS,
         1,
-        {"resources": [{"resource_type": 2, "resource_name": args.topic, "configuration_keys": None}]},
+        {
+            "resources": [
+                {"resource_type": 2, "resource_name": args.topic, "configuration_keys": None}
+            ]
+        },
     )
     result = resp["results"][0]
     check(result["error_code"], args.topic, result["error_message"])
@@ -102,7 +108,9 @@ def create_topic(client, args):
 
 
 def delete_topic(client, args):
-    resp = client.request(codec.DELETE_TOPICS, 3, {"topic_names": [args.topic], "timeout_ms": 30000})
+    resp = client.request(
+        codec.DELETE_TOPICS, 3, {"topic_names": [args.topic], "timeout_ms": 30000}
+    )
     check(resp["responses"][0]["error_code"], args.topic)
     print(f"Deleted topic {args.topic}.")
 

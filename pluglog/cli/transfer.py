@@ -20,7 +20,9 @@ from pluglog.protocol.records import CODEC_NAMES, Record, build_batch, iter_reco
 def add_parsers(sub, positive):
     produce = sub.add_parser("produce", help="send stdin lines as records")
     produce.add_argument("topic")
-    produce.add_argument("--key-separator", default=None, help="split each line into key SEP value")
+    produce.add_argument(
+        "--key-separator", default=None, help="split each line into key SEP value"
+    )
     produce.add_argument("--partition", type=int, default=None)
     produce.add_argument("--partitioner", default="murmur2", help="partitioner plugin name")
     produce.add_argument("--compression", choices=sorted(CODEC_NAMES), default="none")
@@ -72,7 +74,12 @@ def _send(client, topic, pending, args):
             ],
         }
     ]
-    body = {"transactional_id": None, "acks": args.acks, "timeout_ms": 30000, "topic_data": topic_data}
+    body = {
+        "transactional_id": None,
+        "acks": args.acks,
+        "timeout_ms": 30000,
+        "topic_data": topic_data,
+    }
     resp = client.request(codec.PRODUCE, 8, body, expect_response=args.acks != 0)
     if resp is not None:
         for part in resp["responses"][0]["partition_responses"]:
@@ -177,5 +184,8 @@ def consume_records(client, args):
         out.flush()
         if got_any:
             idle_since = time.monotonic()
-        elif args.timeout_ms is not None and (time.monotonic() - idle_since) * 1000 > args.timeout_ms:
+        elif (
+            args.timeout_ms is not None
+            and (time.monotonic() - idle_since) * 1000 > args.timeout_ms
+        ):
             break

@@ -128,7 +128,9 @@ class LocalCoordinator:
         atomic_write(self.path, json.dumps(state, indent=1, sort_keys=True).encode())
 
     def brokers(self):
-        return [(self.config.broker_id, self.config.advertised_host, self.config.advertised_port, None)]
+        return [
+            (self.config.broker_id, self.config.advertised_host, self.config.advertised_port, None)
+        ]
 
     def controller_id(self):
         return self.config.broker_id
@@ -145,10 +147,12 @@ class LocalCoordinator:
             if name in self._topics:
                 raise TopicExistsError(f"topic {name!r} already exists")
             if num_partitions < 1:
-                raise InvalidPartitionsError(f"number of partitions must be >= 1, got {num_partitions}")
+                raise InvalidPartitionsError(
+                    f"number of partitions must be >= 1, got {num_partitions}"
+                )
             if replication_factor != 1:
                 raise InvalidReplicationFactorError(
-                    f"replication factor {replication_factor} is larger than the 1 available broker"
+                    f"replication factor {replication_factor} exceeds the 1 available broker"
                     if replication_factor > 1
                     else f"replication factor must be >= 1, got {replication_factor}"
                 )

@@ -90,7 +90,12 @@ class KafkaServerProtocol(protocol.Protocol):
                 f" (api_key={header.api_key} api_version={header.api_version}"
                 f" correlation_id={header.correlation_id} client_id={header.client_id!r})"
             )
-        log.warn("closing connection from {peer}: {reason}{extra}", peer=self.peer, reason=reason, extra=extra)
+        log.warn(
+            "closing connection from {peer}: {reason}{extra}",
+            peer=self.peer,
+            reason=reason,
+            extra=extra,
+        )
         self._closing = True
         self._buf = bytearray()
         self.transport.loseConnection()
@@ -161,7 +166,9 @@ class KafkaServerProtocol(protocol.Protocol):
             self._fill(parts, slot)
 
     def _encode(self, body, header):
-        return codec.encode_response(header.api_key, header.api_version, header.correlation_id, body)
+        return codec.encode_response(
+            header.api_key, header.api_version, header.correlation_id, body
+        )
 
     def _failed(self, failure, header):
         log.failure("deferred handler for api {k} failed", failure, k=header.api_key)

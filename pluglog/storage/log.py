@@ -35,6 +35,7 @@ Invariants:
 import os
 from bisect import bisect_right
 
+from twisted.logger import Logger
 from zope.interface import implementer
 
 from pluglog.errors import KafkaStorageError, OffsetOutOfRangeError
@@ -42,6 +43,8 @@ from pluglog.interfaces import IPartitionLog
 from pluglog.storage.filenames import DELETED_SUFFIX, LOG_SUFFIX, TMP_SUFFIX, parse_segment_file
 from pluglog.storage.records import AppendInfo, ReadResult, prepare_append
 from pluglog.storage.segment import MAX_RELATIVE_OFFSET, LogSegment
+
+_log = Logger()
 
 FSYNC_NEVER = "never"
 FSYNC_INTERVAL = "interval"
@@ -90,6 +93,11 @@ class BasePartitionLog:
     @property
     def size_bytes(self):
         return sum(segment.size for segment in self.segments)
+
+    def update_config(self, config):
+        """Use a changed TopicConfig from the next append on (segment and
+        flush settings, max.message.bytes, timestamp type)."""
+        self.config = config
 
     def _set_segments(self, segments):
         self.segments = segments
@@ -376,8 +384,13 @@ class SegmentPartitionLog(BasePartitionLog):
             self.recovery_point = min(recovery_point, self.log_end_offset)
             return
         start = max(0, bisect_right(self._bases, recovery_point) - 1)
+        scanned = len(self.segments) - start
+        cut_bytes = 0
         for i in range(start, len(self.segments)):
-            if self.segments[i].recover() and i + 1 < len(self.segments):
+            cut = self.segments[i].recover()
+            cut_bytes += cut
+            if cut and i + 1 < len(self.segments):
+                cut_bytes += sum(later.size for later in self.segments[i + 1 :])
                 # Data after a damaged batch cannot be trusted to follow it.
                 for later in self.segments[i + 1 :]:
                     later.mark_deleted()
@@ -388,6 +401,16 @@ class SegmentPartitionLog(BasePartitionLog):
             segment.flush()
         self._directory_dirty = True
         self.recovery_point = self.log_end_offset
+        _log.info(
+            "recovered {topic}-{partition} after an unclean shutdown: re-scanned {scanned} "
+            "segment(s) from offset {start}, cut {cut} torn or corrupt byte(s), log end {end}",
+            topic=self.topic,
+            partition=self.partition,
+            scanned=scanned,
+            start=recovery_point,
+            cut=cut_bytes,
+            end=self.log_end_offset,
+        )
 
     def _sync_directory(self):
         try:

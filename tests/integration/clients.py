@@ -27,7 +27,7 @@ def make_records(count, partitions=3, seed=0):
     for i in range(count):
         n = i + seed
         key = None if n % 10 == 0 else f"key-{n}".encode()
-        value = None if n % 7 == 0 else (f"value-{n}-" * (n % 5 + 1)).encode()
+        value = None if n % 7 == 0 and key is not None else (f"value-{n}-" * (n % 5 + 1)).encode()
         headers = [("idx", str(n).encode())]
         if n % 3 == 0:
             headers.append(("empty", b""))
@@ -147,7 +147,10 @@ def consume_confluent(bootstrap, topic, partitions, expected, timeout=60):
         }
     )
     consumer.assign(
-        [confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(partitions)]
+        [
+            confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+            for p in range(partitions)
+        ]
     )
     out = []
     deadline = time.monotonic() + timeout
@@ -156,9 +159,7 @@ def consume_confluent(bootstrap, topic, partitions, expected, timeout=60):
             for msg in consumer.consume(1000, 0.5):
                 if msg.error():
                     raise AssertionError(f"consume error: {msg.error()}")
-                out.append(
-                    (msg.partition(), msg.key(), msg.value(), _norm_headers(msg.headers()))
-                )
+                out.append((msg.partition(), msg.key(), msg.value(), _norm_headers(msg.headers())))
     finally:
         consumer.close()
     return out
@@ -195,9 +196,7 @@ def consume_aiokafka(bootstrap, topic, partitions, expected, timeout=60):
                 batches = await consumer.getmany(timeout_ms=500)
                 for msgs in batches.values():
                     for msg in msgs:
-                        out.append(
-                            (msg.partition, msg.key, msg.value, _norm_headers(msg.headers))
-                        )
+                        out.append((msg.partition, msg.key, msg.value, _norm_headers(msg.headers)))
         finally:
             await consumer.stop()
         return out

@@ -96,7 +96,7 @@ def test_bad_input_does_not_disturb_others(shared_broker):
     assert shared_broker.alive()
     assert bystander.sent > 100
     assert not bystander.errors, bystander.errors[:3]
-    log = shared_broker.log()[len(log_before):]
+    log = shared_broker.log()[len(log_before) :]
     # Each bad connection is logged once.
     assert log.count("frame size 209715200") == 1
     assert log.count("unknown or unserved api key 999") == 1

@@ -24,9 +24,10 @@ def kcat(broker, *args, data=None, timeout=60):
 def test_metadata_list(shared_broker):
     create_topic(shared_broker.bootstrap, "kcat-meta", partitions=4)
     meta = json.loads(kcat(shared_broker, "-L", "-J"))
-    assert meta["brokers"] == [
-        {"id": 0, "name": f"127.0.0.1:{shared_broker.port}"}
-    ] or meta["brokers"][0]["name"] == f"127.0.0.1:{shared_broker.port}"
+    assert (
+        meta["brokers"] == [{"id": 0, "name": f"127.0.0.1:{shared_broker.port}"}]
+        or meta["brokers"][0]["name"] == f"127.0.0.1:{shared_broker.port}"
+    )
     topics = {t["topic"]: t for t in meta["topics"]}
     assert len(topics["kcat-meta"]["partitions"]) == 4
     assert all(p["leader"] == 0 for p in topics["kcat-meta"]["partitions"])
@@ -45,12 +46,23 @@ def test_keys_headers_json(shared_broker):
     topic = "kcat-keys"
     kcat(
         shared_broker,
-        "-P", "-t", topic, "-p", "0", "-K", ":", "-H", "trace=abc",
+        "-P",
+        "-t",
+        topic,
+        "-p",
+        "0",
+        "-K",
+        ":",
+        "-H",
+        "trace=abc",
         data=b"k1:v1\nk2:v2\n",
     )
     out = kcat(shared_broker, "-C", "-t", topic, "-o", "beginning", "-e", "-q", "-J")
     msgs = [json.loads(line) for line in out.splitlines()]
-    assert [(m["key"], m["payload"], m["offset"]) for m in msgs] == [("k1", "v1", 0), ("k2", "v2", 1)]
+    assert [(m["key"], m["payload"], m["offset"]) for m in msgs] == [
+        ("k1", "v1", 0),
+        ("k2", "v2", 1),
+    ]
     assert msgs[0]["headers"] == ["trace", "abc"]
 
 

@@ -15,7 +15,7 @@ from zope.interface.verify import verifyObject
 from pluglog import hookimpl
 from pluglog.config import BrokerConfig
 from pluglog.errors import PluginError
-from pluglog.interfaces import IPartitioner, IRetentionPolicy, ISerializer
+from pluglog.interfaces import IPartitioner, IRetentionPolicy
 from pluglog.plugins import make_plugin_manager
 from pluglog.registry import KINDS, Registry
 

@@ -93,9 +93,7 @@ def test_build_parse_round_trip(codec):
     assert batch.max_timestamp == 1_700_000_000_005
     assert batch.size == len(data)
     got = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch.records]
-    want = [
-        (100 + i, r.timestamp, r.key, r.value, list(r.headers)) for i, r in enumerate(records)
-    ]
+    want = [(100 + i, r.timestamp, r.key, r.value, list(r.headers)) for i, r in enumerate(records)]
     assert got == want
     # The storage header parser agrees with the codec on every field.
     header = hdr.parse_header(data)
@@ -215,7 +213,5 @@ def test_our_batch_parses_with_kafka_python(codec):
     assert (batch.base_offset, batch.last_offset_delta) == (50, 4)
     assert batch.max_timestamp == 1_700_000_000_005
     got = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch]
-    want = [
-        (50 + i, r.timestamp, r.key, r.value, list(r.headers)) for i, r in enumerate(records)
-    ]
+    want = [(50 + i, r.timestamp, r.key, r.value, list(r.headers)) for i, r in enumerate(records)]
     assert got == want

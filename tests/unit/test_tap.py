@@ -27,7 +27,9 @@ def test_explicit_interface_is_advertised(tmp_path):
 
 
 def test_advertised_listener(tmp_path):
-    config = parse("-d", str(tmp_path), "--advertised-listener", "kafka.example:9999").broker_config
+    config = parse(
+        "-d", str(tmp_path), "--advertised-listener", "kafka.example:9999"
+    ).broker_config
     assert (config.advertised_host, config.advertised_port) == ("kafka.example", 9999)
     assert parse_host_port("[::1]:9092") == ("::1", 9092)
 
@@ -70,7 +72,9 @@ def test_config_file(tmp_path):
         "auto.create.topics.enable = false\n"
         "\n[sink:archive]\ntopics = a,b\n"
     )
-    config = parse("-d", str(tmp_path), "--config", str(ini), "--set", "num.partitions=5").broker_config
+    config = parse(
+        "-d", str(tmp_path), "--config", str(ini), "--set", "num.partitions=5"
+    ).broker_config
     assert config.num_partitions == 5  # --set wins over the file
     assert config.topic_defaults.segment_bytes == 1048576
     assert config.topic_defaults.retention_ms == 60000

@@ -83,8 +83,8 @@ def handle_create_topics(ctx, request):
 
 
 def _validate_new_topic(broker, name, num_partitions, replication, configs):
-    from pluglog.coordination.local import validate_topic_name
     from pluglog.config import validate_topic_overrides
+    from pluglog.coordination.local import validate_topic_name
     from pluglog.errors import (
         ConfigError,
         InvalidConfigError,
@@ -270,9 +270,11 @@ def _apply_ops(current, changes, incremental):
         elif op in (2, 3):  # APPEND / SUBTRACT on list-valued configs
             items = [v for v in configs.get(name, "").split(",") if v]
             extra = [v for v in (value or "").split(",") if v]
-            items = items + [v for v in extra if v not in items] if op == 2 else [
-                v for v in items if v not in extra
-            ]
+            items = (
+                items + [v for v in extra if v not in items]
+                if op == 2
+                else [v for v in items if v not in extra]
+            )
             configs[name] = ",".join(items)
         else:
             raise ValueError(f"unknown config operation {op}")

@@ -71,14 +71,18 @@ def _read_all(broker, request):
             plog = part.log
             code = _epoch_error(part, want.get("current_leader_epoch", -1))
             if code != NONE:
-                out.append(_partition_data(index, code, part.high_watermark, plog.log_start_offset))
+                out.append(
+                    _partition_data(index, code, part.high_watermark, plog.log_start_offset)
+                )
                 continue
             offset = want["fetch_offset"]
             limit = min(want["partition_max_bytes"], remaining)
             if offset == part.high_watermark or limit <= 0 and total:
                 if offset < plog.log_start_offset or offset > part.high_watermark:
                     code = OFFSET_OUT_OF_RANGE
-                out.append(_partition_data(index, code, part.high_watermark, plog.log_start_offset))
+                out.append(
+                    _partition_data(index, code, part.high_watermark, plog.log_start_offset)
+                )
                 continue
             try:
                 result = plog.read(

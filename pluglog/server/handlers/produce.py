@@ -110,12 +110,12 @@ def handle_produce(ctx, request):
         if failed:
             # Kafka closes an acks=0 connection on error: the client has no
             # response slot to receive one in.
-            raise _AcksZeroFailure("produce with acks=0 failed; closing the connection")
+            raise _AcksZeroError("produce with acks=0 failed; closing the connection")
         return NO_RESPONSE
     return {"responses": responses, "throttle_time_ms": 0}
 
 
-class _AcksZeroFailure(KafkaError):
+class _AcksZeroError(KafkaError):
     error_code = NONE
 
 

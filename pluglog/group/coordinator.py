@@ -1,0 +1,578 @@
+"""The classic group coordinator: JoinGroup, SyncGroup, Heartbeat, LeaveGroup.
+
+Kafka's ``ClassicGroup`` state machine (kafka-protocol.md §5): Empty ->
+PreparingRebalance -> CompletingRebalance -> Stable, plus Dead for deleted
+groups. Timers run on the broker's reactor clock (``callLater``), one session
+timer per member and one rebalance timer per group; tests drive a
+``task.Clock``. A JoinGroup or SyncGroup that must wait for other members is
+parked as a Deferred on its member and fired when the phase completes.
+
+Lifecycle: :meth:`GroupCoordinator.start` loads ``__consumer_offsets``
+(one read chunk per reactor turn, answering COORDINATOR_LOAD_IN_PROGRESS
+meanwhile) and returns a Deferred that fires when loading is done;
+:meth:`stop` cancels every timer and answers parked requests with
+NOT_COORDINATOR. Offsets and the admin APIs live in :mod:`.offsets`.
+"""
+
+import uuid
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from pluglog.errors import (
+    COORDINATOR_LOAD_IN_PROGRESS,
+    COORDINATOR_NOT_AVAILABLE,
+    FENCED_INSTANCE_ID,
+    ILLEGAL_GENERATION,
+    INCONSISTENT_GROUP_PROTOCOL,
+    INVALID_GROUP_ID,
+    INVALID_SESSION_TIMEOUT,
+    MEMBER_ID_REQUIRED,
+    NONE,
+    NOT_COORDINATOR,
+    REBALANCE_IN_PROGRESS,
+    UNKNOWN_MEMBER_ID,
+)
+from pluglog.group.loader import Loader
+from pluglog.group.model import (
+    COMPLETING_REBALANCE,
+    DEAD,
+    EMPTY,
+    PREPARING_REBALANCE,
+    STABLE,
+    Group,
+    Member,
+)
+from pluglog.group.offsets import OffsetOperations
+from pluglog.group.store import OffsetStore, group_key, group_value
+
+log = Logger()
+
+
+def join_result(error, member_id="", generation_id=-1, protocol_name="", leader="", members=()):
+    return {
+        "error_code": error,
+        "generation_id": generation_id,
+        "protocol_name": protocol_name or "",
+        "leader": leader or "",
+        "member_id": member_id,
+        "members": list(members),
+    }
+
+
+def sync_result(error, assignment=b""):
+    return {"error_code": error, "assignment": assignment}
+
+
+def _fire(deferred, result):
+    if deferred is not None and not deferred.called:
+        deferred.callback(result)
+
+
+class GroupCoordinator(OffsetOperations):
+    """Every consumer group of this broker."""
+
+    def __init__(self, broker):
+        self.broker = broker
+        self.reactor = broker.reactor
+        config = broker.config
+        self.min_session_timeout_ms = config.group_min_session_timeout_ms
+        self.max_session_timeout_ms = config.group_max_session_timeout_ms
+        self.initial_rebalance_delay_ms = config.group_initial_rebalance_delay_ms
+        self.offsets_retention_ms = config.offsets_retention_minutes * 60000
+        self.store = OffsetStore(broker)
+        self.groups = {}
+        self.active = False
+        self.loading = False
+        self._expiry_call = None
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def start(self):
+        """Load ``__consumer_offsets``; the Deferred fires when groups are served."""
+        self.active = True
+        self.loading = True
+        loader = Loader(self)
+        d = loader.run()
+
+        def loaded(groups):
+            self.groups.update(groups)
+            self.loading = False
+            for group in groups.values():
+                for member in group.members.values():
+                    self._schedule_session(group, member)
+            self._schedule_expiry()
+            log.info("group coordinator loaded {n} group(s)", n=len(groups))
+            return self
+
+        def failed(failure):
+            self.loading = False
+            self.active = False
+            log.failure("loading __consumer_offsets failed; group APIs are off", failure)
+            return failure
+
+        return d.addCallbacks(loaded, failed)
+
+    def stop(self):
+        self.active = False
+        if self._expiry_call is not None and self._expiry_call.active():
+            self._expiry_call.cancel()
+        for group in self.groups.values():
+            self._cancel(group.rebalance_call)
+            for call in group.pending_members.values():
+                self._cancel(call)
+            group.pending_members.clear()
+            for member in group.members.values():
+                self._cancel(member.heartbeat_call)
+                join, member.join_deferred = member.join_deferred, None
+                sync, member.sync_deferred = member.sync_deferred, None
+                _fire(join, join_result(NOT_COORDINATOR, member.member_id))
+                _fire(sync, sync_result(NOT_COORDINATOR))
+        return defer.succeed(None)
+
+    @staticmethod
+    def _cancel(call):
+        if call is not None and call.active():
+            call.cancel()
+
+    def now_ms(self):
+        return self.broker.now_ms()
+
+    def group_error(self, group_id):
+        """The error every group request gets before looking at the group, or NONE."""
+        if not group_id:
+            return INVALID_GROUP_ID
+        if not self.active:
+            return COORDINATOR_NOT_AVAILABLE
+        if self.loading:
+            return COORDINATOR_LOAD_IN_PROGRESS
+        return NONE
+
+    def ensure_offsets_topic(self):
+        return self.store.ensure_topic()
+
+    # -- JoinGroup ---------------------------------------------------------------
+
+    def join_group(
+        self,
+        group_id,
+        member_id,
+        instance_id,
+        client_id,
+        client_host,
+        session_timeout_ms,
+        rebalance_timeout_ms,
+        protocol_type,
+        protocols,
+        require_known_member_id,
+    ):
+        """Returns a Deferred firing with a JoinGroup response body (no throttle)."""
+        error = self.group_error(group_id)
+        if error == NONE and not (
+            self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms
+        ):
+            error = INVALID_SESSION_TIMEOUT
+        if error != NONE:
+            return defer.succeed(join_result(error, member_id))
+        if rebalance_timeout_ms < 0:
+            rebalance_timeout_ms = session_timeout_ms
+        protocols = [(p["name"], bytes(p["metadata"])) for p in protocols]
+        d = defer.Deferred()
+        spec = (client_id, client_host, session_timeout_ms, rebalance_timeout_ms, protocol_type)
+        group = self.groups.get(group_id)
+        if not member_id:
+            if group is None:
+                group = self.groups[group_id] = Group(group_id, self.now_ms())
+            self._join_new_member(group, instance_id, spec, protocols, require_known_member_id, d)
+        elif group is None:
+            d.callback(join_result(UNKNOWN_MEMBER_ID, member_id))
+        else:
+            self._join_known_member(group, member_id, instance_id, spec, protocols, d)
+        if group is not None and group.is_empty_shell():
+            # A refused first join must not leave an empty group behind.
+            del self.groups[group_id]
+        return d
+
+    def _join_new_member(self, group, instance_id, spec, protocols, require_known, d):
+        client_id, _host, session_timeout_ms, _rebalance, protocol_type = spec
+        if group.state == DEAD:
+            return d.callback(join_result(COORDINATOR_NOT_AVAILABLE))
+        if not group.supports_protocols(protocol_type, [name for name, _ in protocols]):
+            return d.callback(join_result(INCONSISTENT_GROUP_PROTOCOL))
+        member_id = f"{instance_id or client_id}-{uuid.uuid4()}"
+        if instance_id is not None:
+            old_id = group.static_members.get(instance_id)
+            if old_id is not None:
+                return self._rejoin_static_member(group, old_id, member_id, spec, protocols, d)
+        elif require_known:
+            # KIP-394: hand out the id first so a client that dies before it
+            # learns its id does not leave a member behind for a session.
+            call = self.reactor.callLater(
+                session_timeout_ms / 1000.0, self._pending_expired, group, member_id
+            )
+            group.pending_members[member_id] = call
+            return d.callback(join_result(MEMBER_ID_REQUIRED, member_id))
+        member = Member(member_id, instance_id, *spec, protocols)
+        self._add_member_and_rebalance(group, member, d)
+
+    def _join_known_member(self, group, member_id, instance_id, spec, protocols, d):
+        protocol_type = spec[4]
+        if group.state == DEAD:
+            return d.callback(join_result(COORDINATOR_NOT_AVAILABLE, member_id))
+        if not group.supports_protocols(protocol_type, [name for name, _ in protocols]):
+            return d.callback(join_result(INCONSISTENT_GROUP_PROTOCOL, member_id))
+        if member_id in group.pending_members:
+            if instance_id is not None:
+                return d.callback(join_result(UNKNOWN_MEMBER_ID, member_id))
+            self._cancel(group.pending_members.pop(member_id))
+            member = Member(member_id, None, *spec, protocols)
+            return self._add_member_and_rebalance(group, member, d)
+        if group.is_static_fenced(member_id, instance_id):
+            return d.callback(join_result(FENCED_INSTANCE_ID, member_id))
+        member = group.members.get(member_id)
+        if member is None or group.state == EMPTY:
+            return d.callback(join_result(UNKNOWN_MEMBER_ID, member_id))
+        self._schedule_session(group, member)
+        unchanged = member.matches(protocols)
+        if group.state == COMPLETING_REBALANCE and unchanged:
+            return d.callback(self._current_join_result(group, member))
+        if group.state == STABLE and unchanged and member_id != group.leader_id:
+            return d.callback(self._current_join_result(group, member))
+        self._update_member_and_rebalance(group, member, spec, protocols, d)
+
+    def _current_join_result(self, group, member):
+        return join_result(
+            NONE,
+            member.member_id,
+            group.generation_id,
+            group.protocol_name,
+            group.leader_id,
+            self._member_list(group) if member.member_id == group.leader_id else (),
+        )
+
+    @staticmethod
+    def _member_list(group):
+        return [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.instance_id,
+                "metadata": m.metadata(group.protocol_name),
+            }
+            for m in group.members.values()
+        ]
+
+    def _set_join_deferred(self, member, d):
+        old, member.join_deferred = member.join_deferred, d
+        # A client that re-sends JoinGroup has given up on the earlier one.
+        _fire(old, join_result(REBALANCE_IN_PROGRESS, member.member_id))
+
+    def _add_member_and_rebalance(self, group, member, d):
+        member.is_new = True
+        self._set_join_deferred(member, d)
+        if group.state == PREPARING_REBALANCE and group.generation_id == 0:
+            group.new_member_added = True
+        group.add(member)
+        self._schedule_session(group, member)
+        self._maybe_prepare_rebalance(group, f"member {member.member_id} joined")
+        self._try_complete_join(group)
+
+    def _update_member_and_rebalance(self, group, member, spec, protocols, d):
+        member.client_id, member.client_host = spec[0], spec[1]
+        member.session_timeout_ms, member.rebalance_timeout_ms = spec[2], spec[3]
+        member.protocols = protocols
+        self._set_join_deferred(member, d)
+        self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoined")
+        self._try_complete_join(group)
+
+    def _rejoin_static_member(self, group, old_id, new_id, spec, protocols, d):
+        member = group.members[old_id]
+        # Whoever still waits under the old id is a zombie of this instance.
+        join, member.join_deferred = member.join_deferred, None
+        sync, member.sync_deferred = member.sync_deferred, None
+        _fire(join, join_result(FENCED_INSTANCE_ID, old_id))
+        _fire(sync, sync_result(FENCED_INSTANCE_ID))
+        previous_leader = group.leader_id
+        old_protocols = member.protocols
+        group.replace_member_id(old_id, new_id)
+        member.client_id, member.client_host = spec[0], spec[1]
+        member.session_timeout_ms, member.rebalance_timeout_ms = spec[2], spec[3]
+        member.protocols = protocols
+        self._schedule_session(group, member)
+        if group.state == STABLE and group.select_protocol() == group.protocol_name:
+            # Same protocol: keep everyone's assignment. The leader is named
+            # by its old id so the rejoined member acts as a follower and
+            # just fetches its current assignment with SyncGroup.
+            def stored(_):
+                d.callback(
+                    join_result(
+                        NONE,
+                        new_id,
+                        group.generation_id,
+                        group.protocol_name,
+                        previous_leader,
+                    )
+                )
+
+            def not_stored(failure):
+                log.failure("persisting static member {id} failed", failure, id=new_id)
+                group.replace_member_id(new_id, old_id)
+                member.protocols = old_protocols
+                d.callback(join_result(COORDINATOR_NOT_AVAILABLE, new_id))
+
+            self._store_group(group).addCallbacks(stored, not_stored)
+            return
+        member.join_deferred = d
+        self._maybe_prepare_rebalance(group, f"static member {member.instance_id} rejoined")
+        self._try_complete_join(group)
+
+    # -- rebalancing -------------------------------------------------------------
+
+    def _maybe_prepare_rebalance(self, group, reason):
+        if group.state in (STABLE, COMPLETING_REBALANCE, EMPTY):
+            self._prepare_rebalance(group, reason)
+
+    def _prepare_rebalance(self, group, reason):
+        if group.state == COMPLETING_REBALANCE:
+            self._reset_assignments(group, REBALANCE_IN_PROGRESS)
+        was_empty = group.state == EMPTY
+        group.transition(PREPARING_REBALANCE, self.now_ms())
+        self._cancel(group.rebalance_call)
+        timeout_ms = group.max_rebalance_timeout_ms()
+        log.info(
+            "group {g} rebalancing (generation {gen}): {reason}",
+            g=group.group_id,
+            gen=group.generation_id,
+            reason=reason,
+        )
+        if was_empty and self.initial_rebalance_delay_ms > 0:
+            # KIP-134: a new group waits for more members before its first
+            # generation, extending while members keep arriving.
+            group.initial_delay = True
+            group.new_member_added = False
+            delay = min(self.initial_rebalance_delay_ms, timeout_ms)
+            remaining = max(timeout_ms - self.initial_rebalance_delay_ms, 0)
+            group.rebalance_call = self.reactor.callLater(
+                delay / 1000.0, self._initial_delay_expired, group, remaining
+            )
+        else:
+            group.initial_delay = False
+            group.rebalance_call = self.reactor.callLater(
+                timeout_ms / 1000.0, self._complete_join, group
+            )
+
+    def _initial_delay_expired(self, group, remaining_ms):
+        if group.new_member_added and remaining_ms > 0:
+            group.new_member_added = False
+            delay = min(self.initial_rebalance_delay_ms, remaining_ms)
+            group.rebalance_call = self.reactor.callLater(
+                delay / 1000.0, self._initial_delay_expired, group, remaining_ms - delay
+            )
+            return
+        group.initial_delay = False
+        self._complete_join(group)
+
+    def _try_complete_join(self, group):
+        if group.state == PREPARING_REBALANCE and not group.initial_delay and group.all_joined():
+            self._complete_join(group)
+
+    def _complete_join(self, group):
+        self._cancel(group.rebalance_call)
+        group.rebalance_call = None
+        group.initial_delay = False
+        if group.state != PREPARING_REBALANCE:
+            return
+        for member in [m for m in group.members.values() if m.join_deferred is None]:
+            log.info(
+                "group {g}: member {m} did not rejoin in time; removing it",
+                g=group.group_id,
+                m=member.member_id,
+            )
+            self._cancel(member.heartbeat_call)
+            _fire(member.sync_deferred, sync_result(UNKNOWN_MEMBER_ID))
+            member.sync_deferred = None
+            group.remove(member.member_id)
+        group.generation_id += 1
+        now = self.now_ms()
+        if not group.members:
+            group.protocol_name = None
+            group.leader_id = None
+            group.transition(EMPTY, now)
+            log.info(
+                "group {g} is empty (generation {gen})", g=group.group_id, gen=group.generation_id
+            )
+            self._store_group(group).addErrback(
+                lambda f: log.failure("persisting empty group failed", f)
+            )
+            return
+        group.protocol_name = group.select_protocol()
+        if group.leader_id not in group.members:
+            group.leader_id = next(iter(group.members))
+        group.transition(COMPLETING_REBALANCE, now)
+        log.info(
+            "group {g} generation {gen}: {n} member(s), protocol {p}, leader {leader}",
+            g=group.group_id,
+            gen=group.generation_id,
+            n=len(group.members),
+            p=group.protocol_name,
+            leader=group.leader_id,
+        )
+        for member in list(group.members.values()):
+            d, member.join_deferred = member.join_deferred, None
+            member.is_new = False
+            self._schedule_session(group, member)
+            _fire(d, self._current_join_result(group, member))
+
+    def _reset_assignments(self, group, error):
+        for member in group.members.values():
+            member.assignment = b""
+            d, member.sync_deferred = member.sync_deferred, None
+            _fire(d, sync_result(error))
+
+    def _store_group(self, group):
+        return self.store.append(group.group_id, [(group_key(group.group_id), group_value(group))])
+
+    # -- SyncGroup ---------------------------------------------------------------
+
+    def sync_group(self, group_id, generation_id, member_id, instance_id, assignments):
+        """Returns a Deferred firing with a SyncGroup response body (no throttle)."""
+        error = self.group_error(group_id)
+        group = self.groups.get(group_id)
+        if error == NONE:
+            error = self._member_error(group, member_id, instance_id, generation_id)
+        if error == NONE and group.state == EMPTY:
+            error = UNKNOWN_MEMBER_ID
+        elif error == NONE and group.state == PREPARING_REBALANCE:
+            error = REBALANCE_IN_PROGRESS
+        if error != NONE:
+            return defer.succeed(sync_result(error))
+        member = group.members[member_id]
+        self._schedule_session(group, member)
+        if group.state == STABLE:
+            return defer.succeed(sync_result(NONE, member.assignment))
+        d = defer.Deferred()
+        old, member.sync_deferred = member.sync_deferred, d
+        _fire(old, sync_result(REBALANCE_IN_PROGRESS))
+        if member_id == group.leader_id:
+            self._leader_sync(group, {a["member_id"]: bytes(a["assignment"]) for a in assignments})
+        return d
+
+    def _leader_sync(self, group, assignments):
+        generation = group.generation_id
+        for member in group.members.values():
+            member.assignment = assignments.get(member.member_id, b"")
+
+        def stored(_):
+            if group.state != COMPLETING_REBALANCE or group.generation_id != generation:
+                return
+            group.transition(STABLE, self.now_ms())
+            for member in group.members.values():
+                d, member.sync_deferred = member.sync_deferred, None
+                _fire(d, sync_result(NONE, member.assignment))
+
+        def not_stored(failure):
+            log.failure("persisting group {g} failed", failure, g=group.group_id)
+            if group.state == COMPLETING_REBALANCE and group.generation_id == generation:
+                self._reset_assignments(group, COORDINATOR_NOT_AVAILABLE)
+                self._prepare_rebalance(group, "its metadata could not be stored")
+
+        self._store_group(group).addCallbacks(stored, not_stored)
+
+    def _member_error(self, group, member_id, instance_id, generation_id):
+        """Checks shared by SyncGroup, Heartbeat and member commits."""
+        if group is None:
+            return UNKNOWN_MEMBER_ID
+        if group.state == DEAD:
+            return COORDINATOR_NOT_AVAILABLE
+        if group.is_static_fenced(member_id, instance_id):
+            return FENCED_INSTANCE_ID
+        if member_id not in group.members:
+            return UNKNOWN_MEMBER_ID
+        if generation_id != group.generation_id:
+            return ILLEGAL_GENERATION
+        return NONE
+
+    # -- Heartbeat and sessions --------------------------------------------------
+
+    def heartbeat(self, group_id, generation_id, member_id, instance_id):
+        """Returns the Heartbeat error code."""
+        error = self.group_error(group_id)
+        if error != NONE:
+            return error
+        group = self.groups.get(group_id)
+        error = self._member_error(group, member_id, instance_id, generation_id)
+        if error != NONE:
+            return error
+        if group.state == EMPTY:
+            return UNKNOWN_MEMBER_ID
+        self._schedule_session(group, group.members[member_id])
+        return REBALANCE_IN_PROGRESS if group.state == PREPARING_REBALANCE else NONE
+
+    def _schedule_session(self, group, member):
+        delay = member.session_timeout_ms / 1000.0
+        call = member.heartbeat_call
+        if call is not None and call.active():
+            call.reset(delay)
+        else:
+            member.heartbeat_call = self.reactor.callLater(
+                delay, self._session_expired, group, member
+            )
+
+    def _session_expired(self, group, member):
+        if group.members.get(member.member_id) is not member:
+            return
+        if member.join_deferred is not None or member.sync_deferred is not None:
+            # Clients do not heartbeat while a JoinGroup or SyncGroup is
+            # parked; the rebalance timeout bounds that wait instead.
+            self._schedule_session(group, member)
+            return
+        log.info("group {g}: session of member {m} expired", g=group.group_id, m=member.member_id)
+        self._remove_member(group, member, "session timeout")
+
+    def _pending_expired(self, group, member_id):
+        if group.pending_members.pop(member_id, None) is not None:
+            self._try_complete_join(group)
+            if group.is_empty_shell() and self.groups.get(group.group_id) is group:
+                del self.groups[group.group_id]
+
+    def _remove_member(self, group, member, reason):
+        self._cancel(member.heartbeat_call)
+        join, member.join_deferred = member.join_deferred, None
+        sync, member.sync_deferred = member.sync_deferred, None
+        _fire(join, join_result(UNKNOWN_MEMBER_ID, member.member_id))
+        _fire(sync, sync_result(UNKNOWN_MEMBER_ID))
+        group.remove(member.member_id)
+        if group.state == PREPARING_REBALANCE:
+            self._try_complete_join(group)
+        elif group.state in (STABLE, COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, f"member {member.member_id} left ({reason})")
+
+    # -- LeaveGroup --------------------------------------------------------------
+
+    def leave_group(self, group_id, members):
+        """``members`` is ``[(member_id, instance_id)]``; returns (error, [errors])."""
+        error = self.group_error(group_id)
+        if error != NONE:
+            return error, [error] * len(members)
+        group = self.groups.get(group_id)
+        if group is None:
+            return NONE, [UNKNOWN_MEMBER_ID] * len(members)
+        if group.state == DEAD:
+            return COORDINATOR_NOT_AVAILABLE, [COORDINATOR_NOT_AVAILABLE] * len(members)
+        return NONE, [self._leave_one(group, mid, iid) for mid, iid in members]
+
+    def _leave_one(self, group, member_id, instance_id):
+        if not member_id and instance_id is not None:
+            member_id = group.static_members.get(instance_id)
+            if member_id is None:
+                return UNKNOWN_MEMBER_ID
+        elif group.is_static_fenced(member_id, instance_id):
+            return FENCED_INSTANCE_ID
+        if member_id in group.pending_members:
+            self._cancel(group.pending_members.pop(member_id))
+            self._try_complete_join(group)
+            return NONE
+        member = group.members.get(member_id)
+        if member is None:
+            return UNKNOWN_MEMBER_ID
+        self._remove_member(group, member, "LeaveGroup")
+        return NONE

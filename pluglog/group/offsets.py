@@ -1,0 +1,331 @@
+"""Committed offsets and the group admin APIs of the coordinator.
+
+OffsetCommit, OffsetFetch, OffsetDelete, DeleteGroups, DescribeGroups and
+ListGroups, plus offset expiry (``offsets.retention.minutes``), as a base
+class of :class:`pluglog.group.coordinator.GroupCoordinator` so they share its
+groups and store. A commit is one batch (one append) for the whole request,
+so it is all-or-nothing on disk; the in-memory offsets change only after the
+append succeeded, so a fetch never returns an offset that is not in the log.
+
+Commit validation follows Kafka's classic rules (kafka-protocol.md §5.2 step
+6): generation -1 on an Empty group is a "simple" commit (``assign()`` users,
+admin tools); otherwise the member must exist with the current generation,
+and commits are refused with REBALANCE_IN_PROGRESS while CompletingRebalance.
+"""
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from pluglog.errors import (
+    COORDINATOR_NOT_AVAILABLE,
+    FENCED_INSTANCE_ID,
+    GROUP_ID_NOT_FOUND,
+    GROUP_SUBSCRIBED_TO_TOPIC,
+    ILLEGAL_GENERATION,
+    INVALID_COMMIT_OFFSET_SIZE,
+    NON_EMPTY_GROUP,
+    NONE,
+    OFFSET_METADATA_TOO_LARGE,
+    REBALANCE_IN_PROGRESS,
+    UNKNOWN_MEMBER_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    MessageTooLargeError,
+)
+from pluglog.group.model import COMPLETING_REBALANCE, DEAD, EMPTY, STABLE, Group, OffsetAndMetadata
+from pluglog.group.store import group_key, offset_key, offset_value
+
+log = Logger()
+
+#: Kafka's offset.metadata.max.bytes default
+OFFSET_METADATA_MAX_BYTES = 4096
+#: Kafka's offsets.retention.check.interval.ms default
+RETENTION_CHECK_INTERVAL_MS = 600000
+
+
+def _store_error(failure):
+    """Kafka's mapping of a failed __consumer_offsets append to a commit error."""
+    if failure.check(MessageTooLargeError):
+        return INVALID_COMMIT_OFFSET_SIZE
+    log.failure("writing to __consumer_offsets failed", failure)
+    return COORDINATOR_NOT_AVAILABLE
+
+
+def _topic_results(topics, code_of):
+    return [
+        {
+            "name": t["name"],
+            "partitions": [
+                {"partition_index": p["partition_index"], "error_code": code_of(t["name"], p)}
+                for p in t["partitions"]
+            ],
+        }
+        for t in topics
+    ]
+
+
+class OffsetOperations:
+    """Offset and admin operations; needs ``groups``, ``store``, ``broker``."""
+
+    # -- OffsetCommit ------------------------------------------------------------
+
+    def commit_offsets(
+        self, group_id, generation_id, member_id, instance_id, retention_time_ms, topics
+    ):
+        """Returns a Deferred firing with the OffsetCommit response ``topics``."""
+        error = self.group_error(group_id)
+        group = self.groups.get(group_id)
+        if error == NONE:
+            if group is None:
+                if generation_id >= 0:
+                    error = ILLEGAL_GENERATION
+                else:
+                    group = self.groups[group_id] = Group(group_id, self.now_ms())
+            else:
+                error = self._commit_error(group, generation_id, member_id, instance_id)
+        if error != NONE:
+            return defer.succeed(_topic_results(topics, lambda *_: error))
+        now = self.now_ms()
+        expire = (
+            now + retention_time_ms
+            if retention_time_ms is not None and retention_time_ms > 0
+            else -1
+        )
+        codes = {}
+        entries = []
+        staged = {}
+        for topic in topics:
+            name = topic["name"]
+            for p in topic["partitions"]:
+                index = p["partition_index"]
+                metadata = p.get("committed_metadata") or ""
+                if (name, index) not in self.broker.partitions:
+                    codes[(name, index)] = UNKNOWN_TOPIC_OR_PARTITION
+                elif len(metadata.encode("utf-8")) > OFFSET_METADATA_MAX_BYTES:
+                    codes[(name, index)] = OFFSET_METADATA_TOO_LARGE
+                else:
+                    om = OffsetAndMetadata(
+                        p["committed_offset"],
+                        p.get("committed_leader_epoch", -1),
+                        metadata,
+                        now,
+                        expire,
+                    )
+                    staged[(name, index)] = om
+                    entries.append((offset_key(group_id, name, index), offset_value(om)))
+
+        def answer(code):
+            for key in staged:
+                codes[key] = code
+            if group.is_empty_shell():
+                self.groups.pop(group_id, None)
+            return _topic_results(topics, lambda name, p: codes[(name, p["partition_index"])])
+
+        if not entries:
+            return defer.succeed(answer(NONE))
+
+        def stored(_):
+            if self.groups.get(group_id) is group and group.state != DEAD:
+                group.offsets.update(staged)
+            return NONE
+
+        d = self.store.append(group_id, entries)
+        d.addCallbacks(stored, _store_error)
+        return d.addCallback(answer)
+
+    def _commit_error(self, group, generation_id, member_id, instance_id):
+        if group.state == DEAD:
+            return COORDINATOR_NOT_AVAILABLE
+        if group.is_static_fenced(member_id, instance_id):
+            return FENCED_INSTANCE_ID
+        if generation_id < 0 and group.state == EMPTY:
+            return NONE
+        member = group.members.get(member_id)
+        if member is None:
+            return UNKNOWN_MEMBER_ID
+        if generation_id != group.generation_id:
+            return ILLEGAL_GENERATION
+        if group.state == COMPLETING_REBALANCE:
+            return REBALANCE_IN_PROGRESS
+        # Stable or PreparingRebalance: the member learns of a rebalance from
+        # its next heartbeat; a commit counts as a sign of life meanwhile.
+        self._schedule_session(group, member)
+        return NONE
+
+    # -- OffsetFetch -------------------------------------------------------------
+
+    def fetch_offsets(self, group_id, topics):
+        """``topics``: ``[(name, [partition])]`` or None for every committed one.
+
+        Returns ``(error, [(name, [(partition, OffsetAndMetadata or None)])])``.
+        """
+        error = self.group_error(group_id)
+        if error != NONE:
+            return error, [(name, [(p, None) for p in parts]) for name, parts in topics or ()]
+        group = self.groups.get(group_id)
+        offsets = group.offsets if group is not None else {}
+        if topics is None:
+            by_topic = {}
+            for (name, index), om in sorted(offsets.items()):
+                by_topic.setdefault(name, []).append((index, om))
+            return NONE, list(by_topic.items())
+        return NONE, [
+            (name, [(p, offsets.get((name, p))) for p in parts]) for name, parts in topics
+        ]
+
+    # -- OffsetDelete ------------------------------------------------------------
+
+    def delete_offsets(self, group_id, topics):
+        """``topics``: ``[(name, [partition])]``. Returns a Deferred firing with
+        ``(error, [(name, [(partition, error)])])``."""
+        error = self.group_error(group_id)
+        group = self.groups.get(group_id)
+        if error == NONE and (group is None or group.state == DEAD):
+            error = GROUP_ID_NOT_FOUND
+        if error != NONE:
+            return defer.succeed((error, []))
+        subscribed = group.subscribed_topics() if group.state != EMPTY else set()
+        results = []
+        doomed = []
+        for name, parts in topics:
+            if subscribed is None or name in subscribed:
+                results.append((name, [(p, GROUP_SUBSCRIBED_TO_TOPIC) for p in parts]))
+                continue
+            results.append((name, [(p, NONE) for p in parts]))
+            doomed.extend((name, p) for p in parts if (name, p) in group.offsets)
+        if not doomed:
+            return defer.succeed((NONE, results))
+
+        def deleted(_):
+            for key in doomed:
+                group.offsets.pop(key, None)
+            return NONE, results
+
+        def failed(failure):
+            code = _store_error(failure)
+            return code, [(n, [(p, code if c == NONE else c) for p, c in ps]) for n, ps in results]
+
+        entries = [(offset_key(group_id, t, p), None) for t, p in doomed]
+        return self.store.append(group_id, entries).addCallbacks(deleted, failed)
+
+    # -- DeleteGroups ------------------------------------------------------------
+
+    def delete_groups(self, group_ids):
+        """Returns a Deferred firing with ``[(group_id, error)]`` in request order."""
+        results = []
+        for group_id in group_ids:
+            error = self.group_error(group_id)
+            group = self.groups.get(group_id)
+            if error == NONE:
+                if group is None or group.state == DEAD:
+                    error = GROUP_ID_NOT_FOUND
+                elif group.state != EMPTY or group.members:
+                    error = NON_EMPTY_GROUP
+            if error != NONE:
+                results.append(defer.succeed((group_id, error)))
+                continue
+            # Dead at once: no join can revive it while its tombstones are written.
+            group.transition(DEAD, self.now_ms())
+            del self.groups[group_id]
+            self._cancel(group.rebalance_call)
+            entries = [(group_key(group_id), None)]
+            entries += [(offset_key(group_id, t, p), None) for t, p in sorted(group.offsets)]
+            d = self.store.append(group_id, entries)
+            d.addCallbacks(
+                lambda _, g=group_id: (g, NONE),
+                lambda f, g=group_id: (g, _store_error(f)),
+            )
+            results.append(d)
+        return defer.gatherResults(results)
+
+    # -- DescribeGroups / ListGroups ---------------------------------------------
+
+    def describe_group(self, group_id):
+        """A DescribeGroups ``groups`` entry (without authorized_operations)."""
+        error = self.group_error(group_id)
+        group = self.groups.get(group_id) if error == NONE else None
+        described = {
+            "error_code": error,
+            "group_id": group_id,
+            "group_state": DEAD,
+            "protocol_type": "",
+            "protocol_data": "",
+            "members": [],
+        }
+        if group is None:
+            return described
+        stable = group.state == STABLE
+        described["group_state"] = group.state
+        described["protocol_type"] = group.protocol_type or ""
+        described["protocol_data"] = (group.protocol_name or "") if stable else ""
+        described["members"] = [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.instance_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                # Kafka only shows subscription and assignment once Stable.
+                "member_metadata": m.metadata(group.protocol_name) if stable else b"",
+                "member_assignment": m.assignment if stable else b"",
+            }
+            for m in group.members.values()
+        ]
+        return described
+
+    def list_groups(self):
+        """Returns ``(error, [(group_id, protocol_type)])``."""
+        if not self.active:
+            return COORDINATOR_NOT_AVAILABLE, []
+        if self.loading:
+            return self.group_error("-"), []
+        return NONE, [
+            (g.group_id, g.protocol_type or "") for g in self.groups.values() if g.state != DEAD
+        ]
+
+    # -- offset expiry -----------------------------------------------------------
+
+    def _schedule_expiry(self):
+        self._expiry_call = self.reactor.callLater(
+            RETENTION_CHECK_INTERVAL_MS / 1000.0, self._expiry_tick
+        )
+
+    def _expiry_tick(self):
+        try:
+            self.expire_offsets()
+        except Exception:
+            log.failure("offset expiry failed")
+        if self.active:
+            self._schedule_expiry()
+
+    def expire_offsets(self):
+        """Drop offsets past retention (Kafka's rules for Empty and simple
+        groups) and groups left with nothing; returns how many offsets went."""
+        now = self.now_ms()
+        retention = self.offsets_retention_ms
+        expired_total = 0
+        for group in list(self.groups.values()):
+            if group.state != EMPTY:
+                continue
+            if group.protocol_type:
+                # A consumer group that became Empty keeps its offsets for the
+                # retention period counted from when it became Empty.
+                gone = group.state_timestamp + retention <= now
+                expired = [
+                    k for k, om in group.offsets.items() if gone or 0 <= om.expire_timestamp <= now
+                ]
+            else:
+                expired = [
+                    k
+                    for k, om in group.offsets.items()
+                    if om.commit_timestamp + retention <= now or 0 <= om.expire_timestamp <= now
+                ]
+            entries = [(offset_key(group.group_id, t, p), None) for t, p in expired]
+            for key in expired:
+                del group.offsets[key]
+            if not group.offsets and not group.pending_members:
+                group.transition(DEAD, now)
+                del self.groups[group.group_id]
+                entries.append((group_key(group.group_id), None))
+            if entries:
+                self.store.append(group.group_id, entries).addErrback(_store_error)
+            expired_total += len(expired)
+        return expired_total

@@ -1,0 +1,233 @@
+"""Handlers of the group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups
+and OffsetDelete.
+
+They only translate between request/response bodies of each version and the
+calls of :class:`pluglog.group.GroupCoordinator` (``broker.group_coordinator``);
+the state machine and the offset store live in :mod:`pluglog.group`. This
+single broker coordinates every group, so FindCoordinator always names it.
+"""
+
+from twisted.logger import Logger
+
+from pluglog import protocol as codec
+from pluglog.errors import COORDINATOR_NOT_AVAILABLE, NONE
+from pluglog.group import GroupCoordinator
+
+log = Logger()
+
+#: DescribeGroups v3+ AuthorizedOperations when they were not asked for
+_OPERATIONS_OMITTED = -(2**31)
+_KEY_TYPE_GROUP = 0
+
+
+def coordinator(broker):
+    """The broker's group coordinator; built and started on first use when the
+    broker was not given one at start (unit tests, tools)."""
+    gc = getattr(broker, "group_coordinator", None)
+    if gc is None:
+        gc = broker.group_coordinator = GroupCoordinator(broker)
+        gc.start().addErrback(lambda f: None)  # start() has logged it
+    return gc
+
+
+def _client_host(peer):
+    # Kafka reports InetAddress.toString(): "/" + address, no port.
+    if not peer:
+        return ""
+    host = peer.rsplit(":", 1)[0] if ":" in peer else peer
+    return "/" + host
+
+
+def _throttled(body):
+    body["throttle_time_ms"] = 0
+    return body
+
+
+def handle_find_coordinator(ctx, request):
+    broker = ctx.broker
+
+    def answer(error, message=None):
+        host, port = broker.advertised
+        ok = error == NONE
+        return {
+            "throttle_time_ms": 0,
+            "error_code": error,
+            "error_message": message,
+            "node_id": broker.node_id if ok else -1,
+            "host": host if ok else "",
+            "port": port if ok else -1,
+        }
+
+    if request.get("key_type", _KEY_TYPE_GROUP) != _KEY_TYPE_GROUP:
+        return answer(COORDINATOR_NOT_AVAILABLE, "transactions are not supported")
+    gc = coordinator(broker)
+    if not gc.active:
+        return answer(COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running")
+    # Kafka creates __consumer_offsets when the first client looks for a
+    # coordinator, so the first commit does not pay for it.
+    d = gc.ensure_offsets_topic()
+
+    def failed(failure):
+        log.failure("creating __consumer_offsets failed", failure)
+        return answer(COORDINATOR_NOT_AVAILABLE, "__consumer_offsets could not be created")
+
+    return d.addCallbacks(lambda _: answer(NONE), failed)
+
+
+def handle_join_group(ctx, request):
+    d = coordinator(ctx.broker).join_group(
+        request["group_id"],
+        request["member_id"],
+        request.get("group_instance_id"),
+        ctx.header.client_id or "",
+        _client_host(ctx.peer),
+        request["session_timeout_ms"],
+        request.get("rebalance_timeout_ms", -1),
+        request["protocol_type"],
+        request["protocols"],
+        ctx.version >= 4,
+    )
+    return d.addCallback(_throttled)
+
+
+def handle_sync_group(ctx, request):
+    d = coordinator(ctx.broker).sync_group(
+        request["group_id"],
+        request["generation_id"],
+        request["member_id"],
+        request.get("group_instance_id"),
+        request["assignments"],
+    )
+    return d.addCallback(_throttled)
+
+
+def handle_heartbeat(ctx, request):
+    error = coordinator(ctx.broker).heartbeat(
+        request["group_id"],
+        request["generation_id"],
+        request["member_id"],
+        request.get("group_instance_id"),
+    )
+    return {"throttle_time_ms": 0, "error_code": error}
+
+
+def handle_leave_group(ctx, request):
+    if ctx.version < 3:
+        members = [(request["member_id"], None)]
+    else:
+        members = [(m["member_id"], m.get("group_instance_id")) for m in request["members"]]
+    error, errors = coordinator(ctx.broker).leave_group(request["group_id"], members)
+    if ctx.version < 3:
+        return {"throttle_time_ms": 0, "error_code": error if error != NONE else errors[0]}
+    return {
+        "throttle_time_ms": 0,
+        "error_code": error,
+        "members": [
+            {"member_id": mid, "group_instance_id": iid, "error_code": code}
+            for (mid, iid), code in zip(members, errors)
+        ],
+    }
+
+
+def handle_offset_commit(ctx, request):
+    generation = request.get("generation_id_or_member_epoch", request.get("generation_id", -1))
+    d = coordinator(ctx.broker).commit_offsets(
+        request["group_id"],
+        generation,
+        request.get("member_id", ""),
+        request.get("group_instance_id"),
+        request.get("retention_time_ms", -1),
+        request["topics"],
+    )
+    return d.addCallback(lambda topics: {"throttle_time_ms": 0, "topics": topics})
+
+
+def handle_offset_fetch(ctx, request):
+    topics = request.get("topics")
+    wanted = None if topics is None else [(t["name"], t["partition_indexes"]) for t in topics]
+    error, found = coordinator(ctx.broker).fetch_offsets(request["group_id"], wanted)
+    out = []
+    for name, parts in found:
+        entries = []
+        for index, om in parts:
+            entries.append(
+                {
+                    "partition_index": index,
+                    "committed_offset": om.offset if om else -1,
+                    "committed_leader_epoch": om.leader_epoch if om else -1,
+                    "metadata": om.metadata if om else "",
+                    "error_code": error,
+                }
+            )
+        out.append({"name": name, "partitions": entries})
+    return {"throttle_time_ms": 0, "topics": out, "error_code": error}
+
+
+def handle_describe_groups(ctx, request):
+    gc = coordinator(ctx.broker)
+    groups = []
+    for group_id in request["groups"]:
+        described = gc.describe_group(group_id)
+        described["authorized_operations"] = _OPERATIONS_OMITTED
+        groups.append(described)
+    return {"throttle_time_ms": 0, "groups": groups}
+
+
+def handle_list_groups(ctx, request):
+    error, groups = coordinator(ctx.broker).list_groups()
+    return {
+        "throttle_time_ms": 0,
+        "error_code": error,
+        "groups": [{"group_id": g, "protocol_type": t} for g, t in groups],
+    }
+
+
+def handle_delete_groups(ctx, request):
+    d = coordinator(ctx.broker).delete_groups(request["groups_names"])
+    return d.addCallback(
+        lambda results: {
+            "throttle_time_ms": 0,
+            "results": [{"group_id": g, "error_code": code} for g, code in results],
+        }
+    )
+
+
+def handle_offset_delete(ctx, request):
+    wanted = [
+        (t["name"], [p["partition_index"] for p in t["partitions"]]) for t in request["topics"]
+    ]
+    d = coordinator(ctx.broker).delete_offsets(request["group_id"], wanted)
+
+    def answer(result):
+        error, topics = result
+        return {
+            "error_code": error,
+            "throttle_time_ms": 0,
+            "topics": [
+                {
+                    "name": name,
+                    "partitions": [{"partition_index": p, "error_code": c} for p, c in parts],
+                }
+                for name, parts in topics
+            ],
+        }
+
+    return d.addCallback(answer)
+
+
+HANDLERS = {
+    codec.FIND_COORDINATOR: handle_find_coordinator,
+    codec.JOIN_GROUP: handle_join_group,
+    codec.SYNC_GROUP: handle_sync_group,
+    codec.HEARTBEAT: handle_heartbeat,
+    codec.LEAVE_GROUP: handle_leave_group,
+    codec.OFFSET_COMMIT: handle_offset_commit,
+    codec.OFFSET_FETCH: handle_offset_fetch,
+    codec.DESCRIBE_GROUPS: handle_describe_groups,
+    codec.LIST_GROUPS: handle_list_groups,
+    codec.DELETE_GROUPS: handle_delete_groups,
+    codec.OFFSET_DELETE: handle_offset_delete,
+}
+
+__all__ = ["HANDLERS", "coordinator"]
