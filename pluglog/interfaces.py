@@ -188,8 +188,12 @@ class ICoordinator(Interface):
 class ISink(Interface):
     """Copies topics somewhere else by reading the log like a consumer."""
 
-    def make_service(broker):
-        """Return an IService that runs the sink alongside the broker."""
+    def make_service(broker, name, settings):
+        """Return an IService that runs the sink alongside the broker.
+
+        ``name`` is the NAME of the broker config section ``[sink:NAME]`` and
+        ``settings`` its keys (strings); bad settings raise ConfigError naming
+        the key and value."""
 
 
 class IAuthenticator(Interface):

@@ -14,6 +14,7 @@ from twisted.internet import defer, endpoints, task
 from twisted.logger import Logger
 
 from pluglog.broker.core import Broker
+from pluglog.errors import ConfigError
 from pluglog.registry import Registry
 
 log = Logger()
@@ -67,10 +68,28 @@ class BrokerService(service.MultiService):
         if self.config.fsync != "never":
             self._every(self.config.checkpoint_interval_ms, broker.checkpoint)
         self._every(self.config.retention_check_interval_ms, broker.run_retention)
+        for service_ in self._sink_services(registry, broker):
+            service_.setServiceParent(self)
         for extra in self.plugin_manager.hook.pluglog_add_services(broker=broker):
             if extra is not None:
                 extra.setServiceParent(self)
         self.plugin_manager.hook.pluglog_broker_started(broker=broker)
+
+    def _sink_services(self, registry, broker):
+        """One service per ``[sink:NAME]`` config section; ``plugin`` picks the ISink."""
+        services = []
+        for section, settings in sorted(self.config.plugin_sections.items()):
+            kind, _, name = section.partition(":")
+            if kind != "sink":
+                continue
+            settings = dict(settings)
+            plugin = settings.pop("plugin", None)
+            if not plugin or not name:
+                raise ConfigError(f"[{section}]: a sink section needs a name and a 'plugin' key")
+            sink = registry.build("sink", plugin, self.config, self.reactor)
+            services.append(sink.make_service(broker, name, settings))
+            log.info("sink {name} ({plugin}) configured", name=name, plugin=plugin)
+        return services
 
     def _every(self, interval_ms, function):
         def guarded():

@@ -162,6 +162,14 @@ class Options(usage.Options):
                         f"--{kind}: no {kind} plugin named {name!r} "
                         f"(available: {', '.join(registry.names(kind))})"
                     )
+            for section, settings in config.plugin_sections.items():
+                if section.startswith("sink:"):
+                    plugin = settings.get("plugin")
+                    if plugin not in registry.names("sink"):
+                        raise usage.UsageError(
+                            f"[{section}] plugin = {plugin!r}: no such sink plugin "
+                            f"(available: {', '.join(registry.names('sink')) or 'none'})"
+                        )
         except PluginError as exc:
             raise usage.UsageError(str(exc)) from None
         self.broker_config = config

@@ -92,3 +92,10 @@ def test_bad_config_file_value(tmp_path):
 def test_listen_address():
     assert listen_address("tcp:9092") == (None, 9092)
     assert listen_address(r"tcp:port=9093:interface=\:\:1") == ("::1", 9093)
+
+
+def test_sink_section_with_unknown_plugin(tmp_path):
+    ini = tmp_path / "broker.ini"
+    ini.write_text("[broker]\nnum.partitions = 1\n[sink:archive]\nplugin = warp-drive\n")
+    with pytest.raises(usage.UsageError, match="warp-drive"):
+        parse("-d", str(tmp_path), "--config", str(ini))
