@@ -70,7 +70,7 @@ def test_config_file(tmp_path):
         "log.segment.bytes = 1048576\n"
         "log.retention.ms = 60000\n"
         "auto.create.topics.enable = false\n"
-        "\n[sink:archive]\ntopics = a,b\n"
+        "\n[metrics]\nport = 9100\n"
     )
     config = parse(
         "-d", str(tmp_path), "--config", str(ini), "--set", "num.partitions=5"
@@ -79,7 +79,7 @@ def test_config_file(tmp_path):
     assert config.topic_defaults.segment_bytes == 1048576
     assert config.topic_defaults.retention_ms == 60000
     assert config.auto_create_topics_enable is False
-    assert config.plugin_sections["sink:archive"]["topics"] == "a,b"
+    assert config.plugin_sections["metrics"]["port"] == "9100"
 
 
 def test_bad_config_file_value(tmp_path):
