@@ -105,8 +105,11 @@ class BrokerService(service.MultiService):
 
     def _start_failed(self, failure):
         log.failure("pluglog broker failed to start", failure)
+        # Start usually runs before reactor.run(); stop as soon as it runs.
         if self.reactor.running:
             self.reactor.stop()
+        else:
+            self.reactor.callWhenRunning(self.reactor.stop)
 
     @defer.inlineCallbacks
     def stopService(self):

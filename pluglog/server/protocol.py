@@ -109,10 +109,10 @@ class KafkaServerProtocol(protocol.Protocol):
         api_key, version = header.api_key, header.api_version
         supported = codec.SUPPORTED.get(api_key)
         handler = HANDLERS.get(api_key)
-        if supported is None or handler is None:
+        if (supported is None or handler is None) and not codec.is_defined(api_key, version):
             self._bad_input(f"unknown or unserved api key {api_key}", header)
             return
-        if not supported[0] <= version <= supported[1]:
+        if supported is None or handler is None or not supported[0] <= version <= supported[1]:
             if api_key == codec.API_VERSIONS:
                 self._push_ready(codec.api_versions_fallback_response(header.correlation_id))
                 return

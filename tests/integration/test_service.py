@@ -1,0 +1,78 @@
+"""The twistd service: clean SIGTERM stop, restart without rescan, bad flags."""
+
+import os
+import subprocess
+import sys
+
+from tests.broker_process import ROOT, TWISTD, BrokerProcess
+from tests.integration.clients import (
+    consume_kafka_python,
+    create_topic,
+    make_records,
+    produce_confluent,
+)
+
+
+def test_sigterm_flushes_checkpoints_and_restart_does_not_rescan(tmp_path):
+    data = tmp_path / "data"
+    broker = BrokerProcess(data).start()
+    create_topic(broker.bootstrap, "durable", partitions=2)
+    records = make_records(4000, partitions=2)
+    produce_confluent(broker.bootstrap, "durable", records, "gzip")
+    # twistd re-raises SIGTERM after a clean shutdown, so -15 is the normal exit.
+    assert broker.stop() in (0, -15)
+    log = broker.log()
+    assert "stopped cleanly" in log
+    assert "Traceback" not in log
+    assert (data / ".pluglog_cleanshutdown").exists()
+    checkpoint = (data / "recovery-point-offset-checkpoint").read_text().split("\n")
+    assert checkpoint[0] == "0"
+    points = {tuple(line.split()[:2]): int(line.split()[2]) for line in checkpoint[2:] if line}
+    assert points[("durable", "0")] + points[("durable", "1")] == 4000
+
+    again = BrokerProcess(data, port=broker.port).start()
+    try:
+        got = consume_kafka_python(again.bootstrap, "durable", 2, len(records))
+        assert sorted(map(repr, got)) == sorted(map(repr, records))
+        assert "recovered durable" not in again.log()[len(log) :]
+    finally:
+        again.stop()
+
+
+def test_memory_storage_runs(tmp_path):
+    broker = BrokerProcess(tmp_path / "data", extra_args=["--storage", "memory"]).start()
+    try:
+        records = make_records(100, partitions=1)
+        create_topic(broker.bootstrap, "mem", partitions=1)
+        produce_confluent(broker.bootstrap, "mem", records)
+        assert len(consume_kafka_python(broker.bootstrap, "mem", 1, 100)) == 100
+        assert not any(p.startswith("mem-") for p in os.listdir(tmp_path / "data"))
+    finally:
+        broker.stop()
+
+
+def test_bad_flag_exits_with_usage_error(tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    result = subprocess.run(
+        [sys.executable, "-c", TWISTD, "-n", "--pidfile=", "pluglog", "--fsync", "sometimes"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "sometimes" in result.stdout + result.stderr
+
+
+def test_port_in_use_fails_cleanly(tmp_path, shared_broker):
+    broker = BrokerProcess(tmp_path / "data", port=shared_broker.port)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    result = subprocess.run(
+        broker.command(), capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    output = result.stdout + result.stderr
+    assert "failed to start" in output
+    assert "Address already in use" in output or "Couldn't listen" in output
+    assert shared_broker.alive()
