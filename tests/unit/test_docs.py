@@ -40,3 +40,14 @@ def test_every_option_is_documented():
     for long_name, *_ in Options.optParameters:
         assert f"``--{long_name}``" in text, long_name
     assert "``--set``" in text
+
+
+def test_protocol_page_lists_every_served_api():
+    from pluglog import protocol as codec
+
+    text = _read("protocol.rst")
+    for key, (lo, hi) in codec.SUPPORTED.items():
+        name = codec.API_NAMES[key]
+        versions = f"{lo}-{hi}" if lo != hi else f"{lo}"
+        pattern = rf"^{key}\s+{name}\s+{re.escape(versions)}\s"
+        assert re.search(pattern, text, re.M), f"docs/protocol.rst: {key} {name} {versions}"
