@@ -43,6 +43,41 @@ def create_topic(bootstrap, topic, partitions=3, config=None):
     futures[topic].result(timeout=30)
 
 
+def create_topic_kafka_python(bootstrap, topic, partitions=3):
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin import NewTopic as KpNewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([KpNewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    finally:
+        admin.close()
+
+
+def create_topic_aiokafka(bootstrap, topic, partitions=3):
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin import NewTopic as AioNewTopic
+
+    async def run():
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics(
+                [AioNewTopic(topic, num_partitions=partitions, replication_factor=1)]
+            )
+        finally:
+            await admin.close()
+
+    asyncio.run(run())
+
+
+CREATORS = {
+    "confluent": create_topic,
+    "kafka-python": create_topic_kafka_python,
+    "aiokafka": create_topic_aiokafka,
+}
+
+
 def by_partition(records):
     out = {}
     for partition, key, value, headers in records:

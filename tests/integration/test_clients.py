@@ -10,9 +10,9 @@ import pytest
 from tests.integration.clients import (
     CODECS,
     CONSUMERS,
+    CREATORS,
     PRODUCERS,
     by_partition,
-    create_topic,
     make_records,
 )
 
@@ -21,11 +21,12 @@ TOTAL = 10_000
 
 @pytest.fixture(scope="module")
 def produced(shared_broker):
-    """topic per producing client, filled with TOTAL records over all its codecs."""
+    """A topic per client, created with its own admin API and filled by its producer
+    with TOTAL records spread over all its codecs."""
     out = {}
     for client, produce in PRODUCERS.items():
         topic = f"matrix-{client}"
-        create_topic(shared_broker.bootstrap, topic, partitions=3)
+        CREATORS[client](shared_broker.bootstrap, topic, partitions=3)
         codecs = CODECS[client]
         records = make_records(TOTAL, seed=0)
         step = TOTAL // len(codecs)
@@ -48,3 +49,13 @@ def test_cross_client(produced, shared_broker, producer, consumer):
     actual = by_partition(got)
     for partition in range(3):
         assert actual[partition] == expected[partition], f"partition {partition} differs"
+
+
+def test_topics_exist_with_three_partitions(produced, shared_broker):
+    import confluent_kafka.admin
+
+    meta = confluent_kafka.admin.AdminClient(
+        {"bootstrap.servers": shared_broker.bootstrap}
+    ).list_topics(timeout=10)
+    for topic, _records in produced.values():
+        assert len(meta.topics[topic].partitions) == 3

@@ -1,0 +1,524 @@
+"""Consumer groups with real clients against the real broker process.
+
+librdkafka (confluent-kafka and kcat), kafka-python and aiokafka consumers join
+groups, split partitions, commit, fail over and come back after broker and
+consumer restarts. Every consumer records a record only after the commit
+covering it succeeded, so "each (partition, offset) exactly once across the
+group, no gaps" is exactly what the coordinator's generation fencing and
+offset store promise, SIGKILLed members included.
+
+Run as ``python -m tests.integration.test_groups WORKER-JSON`` this module is
+the confluent-kafka consumer process the tests start and kill.
+"""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import confluent_kafka
+import kafka
+import pytest
+from aiokafka import AIOKafkaConsumer
+from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+from tests.broker_process import ROOT
+from tests.integration.clients import create_topic, produce_confluent
+
+pytestmark = pytest.mark.integration
+
+SESSION_MS = 6000
+FAST_GROUP = {
+    "session.timeout.ms": SESSION_MS,
+    "heartbeat.interval.ms": 500,
+    "max.poll.interval.ms": 30000,
+    "enable.auto.commit": False,
+    "auto.offset.reset": "earliest",
+}
+
+
+def produce(bootstrap, topic, count, partitions, start=0):
+    produce_confluent(
+        bootstrap,
+        topic,
+        [(i % partitions, None, f"v{start + i}".encode(), []) for i in range(count)],
+    )
+
+
+def confluent_consumer(bootstrap, group, **extra):
+    return confluent_kafka.Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, **FAST_GROUP, **extra}
+    )
+
+
+def commit_confluent(consumer, msgs):
+    """Commit past ``msgs``; True if every partition's commit succeeded."""
+    last = {}
+    for m in msgs:
+        last[(m.topic(), m.partition())] = m.offset()
+    tps = [confluent_kafka.TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
+    try:
+        done = consumer.commit(offsets=tps, asynchronous=False)
+    except confluent_kafka.KafkaException:
+        done = None
+    if done is None or any(tp.error for tp in done):
+        # Not committed, so not processed: rewind to re-read if still ours.
+        for m in msgs:
+            try:
+                consumer.seek(confluent_kafka.TopicPartition(m.topic(), m.partition(), m.offset()))
+            except confluent_kafka.KafkaException:
+                pass
+        return False
+    return True
+
+
+def committed(bootstrap, group, topic, partitions):
+    consumer = confluent_consumer(bootstrap, group)
+    try:
+        tps = [confluent_kafka.TopicPartition(topic, p) for p in range(partitions)]
+        return {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=20)}
+    finally:
+        consumer.close()
+
+
+def wait_for(predicate, timeout, what, step=0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def assert_exactly_once(seen, topic_counts):
+    """``seen``: list of (partition, offset); ``topic_counts``: {partition: count}."""
+    expected = {(p, o) for p, n in topic_counts.items() for o in range(n)}
+    dupes = len(seen) - len(set(seen))
+    assert dupes == 0, f"{dupes} records consumed more than once"
+    missing = expected - set(seen)
+    assert not missing, f"{len(missing)} records never consumed, e.g. {sorted(missing)[:5]}"
+    assert set(seen) == expected
+
+
+# ---- the confluent-kafka worker process ------------------------------------------
+
+
+def worker_main(spec):
+    """Consume ``spec["topic"]`` in ``spec["group"]``, appending committed batches
+    as ``time partition:offset ...`` lines to ``spec["out"]`` until SIGTERM."""
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    extra = {"group.instance.id": spec["instance"]} if spec.get("instance") else {}
+    consumer = confluent_consumer(spec["bootstrap"], spec["group"], **extra)
+    consumer.subscribe([spec["topic"]])
+    with open(spec["out"], "a", encoding="ascii") as out:
+        while not stopping:
+            msgs = [m for m in consumer.consume(200, 0.2) if not m.error()]
+            if msgs and commit_confluent(consumer, msgs):
+                pairs = " ".join(f"{m.partition()}:{m.offset()}" for m in msgs)
+                out.write(f"{time.time():.3f} {pairs}\n")
+                out.flush()
+                time.sleep(spec.get("delay", 0))
+    consumer.close()
+
+
+class Worker:
+    def __init__(self, tmp_path, name, **spec):
+        self.out = str(tmp_path / f"{name}.out")
+        self.err = open(tmp_path / f"{name}.err", "wb")  # noqa: SIM115
+        spec["out"] = self.out
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.test_groups", json.dumps(spec)],
+            cwd=ROOT,
+            env=env,
+            stdout=self.err,
+            stderr=subprocess.STDOUT,
+        )
+
+    def batches(self):
+        """[(time, [(partition, offset)])] committed so far."""
+        try:
+            with open(self.out, encoding="ascii") as handle:
+                lines = handle.read().splitlines()
+        except FileNotFoundError:
+            return []
+        out = []
+        for line in lines:
+            stamp, *pairs = line.split()
+            out.append((float(stamp), [tuple(map(int, p.split(":"))) for p in pairs]))
+        return out
+
+    def records(self):
+        return [r for _, batch in self.batches() for r in batch]
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        self.proc.wait(30)
+        self.err.close()
+
+
+def test_confluent_group_failover_exactly_once(shared_broker, tmp_path):
+    bootstrap = shared_broker.bootstrap
+    topic, group, parts, total = "grp-failover", "grp-failover-g", 6, 60000
+    create_topic(bootstrap, topic, partitions=parts)
+    produce(bootstrap, topic, total, parts)
+    spec = {"bootstrap": bootstrap, "topic": topic, "group": group, "delay": 0.1}
+    workers = [Worker(tmp_path, f"w{i}", **spec) for i in range(3)]
+    try:
+
+        def progress():
+            return len({r for w in workers for r in w.records()})
+
+        wait_for(lambda: progress() >= total // 4, 60, "a quarter of the records")
+        workers[0].stop(signal.SIGTERM)  # clean close: LeaveGroup
+        wait_for(lambda: progress() >= total // 2, 60, "half of the records")
+        victim, survivor = workers[1], workers[2]
+        last_time = victim.batches()[-1][0]
+        victim_parts = {p for t, batch in victim.batches() if t >= last_time - 1 for p, _ in batch}
+        victim.stop(signal.SIGKILL)
+        killed_at = time.time()
+        wait_for(lambda: progress() >= total, 90, "every record")
+        taken_over = min(
+            t
+            for t, batch in survivor.batches()
+            if t > killed_at and any(p in victim_parts for p, _ in batch)
+        )
+        # Session expiry (6 s), then a heartbeat, JoinGroup, SyncGroup and a fetch.
+        assert taken_over - killed_at < SESSION_MS / 1000 + 6, taken_over - killed_at
+    finally:
+        for w in workers:
+            w.stop(signal.SIGKILL)
+    assert_exactly_once(
+        [r for w in workers for r in w.records()], dict.fromkeys(range(parts), 10000)
+    )
+    assert committed(bootstrap, group, topic, parts) == dict.fromkeys(range(parts), 10000)
+
+
+# ---- in-process consumers -----------------------------------------------------------
+
+
+class Collector:
+    """Records (partition, offset) pairs from consumer threads or tasks."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.by_consumer = {}
+
+    def add(self, name, pairs):
+        with self.lock:
+            self.by_consumer.setdefault(name, []).extend(pairs)
+
+    def all(self):
+        with self.lock:
+            return [r for pairs in self.by_consumer.values() for r in pairs]
+
+
+def run_kafka_python(bootstrap, topic, group, name, collector, stop, assigned, **extra):
+    consumer = kafka.KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        client_id=name,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=SESSION_MS,
+        heartbeat_interval_ms=500,
+        **extra,
+    )
+    consumer.subscribe([topic])
+    try:
+        while not stop.is_set():
+            polled = consumer.poll(timeout_ms=200)
+            assigned[name] = {tp.partition for tp in consumer.assignment()}
+            pairs = [(m.partition, m.offset) for msgs in polled.values() for m in msgs]
+            if not pairs:
+                continue
+            try:
+                consumer.commit()
+            except kafka.errors.CommitFailedError:
+                continue  # the next poll rejoins and resumes from the commits
+            collector.add(name, pairs)
+    finally:
+        consumer.close()
+
+
+def run_confluent(bootstrap, topic, group, name, collector, stop, assigned, **extra):
+    consumer = confluent_consumer(bootstrap, group, **extra)
+    consumer.subscribe([topic])
+    try:
+        while not stop.is_set():
+            msgs = [m for m in consumer.consume(200, 0.2) if not m.error()]
+            assigned[name] = {tp.partition for tp in consumer.assignment()}
+            if msgs and commit_confluent(consumer, msgs):
+                collector.add(name, [(m.partition(), m.offset()) for m in msgs])
+    finally:
+        consumer.close()
+
+
+def balanced_group(bootstrap, topic, parts, runners):
+    """Start ``runners`` ({name: function}) in threads and wait until they split
+    the topic's partitions between them."""
+    collector, stop, assigned = Collector(), threading.Event(), {}
+    threads = [
+        threading.Thread(target=fn, args=(name, collector, stop, assigned), daemon=True)
+        for name, fn in runners.items()
+    ]
+    for thread in threads:
+        thread.start()
+
+    def balanced():
+        sets = [assigned.get(name, set()) for name in runners]
+        return all(sets) and sorted(p for s in sets for p in s) == list(range(parts))
+
+    try:
+        wait_for(balanced, 60, f"a balanced assignment, have {assigned}")
+    except AssertionError:
+        stop.set()
+        raise
+    return collector, stop, threads, assigned
+
+
+def finish(collector, stop, threads, count):
+    try:
+        wait_for(lambda: len(set(collector.all())) >= count, 60, "every record")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+
+
+def test_kafka_python_group_of_two(shared_broker):
+    bootstrap, topic, group = shared_broker.bootstrap, "grp-kp", "grp-kp-g"
+    create_topic(bootstrap, topic, partitions=4)
+
+    def runner(name, *args):
+        run_kafka_python(bootstrap, topic, group, name, *args)
+
+    collector, stop, threads, assigned = balanced_group(
+        bootstrap, topic, 4, {"kp-a": runner, "kp-b": runner}
+    )
+    produce(bootstrap, topic, 2000, 4)
+    finish(collector, stop, threads, 2000)
+    assert_exactly_once(collector.all(), dict.fromkeys(range(4), 500))
+    for name, pairs in collector.by_consumer.items():
+        assert {p for p, _ in pairs} == assigned[name]
+    assert committed(bootstrap, group, topic, 4) == dict.fromkeys(range(4), 500)
+
+
+def test_mixed_librdkafka_and_kafka_python_group(shared_broker):
+    bootstrap, topic, group = shared_broker.bootstrap, "grp-mixed", "grp-mixed-g"
+    create_topic(bootstrap, topic, partitions=6)
+
+    def rdkafka(name, *args):
+        run_confluent(
+            bootstrap, topic, group, name, *args, **{"partition.assignment.strategy": "range"}
+        )
+
+    def kp(name, *args):
+        run_kafka_python(
+            bootstrap,
+            topic,
+            group,
+            name,
+            *args,
+            partition_assignment_strategy=[RangePartitionAssignor],
+        )
+
+    collector, stop, threads, assigned = balanced_group(
+        bootstrap, topic, 6, {"rdkafka": rdkafka, "kafka-python": kp}
+    )
+    assert [len(assigned["rdkafka"]), len(assigned["kafka-python"])] == [3, 3]
+    produce(bootstrap, topic, 1200, 6)
+    finish(collector, stop, threads, 1200)
+    assert_exactly_once(collector.all(), dict.fromkeys(range(6), 200))
+    for name, pairs in collector.by_consumer.items():
+        assert {p for p, _ in pairs} == assigned[name]
+
+
+def test_aiokafka_group_of_two(shared_broker):
+    bootstrap, topic, group = shared_broker.bootstrap, "grp-aio", "grp-aio-g"
+    create_topic(bootstrap, topic, partitions=4)
+    seen = {}
+
+    async def consume(name, consumer, done):
+        await consumer.start()
+        try:
+            while not done.is_set():
+                batches = await consumer.getmany(timeout_ms=200)
+                pairs = [(m.partition, m.offset) for msgs in batches.values() for m in msgs]
+                if pairs:
+                    await consumer.commit()
+                    seen.setdefault(name, []).extend(pairs)
+        finally:
+            await consumer.stop()
+
+    async def run():
+        done = asyncio.Event()
+        consumers = {
+            name: AIOKafkaConsumer(
+                topic,
+                bootstrap_servers=bootstrap,
+                group_id=group,
+                client_id=name,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                session_timeout_ms=SESSION_MS,
+                heartbeat_interval_ms=500,
+            )
+            for name in ("aio-a", "aio-b")
+        }
+        tasks = [asyncio.create_task(consume(n, c, done)) for n, c in consumers.items()]
+        deadline = time.monotonic() + 60
+        while not all(c.assignment() for c in consumers.values()):
+            assert time.monotonic() < deadline, "no balanced assignment"
+            await asyncio.sleep(0.1)
+        assigned = {n: {tp.partition for tp in c.assignment()} for n, c in consumers.items()}
+        await asyncio.to_thread(produce, bootstrap, topic, 2000, 4)
+        while len({r for pairs in seen.values() for r in pairs}) < 2000:
+            assert time.monotonic() < deadline + 30, "records missing"
+            await asyncio.sleep(0.1)
+        done.set()
+        await asyncio.gather(*tasks)
+        return assigned
+
+    assigned = asyncio.run(run())
+    assert sorted(p for s in assigned.values() for p in s) == [0, 1, 2, 3]
+    assert all(len(s) == 2 for s in assigned.values())
+    assert_exactly_once(
+        [r for pairs in seen.values() for r in pairs], dict.fromkeys(range(4), 500)
+    )
+    assert committed(bootstrap, group, topic, 4) == dict.fromkeys(range(4), 500)
+
+
+def test_kcat_balanced_consumer(shared_broker):
+    bootstrap, topic, group = shared_broker.bootstrap, "grp-kcat", "grp-kcat-g"
+    create_topic(bootstrap, topic, partitions=3)
+    produce(bootstrap, topic, 300, 3)
+    result = subprocess.run(
+        [
+            "kcat",
+            "-b",
+            bootstrap,
+            "-G",
+            group,
+            "-X",
+            "auto.offset.reset=earliest",
+            "-X",
+            f"session.timeout.ms={SESSION_MS}",
+            "-c",
+            "300",
+            "-f",
+            "%p:%o\n",
+            topic,
+        ],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    seen = [tuple(map(int, line.split(":"))) for line in result.stdout.decode().split()]
+    assert_exactly_once(seen, dict.fromkeys(range(3), 100))
+    # kcat commits what it consumed when it closes (auto commit).
+    assert committed(bootstrap, group, topic, 3) == dict.fromkeys(range(3), 100)
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_committed_offsets_survive_broker_restart(broker, how):
+    bootstrap, topic, group = broker.bootstrap, "grp-restart", "grp-restart-g"
+    create_topic(bootstrap, topic, partitions=2)
+    produce(bootstrap, topic, 100, 2)
+    consumer = confluent_consumer(bootstrap, group)
+    consumer.subscribe([topic])
+    wait_for(lambda: (consumer.poll(0.2), consumer.assignment())[1], 30, "an assignment")
+    offsets = [
+        confluent_kafka.TopicPartition(topic, 0, 17, metadata="m0", leader_epoch=0),
+        confluent_kafka.TopicPartition(topic, 1, 33),
+    ]
+    assert all(tp.error is None for tp in consumer.commit(offsets=offsets, asynchronous=False))
+    consumer.close()
+    if how == "sigterm":
+        broker.stop()
+    else:
+        broker.kill()
+    broker.start()
+    after = confluent_consumer(bootstrap, group)
+    try:
+        got = after.committed([confluent_kafka.TopicPartition(topic, p) for p in (0, 1)], 20)
+        assert [(tp.partition, tp.offset) for tp in got] == [(0, 17), (1, 33)]
+        assert got[0].metadata == "m0"
+        after.subscribe([topic])
+        first = {}
+        deadline = time.monotonic() + 30
+        while len(first) < 2 and time.monotonic() < deadline:
+            m = after.poll(0.2)
+            if m is not None and not m.error():
+                first.setdefault(m.partition(), m.offset())
+        assert first == {0: 17, 1: 33}
+    finally:
+        after.close()
+
+
+def test_static_member_restart_keeps_assignment_without_rebalance(shared_broker, tmp_path):
+    bootstrap, topic, group = shared_broker.bootstrap, "grp-static", "grp-static-g"
+    create_topic(bootstrap, topic, partitions=4)
+    events = []
+    collector, stop, assigned = Collector(), threading.Event(), {}
+
+    def on_assign(_consumer, partitions):
+        events.append(("assign", sorted(p.partition for p in partitions)))
+
+    def on_revoke(_consumer, partitions):
+        events.append(("revoke", sorted(p.partition for p in partitions)))
+
+    def member_b():
+        consumer = confluent_consumer(bootstrap, group, **{"group.instance.id": "static-b"})
+        consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
+        try:
+            while not stop.is_set():
+                msgs = [m for m in consumer.consume(200, 0.2) if not m.error()]
+                assigned["b"] = {tp.partition for tp in consumer.assignment()}
+                if msgs and commit_confluent(consumer, msgs):
+                    collector.add("b", [(m.partition(), m.offset()) for m in msgs])
+        finally:
+            consumer.close()
+
+    thread = threading.Thread(target=member_b, daemon=True)
+    thread.start()
+    spec = {"bootstrap": bootstrap, "topic": topic, "group": group, "instance": "static-a"}
+    a = Worker(tmp_path, "a1", **spec)
+    a2 = None
+    try:
+        wait_for(lambda: len(assigned.get("b", ())) == 2, 60, "two partitions for b")
+        produce(bootstrap, topic, 400, 4)
+
+        def consumed(n):
+            return len(set(collector.all()) | set(a.records() + (a2.records() if a2 else []))) >= n
+
+        wait_for(lambda: consumed(400), 60, "the first 400 records")
+        a_parts = {p for p, _ in a.records()}
+        events_before = list(events)
+        a.stop(signal.SIGKILL)
+        a2 = Worker(tmp_path, "a2", **spec)  # same group.instance.id, well within 6 s
+        produce(bootstrap, topic, 400, 4, start=400)
+        wait_for(lambda: consumed(800), 60, "the next 400 records")
+        assert {p for p, _ in a2.records()} == a_parts
+        time.sleep(SESSION_MS / 1000)  # the old incarnation's session ends: still no rebalance
+        assert events == events_before, "the other static member was rebalanced"
+        assert len({p for p, _ in a2.records()}) == 2
+    finally:
+        stop.set()
+        thread.join(30)
+        a.stop(signal.SIGKILL)
+        if a2 is not None:
+            a2.stop(signal.SIGTERM)
+    seen = collector.all() + a.records() + a2.records()
+    assert_exactly_once(seen, dict.fromkeys(range(4), 200))
+
+
+if __name__ == "__main__":
+    worker_main(json.loads(sys.argv[1]))
