@@ -1,0 +1,168 @@
+"""Admin APIs through real admin clients: configs, partitions, records, errors."""
+
+import time
+
+import confluent_kafka
+import pytest
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
+
+from tests.broker_process import BrokerProcess
+from tests.integration.clients import make_records, produce_confluent
+
+
+@pytest.fixture(scope="module")
+def admin(shared_broker):
+    return AdminClient({"bootstrap.servers": shared_broker.bootstrap})
+
+
+def _wait(futures):
+    return {k: f.result(timeout=30) for k, f in futures.items()}
+
+
+def test_create_describe_alter_configs(admin):
+    _wait(admin.create_topics([NewTopic("adm-cfg", 2, 1, config={"retention.ms": "123456"})]))
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "adm-cfg")
+    configs = _wait(admin.describe_configs([resource]))[resource]
+    assert configs["retention.ms"].value == "123456"
+    assert (
+        configs["retention.ms"].source
+        == confluent_kafka.admin.ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    )
+    assert configs["segment.bytes"].value == "1073741824"
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        "adm-cfg",
+        incremental_configs=[
+            ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE),
+        ],
+    )
+    _wait(admin.incremental_alter_configs([resource]))
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "adm-cfg")
+    configs = _wait(admin.describe_configs([resource]))[resource]
+    assert configs["cleanup.policy"].value == "compact"
+    assert configs["retention.ms"].value == "604800000"
+
+
+def test_kafka_python_describe_configs(shared_broker, admin):
+    from kafka.admin import ConfigResource as KpResource
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
+
+    _wait(admin.create_topics([NewTopic("adm-kp", 1, 1, config={"max.message.bytes": "2000000"})]))
+    client = KafkaAdminClient(bootstrap_servers=shared_broker.bootstrap)
+    try:
+        result = client.describe_configs([KpResource(ConfigResourceType.TOPIC, "adm-kp")])
+        text = repr(result)
+        assert "max.message.bytes" in text and "2000000" in text
+    finally:
+        client.close()
+
+
+def test_create_partitions_and_delete_records(shared_broker, admin):
+    _wait(admin.create_topics([NewTopic("adm-grow", 1, 1)]))
+    _wait(admin.create_partitions([NewPartitions("adm-grow", 4)]))
+    meta = admin.list_topics("adm-grow", timeout=10)
+    assert len(meta.topics["adm-grow"].partitions) == 4
+    produce_confluent(shared_broker.bootstrap, "adm-grow", make_records(100, partitions=1))
+    tp = confluent_kafka.TopicPartition("adm-grow", 0, 40)
+    result = _wait(admin.delete_records([tp]))
+    low = list(result.values())[0]
+    assert low.low_watermark == 40
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": shared_broker.bootstrap, "group.id": "x"}
+    )
+    lo, hi = consumer.get_watermark_offsets(
+        confluent_kafka.TopicPartition("adm-grow", 0), timeout=10
+    )
+    consumer.close()
+    assert (lo, hi) == (40, 100)
+
+
+def test_offsets_for_times(shared_broker, admin):
+    _wait(admin.create_topics([NewTopic("adm-time", 1, 1)]))
+    producer = confluent_kafka.Producer({"bootstrap.servers": shared_broker.bootstrap})
+    for i, ts in enumerate([1000, 2000, 3000, 4000]):
+        producer.produce("adm-time", value=b"v%d" % i, partition=0, timestamp=ts)
+        producer.flush(10)  # one batch per record so each has its own timestamp
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": shared_broker.bootstrap, "group.id": "t"}
+    )
+    found = consumer.offsets_for_times(
+        [confluent_kafka.TopicPartition("adm-time", 0, 2500)], timeout=10
+    )
+    consumer.close()
+    assert found[0].offset == 2
+
+
+@pytest.mark.parametrize(
+    "topic,error",
+    [
+        (NewTopic("adm-dup", 1, 1), "TOPIC_ALREADY_EXISTS"),
+        (NewTopic("adm-rf", 1, 3), "INVALID_REPLICATION_FACTOR"),
+        (NewTopic("adm-bad-cfg", 1, 1, config={"segment.bytes": "tiny"}), "INVALID_CONFIG"),
+        (NewTopic("bad/name", 1, 1), "TOPIC_EXCEPTION"),  # librdkafka's name for 17
+    ],
+)
+def test_create_errors(admin, topic, error):
+    if topic.topic == "adm-dup":
+        _wait(admin.create_topics([NewTopic("adm-dup", 1, 1)]))
+    with pytest.raises(confluent_kafka.KafkaException) as info:
+        _wait(admin.create_topics([topic]))
+    assert info.value.args[0].name() == error
+
+
+def test_delete_topic(admin):
+    _wait(admin.create_topics([NewTopic("adm-del", 2, 1)]))
+    _wait(admin.delete_topics(["adm-del"]))
+    assert "adm-del" not in admin.list_topics(timeout=10).topics
+
+
+def test_retention_deletes_old_segments(tmp_path):
+    broker = BrokerProcess(
+        tmp_path / "data",
+        settings={"log.retention.check.interval.ms": "200", "log.segment.delete.delay.ms": "0"},
+    ).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        _wait(
+            admin.create_topics(
+                [NewTopic("ret", 1, 1, config={"segment.bytes": "16384", "retention.ms": "1000"})]
+            )
+        )
+        old = int(time.time() * 1000) - 60_000
+        producer = confluent_kafka.Producer(
+            {"bootstrap.servers": broker.bootstrap, "linger.ms": 0}
+        )
+        for i in range(300):
+            producer.produce("ret", value=b"x" * 200, partition=0, timestamp=old)
+            if i % 20 == 0:
+                producer.flush(10)
+        producer.flush(10)
+        producer.produce("ret", value=b"fresh", partition=0)
+        producer.flush(10)
+        consumer = confluent_kafka.Consumer(
+            {"bootstrap.servers": broker.bootstrap, "group.id": "r"}
+        )
+        deadline = time.monotonic() + 20
+        lo = 0
+        while time.monotonic() < deadline:
+            lo, hi = consumer.get_watermark_offsets(
+                confluent_kafka.TopicPartition("ret", 0), timeout=10, cached=False
+            )
+            if lo > 0:
+                break
+            time.sleep(0.2)
+        consumer.close()
+        assert 0 < lo <= 300 and hi == 301
+        assert "retention deleted" in broker.log()
+        segments = [p for p in (tmp_path / "data" / "ret-0").iterdir() if p.suffix == ".log"]
+        assert len(segments) >= 1
+    finally:
+        broker.stop()
