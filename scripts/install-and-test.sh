@@ -22,6 +22,9 @@ fi
 # compat mode puts the checkout itself on sys.path, so twistd finds
 # twisted/plugins/pluglog_tap.py and code edits need no reinstall.
 $PY -m pip install -q -e '.[test]' --config-settings editable_mode=compat
+# The Spark plugin is its own distribution; pyspark 4 needs pyarrow and Java 17.
+$PY -m pip install -q pyspark pyarrow
+$PY -m pip install -q -e plugins/pluglog-spark
 
-$PY -m ruff check pluglog tests bench twisted
+$PY -m ruff check pluglog tests bench twisted plugins/pluglog-spark
 $PY -m pytest -q "$@"

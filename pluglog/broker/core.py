@@ -33,6 +33,7 @@ class Broker:
         self.topic_configs = {}
         self.node_id = config.broker_id
         self.advertised = (config.advertised_host, config.advertised_port)
+        self.group_coordinator = None
 
     def now_ms(self):
         return int(self.reactor.seconds() * 1000)
@@ -44,6 +45,13 @@ class Broker:
             self.coordinator.add_listener(self._on_topic_event)
         for meta in self.coordinator.topics().values():
             self._open_topic(meta)
+        from pluglog.group import GroupCoordinator
+
+        self.group_coordinator = GroupCoordinator(self)
+        # Not awaited: loading __consumer_offsets runs one read chunk per
+        # reactor turn while group APIs answer COORDINATOR_LOAD_IN_PROGRESS;
+        # a failed load is logged by start() and leaves produce/fetch working.
+        self.group_coordinator.start().addErrback(lambda _failure: None)
 
     def _on_topic_event(self, event, meta):
         if event in ("created", "changed"):
@@ -134,6 +142,8 @@ class Broker:
 
     @defer.inlineCallbacks
     def stop(self):
+        if self.group_coordinator is not None:
+            yield self.group_coordinator.stop()
         for part in self.partitions.values():
             part._waiters.clear()
         self.storage.close()

@@ -11,7 +11,8 @@ Lifecycle: :meth:`GroupCoordinator.start` loads ``__consumer_offsets``
 (one read chunk per reactor turn, answering COORDINATOR_LOAD_IN_PROGRESS
 meanwhile) and returns a Deferred that fires when loading is done;
 :meth:`stop` cancels every timer and answers parked requests with
-NOT_COORDINATOR. Offsets and the admin APIs live in :mod:`.offsets`.
+NOT_COORDINATOR. SyncGroup, Heartbeat, LeaveGroup and sessions live in
+:mod:`.members`, offsets and the admin APIs in :mod:`.offsets`.
 """
 
 import uuid
@@ -23,7 +24,6 @@ from pluglog.errors import (
     COORDINATOR_LOAD_IN_PROGRESS,
     COORDINATOR_NOT_AVAILABLE,
     FENCED_INSTANCE_ID,
-    ILLEGAL_GENERATION,
     INCONSISTENT_GROUP_PROTOCOL,
     INVALID_GROUP_ID,
     INVALID_SESSION_TIMEOUT,
@@ -34,6 +34,7 @@ from pluglog.errors import (
     UNKNOWN_MEMBER_ID,
 )
 from pluglog.group.loader import Loader
+from pluglog.group.members import MemberOperations, fire_once, join_result, sync_result
 from pluglog.group.model import (
     COMPLETING_REBALANCE,
     DEAD,
@@ -49,27 +50,7 @@ from pluglog.group.store import OffsetStore, group_key, group_value
 log = Logger()
 
 
-def join_result(error, member_id="", generation_id=-1, protocol_name="", leader="", members=()):
-    return {
-        "error_code": error,
-        "generation_id": generation_id,
-        "protocol_name": protocol_name or "",
-        "leader": leader or "",
-        "member_id": member_id,
-        "members": list(members),
-    }
-
-
-def sync_result(error, assignment=b""):
-    return {"error_code": error, "assignment": assignment}
-
-
-def _fire(deferred, result):
-    if deferred is not None and not deferred.called:
-        deferred.callback(result)
-
-
-class GroupCoordinator(OffsetOperations):
+class GroupCoordinator(MemberOperations, OffsetOperations):
     """Every consumer group of this broker."""
 
     def __init__(self, broker):
@@ -96,6 +77,8 @@ class GroupCoordinator(OffsetOperations):
         d = loader.run()
 
         def loaded(groups):
+            if not self.active:
+                return self
             self.groups.update(groups)
             self.loading = False
             for group in groups.values():
@@ -126,8 +109,8 @@ class GroupCoordinator(OffsetOperations):
                 self._cancel(member.heartbeat_call)
                 join, member.join_deferred = member.join_deferred, None
                 sync, member.sync_deferred = member.sync_deferred, None
-                _fire(join, join_result(NOT_COORDINATOR, member.member_id))
-                _fire(sync, sync_result(NOT_COORDINATOR))
+                fire_once(join, join_result(NOT_COORDINATOR, member.member_id))
+                fire_once(sync, sync_result(NOT_COORDINATOR))
         return defer.succeed(None)
 
     @staticmethod
@@ -264,7 +247,7 @@ class GroupCoordinator(OffsetOperations):
     def _set_join_deferred(self, member, d):
         old, member.join_deferred = member.join_deferred, d
         # A client that re-sends JoinGroup has given up on the earlier one.
-        _fire(old, join_result(REBALANCE_IN_PROGRESS, member.member_id))
+        fire_once(old, join_result(REBALANCE_IN_PROGRESS, member.member_id))
 
     def _add_member_and_rebalance(self, group, member, d):
         member.is_new = True
@@ -289,8 +272,8 @@ class GroupCoordinator(OffsetOperations):
         # Whoever still waits under the old id is a zombie of this instance.
         join, member.join_deferred = member.join_deferred, None
         sync, member.sync_deferred = member.sync_deferred, None
-        _fire(join, join_result(FENCED_INSTANCE_ID, old_id))
-        _fire(sync, sync_result(FENCED_INSTANCE_ID))
+        fire_once(join, join_result(FENCED_INSTANCE_ID, old_id))
+        fire_once(sync, sync_result(FENCED_INSTANCE_ID))
         previous_leader = group.leader_id
         old_protocols = member.protocols
         group.replace_member_id(old_id, new_id)
@@ -298,6 +281,13 @@ class GroupCoordinator(OffsetOperations):
         member.session_timeout_ms, member.rebalance_timeout_ms = spec[2], spec[3]
         member.protocols = protocols
         self._schedule_session(group, member)
+        log.info(
+            "group {g}: static member {i} rejoined as {new} (was {old})",
+            g=group.group_id,
+            i=member.instance_id,
+            new=new_id,
+            old=old_id,
+        )
         if group.state == STABLE and group.select_protocol() == group.protocol_name:
             # Same protocol: keep everyone's assignment. The leader is named
             # by its old id so the rejoined member acts as a follower and
@@ -388,7 +378,7 @@ class GroupCoordinator(OffsetOperations):
                 m=member.member_id,
             )
             self._cancel(member.heartbeat_call)
-            _fire(member.sync_deferred, sync_result(UNKNOWN_MEMBER_ID))
+            fire_once(member.sync_deferred, sync_result(UNKNOWN_MEMBER_ID))
             member.sync_deferred = None
             group.remove(member.member_id)
         group.generation_id += 1
@@ -420,159 +410,13 @@ class GroupCoordinator(OffsetOperations):
             d, member.join_deferred = member.join_deferred, None
             member.is_new = False
             self._schedule_session(group, member)
-            _fire(d, self._current_join_result(group, member))
+            fire_once(d, self._current_join_result(group, member))
 
     def _reset_assignments(self, group, error):
         for member in group.members.values():
             member.assignment = b""
             d, member.sync_deferred = member.sync_deferred, None
-            _fire(d, sync_result(error))
+            fire_once(d, sync_result(error))
 
     def _store_group(self, group):
         return self.store.append(group.group_id, [(group_key(group.group_id), group_value(group))])
-
-    # -- SyncGroup ---------------------------------------------------------------
-
-    def sync_group(self, group_id, generation_id, member_id, instance_id, assignments):
-        """Returns a Deferred firing with a SyncGroup response body (no throttle)."""
-        error = self.group_error(group_id)
-        group = self.groups.get(group_id)
-        if error == NONE:
-            error = self._member_error(group, member_id, instance_id, generation_id)
-        if error == NONE and group.state == EMPTY:
-            error = UNKNOWN_MEMBER_ID
-        elif error == NONE and group.state == PREPARING_REBALANCE:
-            error = REBALANCE_IN_PROGRESS
-        if error != NONE:
-            return defer.succeed(sync_result(error))
-        member = group.members[member_id]
-        self._schedule_session(group, member)
-        if group.state == STABLE:
-            return defer.succeed(sync_result(NONE, member.assignment))
-        d = defer.Deferred()
-        old, member.sync_deferred = member.sync_deferred, d
-        _fire(old, sync_result(REBALANCE_IN_PROGRESS))
-        if member_id == group.leader_id:
-            self._leader_sync(group, {a["member_id"]: bytes(a["assignment"]) for a in assignments})
-        return d
-
-    def _leader_sync(self, group, assignments):
-        generation = group.generation_id
-        for member in group.members.values():
-            member.assignment = assignments.get(member.member_id, b"")
-
-        def stored(_):
-            if group.state != COMPLETING_REBALANCE or group.generation_id != generation:
-                return
-            group.transition(STABLE, self.now_ms())
-            for member in group.members.values():
-                d, member.sync_deferred = member.sync_deferred, None
-                _fire(d, sync_result(NONE, member.assignment))
-
-        def not_stored(failure):
-            log.failure("persisting group {g} failed", failure, g=group.group_id)
-            if group.state == COMPLETING_REBALANCE and group.generation_id == generation:
-                self._reset_assignments(group, COORDINATOR_NOT_AVAILABLE)
-                self._prepare_rebalance(group, "its metadata could not be stored")
-
-        self._store_group(group).addCallbacks(stored, not_stored)
-
-    def _member_error(self, group, member_id, instance_id, generation_id):
-        """Checks shared by SyncGroup, Heartbeat and member commits."""
-        if group is None:
-            return UNKNOWN_MEMBER_ID
-        if group.state == DEAD:
-            return COORDINATOR_NOT_AVAILABLE
-        if group.is_static_fenced(member_id, instance_id):
-            return FENCED_INSTANCE_ID
-        if member_id not in group.members:
-            return UNKNOWN_MEMBER_ID
-        if generation_id != group.generation_id:
-            return ILLEGAL_GENERATION
-        return NONE
-
-    # -- Heartbeat and sessions --------------------------------------------------
-
-    def heartbeat(self, group_id, generation_id, member_id, instance_id):
-        """Returns the Heartbeat error code."""
-        error = self.group_error(group_id)
-        if error != NONE:
-            return error
-        group = self.groups.get(group_id)
-        error = self._member_error(group, member_id, instance_id, generation_id)
-        if error != NONE:
-            return error
-        if group.state == EMPTY:
-            return UNKNOWN_MEMBER_ID
-        self._schedule_session(group, group.members[member_id])
-        return REBALANCE_IN_PROGRESS if group.state == PREPARING_REBALANCE else NONE
-
-    def _schedule_session(self, group, member):
-        delay = member.session_timeout_ms / 1000.0
-        call = member.heartbeat_call
-        if call is not None and call.active():
-            call.reset(delay)
-        else:
-            member.heartbeat_call = self.reactor.callLater(
-                delay, self._session_expired, group, member
-            )
-
-    def _session_expired(self, group, member):
-        if group.members.get(member.member_id) is not member:
-            return
-        if member.join_deferred is not None or member.sync_deferred is not None:
-            # Clients do not heartbeat while a JoinGroup or SyncGroup is
-            # parked; the rebalance timeout bounds that wait instead.
-            self._schedule_session(group, member)
-            return
-        log.info("group {g}: session of member {m} expired", g=group.group_id, m=member.member_id)
-        self._remove_member(group, member, "session timeout")
-
-    def _pending_expired(self, group, member_id):
-        if group.pending_members.pop(member_id, None) is not None:
-            self._try_complete_join(group)
-            if group.is_empty_shell() and self.groups.get(group.group_id) is group:
-                del self.groups[group.group_id]
-
-    def _remove_member(self, group, member, reason):
-        self._cancel(member.heartbeat_call)
-        join, member.join_deferred = member.join_deferred, None
-        sync, member.sync_deferred = member.sync_deferred, None
-        _fire(join, join_result(UNKNOWN_MEMBER_ID, member.member_id))
-        _fire(sync, sync_result(UNKNOWN_MEMBER_ID))
-        group.remove(member.member_id)
-        if group.state == PREPARING_REBALANCE:
-            self._try_complete_join(group)
-        elif group.state in (STABLE, COMPLETING_REBALANCE):
-            self._prepare_rebalance(group, f"member {member.member_id} left ({reason})")
-
-    # -- LeaveGroup --------------------------------------------------------------
-
-    def leave_group(self, group_id, members):
-        """``members`` is ``[(member_id, instance_id)]``; returns (error, [errors])."""
-        error = self.group_error(group_id)
-        if error != NONE:
-            return error, [error] * len(members)
-        group = self.groups.get(group_id)
-        if group is None:
-            return NONE, [UNKNOWN_MEMBER_ID] * len(members)
-        if group.state == DEAD:
-            return COORDINATOR_NOT_AVAILABLE, [COORDINATOR_NOT_AVAILABLE] * len(members)
-        return NONE, [self._leave_one(group, mid, iid) for mid, iid in members]
-
-    def _leave_one(self, group, member_id, instance_id):
-        if not member_id and instance_id is not None:
-            member_id = group.static_members.get(instance_id)
-            if member_id is None:
-                return UNKNOWN_MEMBER_ID
-        elif group.is_static_fenced(member_id, instance_id):
-            return FENCED_INSTANCE_ID
-        if member_id in group.pending_members:
-            self._cancel(group.pending_members.pop(member_id))
-            self._try_complete_join(group)
-            return NONE
-        member = group.members.get(member_id)
-        if member is None:
-            return UNKNOWN_MEMBER_ID
-        self._remove_member(group, member, "LeaveGroup")
-        return NONE

@@ -44,6 +44,10 @@ class Loader:
         return self.deferred
 
     def _step(self):
+        if not self.coordinator.active:
+            # Stopped while loading: the storage may be closing under us.
+            self.deferred.callback({})
+            return
         try:
             chunk = next(self._chunks, None)
             if chunk is not None:
@@ -116,8 +120,8 @@ class Loader:
                 instance_id,
                 client_id,
                 host,
-                rebalance,
                 session,
+                rebalance,
                 group.protocol_type,
                 [(group.protocol_name, subscription)],
             )

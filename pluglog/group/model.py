@@ -63,8 +63,8 @@ class Member:
         instance_id,
         client_id,
         client_host,
-        rebalance_timeout_ms,
         session_timeout_ms,
+        rebalance_timeout_ms,
         protocol_type,
         protocols,
     ):

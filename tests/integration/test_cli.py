@@ -90,3 +90,74 @@ def test_bad_flags(shared_broker):
     assert result.returncode == 2 and "nohostport" in result.stderr
     err = cli(shared_broker, "consume", "missing-topic", "--exit", expect=1).stderr
     assert "UNKNOWN_TOPIC_OR_PARTITION" in err
+
+
+def _consume_and_commit(bootstrap, topic, group, count):
+    import confluent_kafka
+
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    got = 0
+    import time
+
+    deadline = time.monotonic() + 60
+    while got < count and time.monotonic() < deadline:
+        for msg in consumer.consume(100, 0.5):
+            assert msg.error() is None
+            got += 1
+    consumer.commit(asynchronous=False)
+    return consumer
+
+
+def test_groups_list_describe_reset_delete(shared_broker):
+    cli(shared_broker, "topics", "create", "cli-g", "--partitions", "2")
+    lines = "\n".join(f"k{i}:v{i}" for i in range(100)) + "\n"
+    cli(shared_broker, "produce", "cli-g", "--key-separator", ":", data=lines)
+    consumer = _consume_and_commit(shared_broker.bootstrap, "cli-g", "billing", 100)
+    try:
+        assert "billing" in cli(shared_broker, "groups", "list").stdout
+        out = cli(shared_broker, "groups", "describe", "billing").stdout
+        assert "State: Stable" in out and "Members: 1" in out
+        rows = [line.split("\t") for line in out.splitlines() if line.startswith("cli-g\t")]
+        assert sum(int(r[2]) for r in rows) == 100 and all(r[4] == "0" for r in rows)
+        err = cli(
+            shared_broker,
+            "groups",
+            "reset-offsets",
+            "billing",
+            "--topic",
+            "cli-g",
+            "--to-earliest",
+            "--execute",
+            expect=1,
+        ).stderr
+        assert "active members" in err
+    finally:
+        consumer.close()
+    plan = cli(
+        shared_broker, "groups", "reset-offsets", "billing", "--topic", "cli-g", "--to-earliest"
+    ).stdout
+    assert "dry run" in plan
+    cli(
+        shared_broker,
+        "groups",
+        "reset-offsets",
+        "billing",
+        "--topic",
+        "cli-g",
+        "--to-earliest",
+        "--execute",
+    )
+    out = cli(shared_broker, "groups", "describe", "billing").stdout
+    rows = [line.split("\t") for line in out.splitlines() if line.startswith("cli-g\t")]
+    assert [r[2] for r in rows] == ["0", "0"]
+    assert sum(int(r[4]) for r in rows) == 100
+    cli(shared_broker, "groups", "delete", "billing")
+    assert "billing" not in cli(shared_broker, "groups", "list").stdout

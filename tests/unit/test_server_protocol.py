@@ -1,6 +1,8 @@
 """KafkaServerProtocol with StringTransport and Clock: framing, order, long polls."""
 
+import shutil
 import struct
+import tempfile
 
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
@@ -97,7 +99,10 @@ class ServerProtocolTests(SynchronousTestCase):
     """Driven by StringTransport and a Clock: deterministic, no sockets."""
 
     def setUp(self):
-        self.broker = make_broker(self.mktemp())
+        # tempfile, not self.mktemp(): under pytest that would litter the checkout.
+        data_dir = tempfile.mkdtemp(prefix="pluglog-server-test-")
+        self.addCleanup(shutil.rmtree, data_dir, True)
+        self.broker = make_broker(data_dir)
 
     def test_api_versions_fed_one_byte_at_a_time(self):
         broker = self.broker

@@ -163,6 +163,8 @@ def _broker_configs(broker):
         "delete.topic.enable": str(config.delete_topic_enable).lower(),
         "socket.request.max.bytes": str(config.socket_request_max_bytes),
         "log.dirs": config.data_dir,
+        "listeners": f"PLAINTEXT://{config.listen}",
+        "advertised.listeners": "PLAINTEXT://{}:{}".format(*broker.advertised),
     }
     for key, value in config.topic_defaults.to_kafka().items():
         values[TOPIC_KEYS[key][3]] = value

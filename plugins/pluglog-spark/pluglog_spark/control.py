@@ -1,0 +1,175 @@
+"""The driver's control plane: topic metadata and offset lookups.
+
+Planning needs a handful of small requests per micro-batch (Metadata and
+ListOffsets), so it uses pluglog's own :class:`~pluglog.client.blocking.BlockingClient`
+over one connection: no librdkafka threads to start, and exact control over
+the ListOffsets timestamps (-2 earliest, -1 latest, or a time in ms).
+Record data never flows through here; executors read and write with
+confluent-kafka (see :mod:`pluglog_spark.executor`).
+
+A :class:`ClusterView` is not picklable state: readers drop it before Spark
+ships them to executors and reconnect lazily on the driver.
+"""
+
+import re
+import time
+
+from pluglog import protocol as codec
+from pluglog.client.blocking import BlockingClient
+from pluglog.protocol.records import iter_batches
+from pluglog_spark.options import EARLIEST, LATEST
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
+class ControlError(RuntimeError):
+    """The broker refused or failed a metadata or offset request."""
+
+
+class ClusterView:
+    """Blocking metadata/offset queries against the first reachable server."""
+
+    def __init__(self, bootstrap, timeout=30.0, connect_retries=20):
+        self.bootstrap = [s.strip() for s in bootstrap.split(",") if s.strip()]
+        self.timeout = timeout
+        self.connect_retries = connect_retries
+        self._client = None
+
+    def close(self):
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def _connect(self):
+        last = None
+        # The broker may still be starting (the sink plugin's child races it).
+        for attempt in range(self.connect_retries):
+            for server in self.bootstrap:
+                try:
+                    return BlockingClient.from_bootstrap(
+                        server, client_id="pluglog-spark-driver", timeout=self.timeout
+                    )
+                except OSError as exc:
+                    last = exc
+            time.sleep(min(0.1 * 2**attempt, 2.0))
+        raise ControlError(f"cannot connect to {','.join(self.bootstrap)}: {last}")
+
+    def _request(self, api_key, version, body):
+        for attempt in (0, 1):
+            if self._client is None:
+                self._client = self._connect()
+            try:
+                return self._client.request(api_key, version, body)
+            except OSError:
+                self.close()
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def partitions(self, topics=None):
+        """``{topic: [partition, ...]}`` for ``topics`` (None: every topic).
+        Topics that do not exist are left out."""
+        body = {
+            "topics": None if topics is None else [{"name": t} for t in topics],
+            "allow_auto_topic_creation": False,
+        }
+        resp = self._request(codec.METADATA, 8, body)
+        out = {}
+        for topic in resp["topics"]:
+            if topic["error_code"] == UNKNOWN_TOPIC_OR_PARTITION:
+                continue
+            if topic["error_code"]:
+                raise ControlError(f"metadata for {topic['name']}: error {topic['error_code']}")
+            out[topic["name"]] = sorted(p["partition_index"] for p in topic["partitions"])
+        return out
+
+    def subscribed(self, opts):
+        """The sorted ``[(topic, partition)]`` a SourceOptions subscribes to."""
+        if opts.assign is not None:
+            return sorted((t, p) for t, parts in opts.assign.items() for p in parts)
+        if opts.pattern is not None:
+            regex = re.compile(opts.pattern)
+            found = {
+                t: ps
+                for t, ps in self.partitions(None).items()
+                if regex.fullmatch(t) and not t.startswith("__")
+            }
+        else:
+            found = self.partitions(list(opts.subscribe))
+        return sorted((t, p) for t, ps in found.items() for p in ps)
+
+    def list_offsets(self, timestamps):
+        """``{(topic, partition): ts}`` -> ``{(topic, partition): offset}``.
+
+        ``ts`` is -2 (earliest), -1 (latest, i.e. the high watermark) or a
+        time in ms; a time after the last record gives -1.
+        """
+        if not timestamps:
+            return {}
+        by_topic = {}
+        for (topic, partition), ts in timestamps.items():
+            by_topic.setdefault(topic, []).append({"partition_index": partition, "timestamp": ts})
+        body = {
+            "replica_id": -1,
+            "isolation_level": 0,
+            "topics": [{"name": t, "partitions": ps} for t, ps in sorted(by_topic.items())],
+        }
+        resp = self._request(codec.LIST_OFFSETS, 5, body)
+        out = {}
+        for topic in resp["topics"]:
+            for entry in topic["partitions"]:
+                tp = (topic["name"], entry["partition_index"])
+                if entry["error_code"]:
+                    raise ControlError(
+                        f"list offsets of {tp[0]}-{tp[1]}: error {entry['error_code']}"
+                    )
+                out[tp] = entry["offset"]
+        for tp, ts in timestamps.items():
+            if ts >= 0 and out[tp] >= 0:
+                out[tp] = self._first_at_or_after(tp, out[tp], ts)
+        return out
+
+    def _first_at_or_after(self, tp, offset, ts):
+        """pluglog answers a timestamp lookup with the base offset of the first
+        batch whose max timestamp is >= ``ts`` (it never parses records on that
+        path); Kafka's answer is the first *record* with timestamp >= ``ts``.
+        Scan that batch here so startingTimestamp means what it means in Kafka."""
+        topic, partition = tp
+        body = {
+            "replica_id": -1,
+            "max_wait_ms": 0,
+            "min_bytes": 1,
+            "max_bytes": 8388608,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {
+                            "partition": partition,
+                            "fetch_offset": offset,
+                            "partition_max_bytes": 8388608,
+                        }
+                    ],
+                }
+            ],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        }
+        resp = self._request(codec.FETCH, 11, body)
+        data = resp["responses"][0]["partitions"][0]["records"] or b""
+        for batch in iter_batches(data):
+            if batch.max_timestamp < ts:
+                continue
+            for record in batch.records:
+                if record.offset >= offset and record.timestamp >= ts:
+                    return record.offset
+        return offset
+
+    def earliest(self, tps):
+        return self.list_offsets(dict.fromkeys(tps, EARLIEST))
+
+    def latest(self, tps):
+        return self.list_offsets(dict.fromkeys(tps, LATEST))

@@ -1,0 +1,240 @@
+"""Parse and validate the options of ``format("pluglog")``.
+
+The option names are those of Spark's Kafka source and sink so users' code and
+knowledge carry over: ``kafka.bootstrap.servers`` (or ``bootstrap.servers``),
+``subscribe`` / ``subscribePattern`` / ``assign``, ``startingOffsets`` /
+``endingOffsets`` ("earliest", "latest" or JSON per partition),
+``startingTimestamp`` / ``startingOffsetsByTimestamp``,
+``maxOffsetsPerTrigger``, ``minPartitions``, ``failOnDataLoss`` and ``topic``
+for writes. Other ``kafka.``-prefixed options pass through to librdkafka.
+
+Spark hands options over case-insensitively, so every key is lower-cased
+here first. Errors are :class:`OptionError` (a ValueError) naming the option
+and the bad value. Nothing in this module touches the network.
+"""
+
+import json
+import re
+from dataclasses import dataclass, field
+
+EARLIEST = -2
+LATEST = -1
+
+
+class OptionError(ValueError):
+    """A data source option is missing, unknown in this context, or malformed."""
+
+
+def _lower(options):
+    return {str(k).lower(): str(v) for k, v in dict(options).items()}
+
+
+def _int(opts, key, minimum=None):
+    if key not in opts:
+        return None
+    try:
+        value = int(opts[key])
+    except ValueError:
+        raise OptionError(f"option {key}: expected an integer, got {opts[key]!r}") from None
+    if minimum is not None and value < minimum:
+        raise OptionError(f"option {key}: must be >= {minimum}, got {value}")
+    return value
+
+
+def _bool(opts, key, default):
+    if key not in opts:
+        return default
+    value = opts[key].strip().lower()
+    if value not in ("true", "false"):
+        raise OptionError(f"option {key}: expected true or false, got {opts[key]!r}")
+    return value == "true"
+
+
+def _json(opts, key):
+    try:
+        value = json.loads(opts[key])
+    except ValueError as exc:
+        raise OptionError(f"option {key}: not valid JSON ({exc}): {opts[key]!r}") from None
+    if not isinstance(value, dict):
+        raise OptionError(f"option {key}: expected a JSON object, got {opts[key]!r}")
+    return value
+
+
+def parse_partition_offsets(opts, key):
+    """``{"topic": {"0": 23, "1": -2}}`` -> ``{topic: {0: 23, 1: -2}}``."""
+    out = {}
+    for topic, parts in _json(opts, key).items():
+        if not isinstance(parts, dict):
+            raise OptionError(f"option {key}: topic {topic!r} must map partitions to numbers")
+        try:
+            out[topic] = {int(p): int(v) for p, v in parts.items()}
+        except (TypeError, ValueError):
+            raise OptionError(f"option {key}: bad partition or number under {topic!r}") from None
+    return out
+
+
+def kafka_config(opts):
+    """librdkafka settings: ``kafka.*`` options minus the bootstrap servers."""
+    return {
+        k[len("kafka.") :]: v
+        for k, v in opts.items()
+        if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
+    }
+
+
+def bootstrap_of(opts):
+    servers = opts.get("kafka.bootstrap.servers") or opts.get("bootstrap.servers")
+    if not servers:
+        raise OptionError("option kafka.bootstrap.servers (or bootstrap.servers) is required")
+    return servers
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """What to read: the subscription, the offset bounds and the read limits."""
+
+    bootstrap: str
+    subscribe: tuple = ()
+    pattern: str | None = None
+    assign: dict | None = None  # {topic: [partition, ...]}
+    starting: object = "latest"  # "earliest" | "latest" | {topic: {partition: offset}}
+    starting_timestamps: dict | None = None  # {topic: {partition: ms}}, or {"*": ms}
+    timestamp_strategy: str = "error"
+    ending: object = "latest"
+    max_offsets_per_trigger: int | None = None
+    min_partitions: int | None = None
+    fail_on_data_loss: bool = True
+    poll_timeout_ms: int = 120000
+    kafka: dict = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, options, streaming):
+        opts = _lower(options)
+        chosen = [k for k in ("subscribe", "subscribepattern", "assign") if opts.get(k)]
+        if len(chosen) != 1:
+            raise OptionError(
+                "exactly one of subscribe, subscribePattern or assign is required"
+                + (f" (got {', '.join(chosen)})" if chosen else "")
+            )
+        subscribe, pattern, assign = (), None, None
+        if "subscribe" in chosen:
+            subscribe = tuple(t.strip() for t in opts["subscribe"].split(",") if t.strip())
+            if not subscribe:
+                raise OptionError(f"option subscribe: no topic in {opts['subscribe']!r}")
+        elif "subscribepattern" in chosen:
+            pattern = opts["subscribepattern"]
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise OptionError(f"option subscribePattern: {exc}: {pattern!r}") from None
+        else:
+            assign = {}
+            for topic, parts in _json(opts, "assign").items():
+                if not isinstance(parts, list) or not all(isinstance(p, int) for p in parts):
+                    raise OptionError(f"option assign: {topic!r} must map to a list of ints")
+                assign[topic] = sorted(set(parts))
+
+        starting = _bound(opts, "startingoffsets", "earliest" if not streaming else "latest")
+        ending = _bound(opts, "endingoffsets", "latest")
+        if streaming and "endingoffsets" in opts:
+            raise OptionError("option endingOffsets is for batch queries (spark.read) only")
+        if not streaming and starting == "latest":
+            raise OptionError("option startingOffsets: 'latest' is not allowed for batch reads")
+        if ending == "earliest":
+            raise OptionError("option endingOffsets: 'earliest' is not allowed")
+        if isinstance(ending, dict) and any(
+            o == EARLIEST for parts in ending.values() for o in parts.values()
+        ):
+            raise OptionError("option endingOffsets: -2 (earliest) is not allowed")
+        if (
+            isinstance(starting, dict)
+            and any(o == LATEST for parts in starting.values() for o in parts.values())
+            and not streaming
+        ):
+            raise OptionError("option startingOffsets: -1 (latest) is not allowed for batch reads")
+
+        timestamps = None
+        if "startingoffsetsbytimestamp" in opts:
+            timestamps = parse_partition_offsets(opts, "startingoffsetsbytimestamp")
+        elif "startingtimestamp" in opts:
+            timestamps = {"*": _int(opts, "startingtimestamp", minimum=0)}
+        strategy = opts.get("startingoffsetsbytimestampstrategy", "error").lower()
+        if strategy not in ("error", "latest"):
+            raise OptionError(
+                f"option startingOffsetsByTimestampStrategy: expected error or latest, "
+                f"got {strategy!r}"
+            )
+        max_rows = _int(opts, "maxoffsetspertrigger", minimum=1)
+        if max_rows is not None and not streaming:
+            raise OptionError("option maxOffsetsPerTrigger is for streaming queries only")
+        return cls(
+            bootstrap=bootstrap_of(opts),
+            subscribe=subscribe,
+            pattern=pattern,
+            assign=assign,
+            starting=starting,
+            starting_timestamps=timestamps,
+            timestamp_strategy=strategy,
+            ending=ending,
+            max_offsets_per_trigger=max_rows,
+            min_partitions=_int(opts, "minpartitions", minimum=1),
+            fail_on_data_loss=_bool(opts, "failondataloss", True),
+            poll_timeout_ms=_int(opts, "kafkaconsumer.polltimeoutms", minimum=1) or 120000,
+            kafka=kafka_config(opts),
+        )
+
+
+def _bound(opts, key, default):
+    value = opts.get(key, default).strip()
+    if value.lower() in ("earliest", "latest"):
+        return value.lower()
+    if value.startswith("{"):
+        return parse_partition_offsets(opts, key)
+    raise OptionError(f"option {key}: expected earliest, latest or JSON, got {value!r}")
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Where to write: servers, the default topic, producer settings, commit log."""
+
+    bootstrap: str
+    topic: str | None = None
+    commit_log: str | None = None
+    kafka: dict = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, options):
+        opts = _lower(options)
+        commit_log = opts.get("commitlog")
+        if not commit_log and opts.get("checkpointlocation"):
+            commit_log = opts["checkpointlocation"].rstrip("/") + "/pluglog-commits"
+        return cls(
+            bootstrap=bootstrap_of(opts),
+            topic=opts.get("topic") or None,
+            commit_log=commit_log,
+            kafka=kafka_config(opts),
+        )
+
+
+def check_write_schema(schema, topic_option):
+    """Refuse input columns the sink cannot map, naming the column and its type."""
+    types = {f.name.lower(): f.dataType.simpleString() for f in schema.fields}
+    if "value" not in types:
+        raise OptionError("writing to pluglog needs a 'value' column (binary or string)")
+    allowed = {
+        "value": ("binary", "string"),
+        "key": ("binary", "string"),
+        "topic": ("string",),
+        "partition": ("int",),
+        "headers": (
+            "array<struct<key:string,value:binary>>",
+            "array<struct<key:string,value:string>>",
+        ),
+    }
+    for name, kind in types.items():
+        if name in allowed and kind not in allowed[name]:
+            raise OptionError(
+                f"column {name} has type {kind}; expected {' or '.join(allowed[name])}"
+            )
+    if "topic" not in types and not topic_option:
+        raise OptionError("writing to pluglog needs a 'topic' column or the topic option")

@@ -1,0 +1,166 @@
+"""``df.write`` / ``df.writeStream`` ``.format("pluglog")``: Arrow writers.
+
+Rows map to records like Spark's Kafka sink: ``value`` (binary or string),
+optional ``key``, ``topic`` (or the ``topic`` option), ``partition`` and
+``headers``; other columns are ignored. Each task produces its rows with
+confluent-kafka (acks=all, idempotent producer) and fails if any record is not
+acknowledged, so a failed task is retried by Spark: at-least-once.
+
+Streaming writes skip micro-batches that were already committed. Spark can
+run a batch id twice: when the driver dies after the sink committed batch N
+but before Spark wrote ``commits/N`` in the checkpoint, the restarted query
+replays batch N with the same id and the same input. To make that replay a
+no-op, :meth:`PluglogStreamWriter.commit` (driver side, after every task of
+the batch succeeded) writes a marker file ``<commitLog>/<queryId>/<batchId>``.
+The commit log defaults to ``<checkpointLocation>/pluglog-commits`` so it
+lives and dies with the checkpoint. The writer loads the markers when Spark
+builds it at query start, before it is pickled to executors; each task reads
+its query id and batch id from Spark's task-local properties and, if the
+pair is marked, returns without producing. A batch that failed half way is
+not marked and is written again in full (at-least-once for that batch).
+"""
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from pluglog_spark import executor
+from pluglog_spark.options import OptionError, SinkOptions, check_write_schema
+
+log = logging.getLogger("pluglog_spark")
+KEEP_MARKERS = 100  # only the last batches can be replayed; older markers are pruned
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+
+@dataclass
+class WriteResult(WriterCommitMessage):
+    rows: int
+    query_id: str | None = None
+    skipped: bool = False
+
+
+def _local_path(location):
+    if location.startswith("file://"):
+        return location[len("file://") :]
+    if location.startswith("file:"):
+        return location[len("file:") :]
+    if "://" in location:
+        raise OptionError(
+            f"commit log {location!r}: only local or mounted paths are supported; "
+            "set the commitLog option to a shared filesystem path"
+        )
+    return location
+
+
+class CommitLog:
+    """Marker files ``<root>/<queryId>/<batchId>``, one per committed micro-batch."""
+
+    def __init__(self, location):
+        self.root = os.path.abspath(_local_path(location))
+
+    def load(self):
+        """``{query_id: {batch_id, ...}}`` of every marker present."""
+        out = {}
+        if not os.path.isdir(self.root):
+            return out
+        for query_id in os.listdir(self.root):
+            folder = os.path.join(self.root, query_id)
+            if os.path.isdir(folder):
+                out[query_id] = {int(n) for n in os.listdir(folder) if n.isdigit()}
+        return out
+
+    def mark(self, query_id, batch_id, info):
+        folder = os.path.join(self.root, query_id)
+        os.makedirs(folder, exist_ok=True)
+        final = os.path.join(folder, str(batch_id))
+        temp = final + ".tmp"
+        with open(temp, "w", encoding="utf-8") as handle:
+            json.dump(info, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, final)  # atomic: a marker is either whole or absent
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        for name in os.listdir(folder):
+            if name.isdigit() and int(name) <= batch_id - KEEP_MARKERS:
+                os.unlink(os.path.join(folder, name))
+
+
+class PluglogWriter(DataSourceArrowWriter):
+    """Batch write: every task produces its rows; at-least-once on task retry."""
+
+    def __init__(self, options, schema, overwrite):
+        if overwrite:
+            raise OptionError("a pluglog topic is append-only: use mode('append')")
+        self.opts = SinkOptions.parse(options)
+        check_write_schema(schema, self.opts.topic)
+
+    def write(self, iterator):
+        opts = self.opts
+        rows = executor.write_batches(opts.bootstrap, opts.kafka, iterator, opts.topic)
+        return WriteResult(rows)
+
+    def commit(self, messages):
+        rows = sum(m.rows for m in messages if m is not None)
+        log.info("pluglog: batch write committed %d rows", rows)
+
+    def abort(self, messages):
+        rows = sum(m.rows for m in messages if m is not None)
+        log.warning("pluglog: batch write aborted; %d rows were already produced", rows)
+
+
+class PluglogStreamWriter(DataSourceStreamArrowWriter):
+    """Streaming write that does not repeat committed micro-batches."""
+
+    def __init__(self, options, schema, overwrite):
+        self.opts = SinkOptions.parse(options)
+        check_write_schema(schema, self.opts.topic)
+        self.commit_log = CommitLog(self.opts.commit_log) if self.opts.commit_log else None
+        if self.commit_log is None:
+            log.warning(
+                "pluglog: no checkpointLocation or commitLog option: a replayed "
+                "micro-batch will be written again (at-least-once)"
+            )
+        self.committed = self.commit_log.load() if self.commit_log else {}
+
+    def write(self, iterator):
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        query_id = context.getLocalProperty(QUERY_ID_PROPERTY) if context else None
+        batch_id = context.getLocalProperty(BATCH_ID_PROPERTY) if context else None
+        if query_id and batch_id is not None and int(batch_id) in self.committed.get(query_id, ()):
+            return WriteResult(0, query_id, skipped=True)
+        opts = self.opts
+        rows = executor.write_batches(opts.bootstrap, opts.kafka, iterator, opts.topic)
+        return WriteResult(rows, query_id)
+
+    def commit(self, messages, batch_id):
+        messages = [m for m in messages if m is not None]
+        rows = sum(m.rows for m in messages)
+        if messages and all(m.skipped for m in messages):
+            log.info("pluglog: micro-batch %d was committed before; not written again", batch_id)
+            return
+        query_ids = {m.query_id for m in messages if m.query_id}
+        if self.commit_log is not None and len(query_ids) == 1:
+            self.commit_log.mark(query_ids.pop(), batch_id, {"batchId": batch_id, "rows": rows})
+
+    def abort(self, messages, batch_id):
+        rows = sum(m.rows for m in messages if m is not None)
+        log.warning(
+            "pluglog: micro-batch %d aborted after %d rows were produced; Spark will "
+            "retry it (at-least-once for this batch)",
+            batch_id,
+            rows,
+        )

@@ -1,0 +1,199 @@
+"""Deterministic unit tests: option parsing, offset arithmetic, the sink
+plugin's settings and the supervisor's restart policy (under task.Clock)."""
+
+import json
+import signal
+
+import pytest
+from pluglog_spark import offsets
+from pluglog_spark.options import OptionError, SinkOptions, SourceOptions
+from pluglog_spark.plugin import SparkSink, sink_command
+from pluglog_spark.supervisor import SupervisedProcess
+from twisted.internet import error
+from twisted.internet.task import Clock
+from twisted.python.failure import Failure
+from zope.interface.verify import verifyObject
+
+from pluglog.config import BrokerConfig
+from pluglog.errors import ConfigError
+from pluglog.interfaces import ISink
+from pluglog.plugins import make_plugin_manager
+from pluglog.registry import Registry
+
+BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
+
+
+def test_source_options_follow_spark_kafka_names():
+    opts = SourceOptions.parse(
+        {
+            **BOOT,
+            "subscribe": "a, b",
+            "startingOffsets": '{"a": {"0": 5, "1": -2}}',
+            "maxOffsetsPerTrigger": "100",
+            "minPartitions": "4",
+            "failOnDataLoss": "false",
+            "kafka.fetch.max.bytes": "1000",
+        },
+        streaming=True,
+    )
+    assert opts.subscribe == ("a", "b")
+    assert opts.starting == {"a": {0: 5, 1: -2}}
+    assert (opts.max_offsets_per_trigger, opts.min_partitions) == (100, 4)
+    assert opts.fail_on_data_loss is False
+    assert opts.kafka == {"fetch.max.bytes": "1000"}
+    assert SourceOptions.parse(
+        {"bootstrap.servers": "h:1", "assign": '{"t": [1, 0]}'}, False
+    ).assign == {"t": [0, 1]}
+
+
+@pytest.mark.parametrize(
+    "options, streaming, message",
+    [
+        ({"subscribe": "a"}, False, "bootstrap.servers"),
+        ({**BOOT}, False, "exactly one of subscribe"),
+        ({**BOOT, "subscribe": "a", "assign": '{"a": [0]}'}, False, "exactly one"),
+        ({**BOOT, "subscribe": "a", "startingOffsets": "latest"}, False, "not allowed"),
+        ({**BOOT, "subscribe": "a", "endingOffsets": "latest"}, True, "batch queries"),
+        ({**BOOT, "subscribe": "a", "maxOffsetsPerTrigger": "0"}, True, ">= 1"),
+        ({**BOOT, "subscribe": "a", "failOnDataLoss": "maybe"}, True, "true or false"),
+        ({**BOOT, "assign": "[1]"}, True, "JSON object"),
+        ({**BOOT, "subscribePattern": "("}, True, "subscribePattern"),
+    ],
+)
+def test_bad_source_options_are_named(options, streaming, message):
+    with pytest.raises(OptionError, match=message):
+        SourceOptions.parse(options, streaming)
+
+
+def test_sink_options_default_commit_log_under_checkpoint():
+    opts = SinkOptions.parse({**BOOT, "checkpointLocation": "/tmp/ck/", "topic": "t"})
+    assert opts.commit_log == "/tmp/ck/pluglog-commits"
+    assert SinkOptions.parse({**BOOT, "commitLog": "/x"}).commit_log == "/x"
+
+
+def test_offsets_json_round_trip():
+    obj = {"t": {"0": 5, "1": 7}, "u": {"3": 0}}
+    assert offsets.to_json(offsets.from_json(obj)) == obj
+    assert offsets.from_json(json.loads(json.dumps(obj)))[("t", 1)] == 7
+    assert offsets.from_json(None) == {}
+
+
+def test_rate_limit_shares_budget_by_backlog():
+    start = {("t", 0): 0, ("t", 1): 0, ("t", 2): 90}
+    latest = {("t", 0): 1000, ("t", 1): 500, ("t", 2): 100}
+    end = offsets.rate_limit(start, latest, 151)
+    assert end == {("t", 0): 100, ("t", 1): 50, ("t", 2): 91}
+    assert offsets.rate_limit(start, latest, 10**6) == latest
+    # A tiny share still admits one record, so every partition drains.
+    assert offsets.rate_limit({("t", 0): 0, ("t", 1): 0}, {("t", 0): 1000, ("t", 1): 1}, 10) == {
+        ("t", 0): 9,
+        ("t", 1): 1,
+    }
+
+
+def test_split_ranges_for_min_partitions():
+    ranges = [offsets.OffsetRange("t", 0, 0, 300), offsets.OffsetRange("t", 1, 0, 100)]
+    assert offsets.split_ranges(ranges, None) == ranges
+    assert offsets.split_ranges(ranges, 2) == ranges
+    split = offsets.split_ranges(ranges, 4)
+    assert [(r.partition, r.start, r.end) for r in split] == [
+        (0, 0, 100),
+        (0, 100, 200),
+        (0, 200, 300),
+        (1, 0, 100),
+    ]
+    assert offsets.split_ranges([offsets.OffsetRange("t", 0, 5, 5)], 3) == []
+
+
+def test_sink_plugin_is_registered_and_validates_settings(tmp_path):
+    registry = Registry(make_plugin_manager())
+    config = BrokerConfig().replace(data_dir=str(tmp_path), advertised_host="h", advertised_port=1)
+    sink = registry.build("sink", "spark", config, Clock())
+    assert isinstance(sink, SparkSink) and verifyObject(ISink, sink)
+    argv, env = sink_command(config, "s1", {"topics": "a,b", "trigger.interval": "2"})
+    assert argv[1:3] == ["-m", "pluglog_spark.sink_runner"]
+    assert argv[argv.index("--bootstrap") + 1] == "h:1"
+    assert argv[argv.index("--path") + 1] == str(tmp_path / "spark-sink" / "s1" / "table")
+    assert env["SPARK_LOCAL_IP"] and env["PYSPARK_PYTHON"]
+    for settings, message in [
+        ({}, "topics"),
+        ({"topics": "a", "format": "csv"}, "format"),
+        ({"topics": "a", "trigger.interval": "soon"}, "trigger.interval"),
+        ({"topics": "a", "colour": "red"}, "colour"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            sink_command(config, "s1", settings)
+
+
+class FakeProcess:
+    def __init__(self, pid):
+        self.pid = pid
+        self.signals = []
+
+    def signalProcess(self, signum):
+        self.signals.append(signum)
+
+
+class ProcessClock(Clock):
+    """task.Clock plus a spawnProcess that records children."""
+
+    def __init__(self):
+        super().__init__()
+        self.spawned = []
+
+    def spawnProcess(self, proto, executable, args, env=None, **kwargs):
+        transport = FakeProcess(1000 + len(self.spawned))
+        self.spawned.append((proto, transport, args))
+        proto.makeConnection(transport)
+        return transport
+
+
+def end(proto, code=1):
+    proto.processEnded(Failure(error.ProcessTerminated(exitCode=code)))
+
+
+def test_supervisor_restarts_with_backoff_and_stops_cleanly():
+    clock = ProcessClock()
+    service = SupervisedProcess(
+        clock,
+        "sink x",
+        ["python", "-m", "x"],
+        {},
+        min_delay=1,
+        max_delay=4,
+        stop_timeout=5,
+        stable_after=60,
+    )
+    service.startService()
+    assert len(clock.spawned) == 1 and service.pid == 1000
+
+    proto = clock.spawned[-1][0]
+    proto.childDataReceived(1, b'{"batchId": 3, "numInputRows": 10, "endOffsets": {"t"')
+    proto.childDataReceived(1, b': {"0": 10}}}\nplain line\n')
+    assert service.last_progress == {
+        "batchId": 3,
+        "numInputRows": 10,
+        "endOffsets": {"t": {"0": 10}},
+    }
+
+    delays = []
+    for _ in range(4):  # quick deaths: 1, 2, 4, 4 seconds
+        end(clock.spawned[-1][0])
+        delays.append(service.restart_call.getTime() - clock.seconds())
+        clock.advance(delays[-1])
+    assert delays == [1, 2, 4, 4] and len(clock.spawned) == 5
+
+    clock.advance(61)  # a long run resets the backoff
+    end(clock.spawned[-1][0])
+    assert service.restart_call.getTime() - clock.seconds() == 1
+    clock.advance(1)
+
+    proto, transport, _args = clock.spawned[-1]
+    stopped = service.stopService()
+    assert transport.signals == [signal.SIGTERM] and not stopped.called
+    clock.advance(5)
+    assert transport.signals == [signal.SIGTERM, signal.SIGKILL]
+    end(proto, code=None)
+    assert stopped.called and len(clock.spawned) == 6
+    clock.advance(100)
+    assert len(clock.spawned) == 6  # no restart once stopped
