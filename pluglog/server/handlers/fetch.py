@@ -13,6 +13,7 @@ progress.
 from twisted.internet import defer
 
 from pluglog import protocol as codec
+from pluglog.broker.timestamps import offset_for_timestamp
 from pluglog.errors import (
     FENCED_LEADER_EPOCH,
     NONE,
@@ -210,8 +211,8 @@ def handle_list_offsets(ctx, request):
             elif ts < 0:
                 entry["error_code"] = UNSUPPORTED_VERSION
             else:
-                found = part.log.offset_for_timestamp(ts)
-                if found is not None and found[0] < part.high_watermark:
+                found = offset_for_timestamp(part.log, ts, part.high_watermark)
+                if found is not None:
                     entry["offset"], entry["timestamp"] = found
                 else:
                     entry["leader_epoch"] = -1
