@@ -26,5 +26,7 @@ $PY -m pip install -q -e '.[test]' --config-settings editable_mode=compat
 $PY -m pip install -q pyspark pyarrow
 $PY -m pip install -q -e plugins/pluglog-spark
 
-$PY -m ruff check pluglog tests bench twisted plugins/pluglog-spark
+LINTED="pluglog tests bench twisted plugins/pluglog-spark"
+$PY -m ruff check $LINTED
+$PY -m ruff format --check $LINTED
 $PY -m pytest -q "$@"
