@@ -1,0 +1,213 @@
+"""The 2011 Kafka paper's producer/consumer tests: pluglog against Redis streams, one run.
+
+Runs the peers harness (/work/shared/bench-peers, copied to a scratch
+directory because the shared copy is read-only) for each system, ``--runs``
+times, interleaved (redis, pluglog, pluglog-tuned, redis, ...) so every
+system sees the same machine, and prints the medians and the ratios
+pluglog / Redis per test. While a broker runs, its RSS is sampled from
+/proc every 100 ms.
+
+Systems:
+
+* ``redis``: the harness's Redis 7 streams adapter, as measured in its RESULTS.md;
+* ``pluglog``: the harness's Kafka adapter (librdkafka), stock client settings;
+* ``pluglog-tuned``: the same with two client settings changed (see
+  bench/README.rst): async linger.ms=1, consumer fetch.queue.backoff.ms=1;
+  it runs the batch-50 and async producer tests and the consumer;
+* ``kafka-mock``: (``--mock``) librdkafka's in-process C mock broker at
+  N=20,000: the client's own ceiling on this box.
+
+Usage: ``python3 bench/paper_bench.py [--runs 3] [--n 1000000] [--mock]``.
+Everything listens on and talks to 127.0.0.1 only.
+"""
+
+import argparse
+import csv
+import io
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PEERS_SRC = os.environ.get("PEERS_SRC", "/work/shared/bench-peers")
+TESTS = [("produce", "1"), ("produce", "50"), ("produce", "async"), ("consume", "1000")]
+TWISTD = (
+    'python3 -c "from twisted.scripts.twistd import run; run()" -n --pidfile= --logfile=- '
+    "pluglog --listen tcp:$KAFKA_PORT:interface=127.0.0.1 "
+    "--advertised-listener 127.0.0.1:$KAFKA_PORT --data-dir $KAFKA_DATA"
+)
+
+
+def prepare(work):
+    """Fresh writable copy of the harness plus bench/peers_overlay; venv if missing."""
+    peers = os.path.join(work, "peers")
+    shutil.rmtree(peers, ignore_errors=True)
+    shutil.copytree(PEERS_SRC, peers)
+    shutil.copytree(os.path.join(HERE, "peers_overlay"), peers, dirs_exist_ok=True)
+    for base, dirs, files in os.walk(peers):
+        for name in dirs + files:
+            path = os.path.join(base, name)
+            os.chmod(path, os.stat(path).st_mode | 0o200)
+    venv = os.path.join(work, "venv")
+    python = os.path.join(venv, "bin", "python")
+    if not os.path.exists(python):
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+        subprocess.run(
+            [python, "-m", "pip", "install", "-q", "-r", os.path.join(peers, "requirements.txt")],
+            check=True,
+        )
+    if shutil.which("redis-server") is None:
+        raise SystemExit("redis-server missing: apt-get install -y redis-server")
+    return peers, venv
+
+
+class RssSampler(threading.Thread):
+    """Max VmRSS of the PID in ``pid_file`` while it lives (100 ms samples)."""
+
+    def __init__(self, pid_file):
+        super().__init__(daemon=True)
+        self.pid_file = pid_file
+        self.max_kb = 0
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.wait(0.1):
+            try:
+                with open(self.pid_file) as handle:
+                    pid = handle.read().strip()
+                with open(f"/proc/{pid}/status") as handle:
+                    for line in handle:
+                        if line.startswith("VmRSS:"):
+                            self.max_kb = max(self.max_kb, int(line.split()[1]))
+            except (OSError, ValueError):
+                continue
+
+
+def run_system(peers, venv, work, system, n, env_extra, pid_name):
+    env = dict(os.environ)
+    env.update(
+        PEERS_TMP=os.path.join(work, "tmp"),
+        VENV=venv,
+        PYTHONPATH=os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")])),
+        **env_extra,
+    )
+    sampler = RssSampler(os.path.join(work, "tmp", pid_name, "server.pid"))
+    sampler.start()
+    proc = subprocess.run(
+        ["bash", os.path.join(peers, "run.sh"), system, str(n)],
+        env=env,
+        cwd=peers,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    sampler.stop.set()
+    sampler.join()
+    rows = {}
+    for row in csv.reader(io.StringIO(proc.stdout)):
+        if len(row) == 7:
+            rows[(row[1], row[2])] = float(row[5])
+    if not rows:
+        sys.stderr.write(proc.stderr[-3000:])
+    return rows, sampler.max_kb // 1024
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--n", type=int, default=1_000_000)
+    parser.add_argument("--port", type=int, default=0, help="pluglog port (0: a free one)")
+    parser.add_argument("--work", default="/tmp/pluglog-bench")
+    parser.add_argument("--mock", action="store_true", help="also run librdkafka's mock broker")
+    parser.add_argument("--systems", default="redis,pluglog,pluglog-tuned")
+    args = parser.parse_args()
+    peers, venv = prepare(args.work)
+    if not args.port:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            args.port = sock.getsockname()[1]
+    kafka_env = {"KAFKA_SERVER_CMD": TWISTD, "KAFKA_BOOTSTRAP": f"127.0.0.1:{args.port}"}
+    plans = {
+        "redis": ("redis", {}, "redis", args.n),
+        "pluglog": ("pluglog", kafka_env, "pluglog", args.n),
+        "pluglog-tuned": (
+            "pluglog-tuned",
+            {**kafka_env, "PEER_BATCHES": "50 async"},
+            "pluglog-tuned",
+            args.n,
+        ),
+        "kafka-mock": (
+            "kafka",
+            {"KAFKA_NAME": "kafka-mock", "KAFKA_SERVER_CMD": "mock"},
+            "kafka-mock",
+            20_000,
+        ),
+    }
+    systems = args.systems.split(",") + (["kafka-mock"] if args.mock else [])
+    results = {name: [] for name in systems}
+    rss = {name: [] for name in systems}
+    print(f"loadavg at start: {open('/proc/loadavg').read().strip()}", flush=True)
+    for run in range(1, args.runs + 1):
+        for name in systems:
+            adapter, env_extra, pid_name, n = plans[name]
+            t0 = time.monotonic()
+            rows, max_rss = run_system(peers, venv, args.work, adapter, n, env_extra, pid_name)
+            results[name].append(rows)
+            rss[name].append(max_rss)
+            shown = " ".join(f"{t}/{b}={v:,.0f}" for (t, b), v in sorted(rows.items()))
+            print(
+                f"run {run} {name}: {shown}  max RSS {max_rss} MB ({time.monotonic() - t0:.0f} s)",
+                flush=True,
+            )
+    report(results, rss, systems)
+    out = os.path.join(args.work, f"paper-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    with open(out, "w") as handle:
+        json.dump(
+            {
+                "results": {
+                    k: [{"/".join(t): v for t, v in r.items()} for r in runs]
+                    for k, runs in results.items()
+                },
+                "rss_mb": rss,
+            },
+            handle,
+            indent=1,
+        )
+    print(f"raw results: {out}; harness logs under {args.work}/tmp/<system>/")
+
+
+def median_of(runs, test):
+    values = [rows[test] for rows in runs if test in rows]
+    return (statistics.median(values), values) if values else (None, [])
+
+
+def report(results, rss, systems):
+    redis = results.get("redis", [])
+    print()
+    print("| test | system | msgs/s (median) | runs | redis msgs/s | ratio |")
+    print("|---|---|---|---|---|---|")
+    for test in TESTS:
+        base, _ = median_of(redis, test)
+        for name in systems:
+            if name == "redis":
+                continue
+            med, values = median_of(results[name], test)
+            if med is None:
+                continue
+            ratio = f"{med / base:.2f}x" if base else "n/a"
+            runs = " ".join(f"{v:,.0f}" for v in values)
+            base_s = f"{base:,.0f}" if base else "n/a"
+            print(f"| {'/'.join(test)} | {name} | {med:,.0f} | {runs} | {base_s} | {ratio} |")
+    for name in systems:
+        print(f"max broker RSS {name}: {rss[name]} MB")
+
+
+if __name__ == "__main__":
+    main()
