@@ -29,6 +29,28 @@ def error_code(exc):
     return exc.error_code if isinstance(exc, KafkaError) else -1
 
 
+def per_partition(broker, topics, answer, topic_key="name", partition_key="partition_index"):
+    """Answer every requested partition of a topics/partitions request.
+
+    ``answer(partition, want)`` gets the broker's Partition (``None`` if this
+    broker has no such partition) and the request's partition entry, and
+    returns the response entry; the result keeps the request's topic order.
+    """
+    out = []
+    for topic in topics:
+        name = topic[topic_key]
+        out.append(
+            {
+                topic_key: name,
+                "partitions": [
+                    answer(broker.partitions.get((name, want[partition_key])), want)
+                    for want in topic["partitions"]
+                ],
+            }
+        )
+    return out
+
+
 def _build_table():
     from pluglog.server.handlers import admin, core, fetch, produce
 

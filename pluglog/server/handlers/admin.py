@@ -14,7 +14,7 @@ from pluglog.errors import (
     UNSUPPORTED_VERSION,
     KafkaError,
 )
-from pluglog.server.handlers import error_code
+from pluglog.server.handlers import error_code, per_partition
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -292,33 +292,30 @@ def handle_incremental_alter_configs(ctx, request):
 
 
 def handle_delete_records(ctx, request):
-    broker = ctx.broker
-    topics = []
-    for topic in request["topics"]:
-        name = topic["name"]
-        out = []
-        for want in topic["partitions"]:
-            index = want["partition_index"]
-            entry = {"partition_index": index, "low_watermark": -1, "error_code": NONE}
-            part = broker.partitions.get((name, index))
-            if part is None:
-                entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
-            else:
-                offset = want["offset"]
-                if offset == -1:
-                    offset = part.high_watermark
-                if offset < 0 or offset > part.high_watermark:
-                    entry["error_code"] = OFFSET_OUT_OF_RANGE
-                else:
-                    try:
-                        if offset > part.log.log_start_offset:
-                            part.log.delete_records_before(offset)
-                        entry["low_watermark"] = part.log.log_start_offset
-                    except KafkaError as exc:
-                        entry["error_code"] = error_code(exc)
-            out.append(entry)
-        topics.append({"name": name, "partitions": out})
-    return {"throttle_time_ms": 0, "topics": topics}
+    def answer(part, want):
+        entry = {
+            "partition_index": want["partition_index"],
+            "low_watermark": -1,
+            "error_code": NONE,
+        }
+        if part is None:
+            entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+            return entry
+        offset = want["offset"]
+        if offset == -1:  # -1 means "up to the high watermark"
+            offset = part.high_watermark
+        if offset < 0 or offset > part.high_watermark:
+            entry["error_code"] = OFFSET_OUT_OF_RANGE
+            return entry
+        try:
+            if offset > part.log.log_start_offset:
+                part.log.delete_records_before(offset)
+            entry["low_watermark"] = part.log.log_start_offset
+        except KafkaError as exc:
+            entry["error_code"] = error_code(exc)
+        return entry
+
+    return {"throttle_time_ms": 0, "topics": per_partition(ctx.broker, request["topics"], answer)}
 
 
 def handle_init_producer_id(ctx, request):

@@ -24,11 +24,10 @@ from pluglog.errors import (
     KafkaError,
     OffsetOutOfRangeError,
 )
-from pluglog.server.handlers import error_code
+from pluglog.server.handlers import error_code, per_partition
 
 LATEST = -1
 EARLIEST = -2
-MAX_TIMESTAMP = -3
 
 
 def _epoch_error(partition, current_leader_epoch):
@@ -175,78 +174,64 @@ class _LongPoll:
 
 
 def handle_list_offsets(ctx, request):
-    broker = ctx.broker
-    topics = []
-    for topic in request["topics"]:
-        name = topic["name"]
-        out = []
-        for want in topic["partitions"]:
-            index = want["partition_index"]
-            entry = {
-                "partition_index": index,
-                "error_code": NONE,
-                "old_style_offsets": [],
-                "timestamp": -1,
-                "offset": -1,
-                "leader_epoch": -1,
-            }
-            part = broker.partitions.get((name, index))
-            if part is None:
-                entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
-                out.append(entry)
-                continue
-            code = _epoch_error(part, want.get("current_leader_epoch", -1))
-            if code != NONE:
-                entry["error_code"] = code
-                out.append(entry)
-                continue
-            ts = want["timestamp"]
-            entry["leader_epoch"] = part.leader_epoch
-            if ts == LATEST:
-                entry["offset"] = part.high_watermark
-            elif ts == EARLIEST:
-                entry["offset"] = part.log.log_start_offset
-            elif ts == MAX_TIMESTAMP:
-                entry["error_code"] = UNSUPPORTED_VERSION
-            elif ts < 0:
-                entry["error_code"] = UNSUPPORTED_VERSION
-            else:
-                found = offset_for_timestamp(part.log, ts, part.high_watermark)
-                if found is not None:
-                    entry["offset"], entry["timestamp"] = found
-                else:
-                    entry["leader_epoch"] = -1
-            if ctx.version == 0 and entry["offset"] >= 0:
-                entry["old_style_offsets"] = [entry["offset"]]
-            out.append(entry)
-        topics.append({"name": name, "partitions": out})
-    return {"throttle_time_ms": 0, "topics": topics}
+    def answer(part, want):
+        entry = {
+            "partition_index": want["partition_index"],
+            "error_code": NONE,
+            "old_style_offsets": [],
+            "timestamp": -1,
+            "offset": -1,
+            "leader_epoch": -1,
+        }
+        if part is None:
+            entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+            return entry
+        code = _epoch_error(part, want.get("current_leader_epoch", -1))
+        if code != NONE:
+            entry["error_code"] = code
+            return entry
+        ts = want["timestamp"]
+        if ts == LATEST:
+            entry["offset"], entry["leader_epoch"] = part.high_watermark, part.leader_epoch
+        elif ts == EARLIEST:
+            entry["offset"], entry["leader_epoch"] = part.log.log_start_offset, part.leader_epoch
+        elif ts < 0:
+            # MAX_TIMESTAMP (-3) needs ListOffsets v7, which is not served.
+            entry["error_code"] = UNSUPPORTED_VERSION
+        else:
+            found = offset_for_timestamp(part.log, ts, part.high_watermark)
+            if found is not None:
+                entry["offset"], entry["timestamp"] = found
+                entry["leader_epoch"] = part.leader_epoch
+        if ctx.version == 0 and entry["offset"] >= 0:
+            entry["old_style_offsets"] = [entry["offset"]]
+        return entry
+
+    return {"throttle_time_ms": 0, "topics": per_partition(ctx.broker, request["topics"], answer)}
 
 
 def handle_offset_for_leader_epoch(ctx, request):
-    broker = ctx.broker
-    topics = []
-    for topic in request["topics"]:
-        name = topic["topic"]
-        out = []
-        for want in topic["partitions"]:
-            index = want["partition"]
-            entry = {"error_code": NONE, "partition": index, "leader_epoch": -1, "end_offset": -1}
-            part = broker.partitions.get((name, index))
-            if part is None:
-                entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
-            else:
-                code = _epoch_error(part, want.get("current_leader_epoch", -1))
-                requested = want["leader_epoch"]
-                if code != NONE:
-                    entry["error_code"] = code
-                elif 0 <= requested <= part.leader_epoch:
-                    # One epoch per partition until replication brings epoch
-                    # changes: every requested epoch ends at the log end.
-                    entry["leader_epoch"] = part.leader_epoch
-                    entry["end_offset"] = part.log.log_end_offset
-            out.append(entry)
-        topics.append({"topic": name, "partitions": out})
+    def answer(part, want):
+        entry = {
+            "error_code": NONE,
+            "partition": want["partition"],
+            "leader_epoch": -1,
+            "end_offset": -1,
+        }
+        if part is None:
+            entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+            return entry
+        code = _epoch_error(part, want.get("current_leader_epoch", -1))
+        if code != NONE:
+            entry["error_code"] = code
+        elif 0 <= want["leader_epoch"] <= part.leader_epoch:
+            # One epoch per partition until replication brings epoch
+            # changes: every requested epoch ends at the log end.
+            entry["leader_epoch"] = part.leader_epoch
+            entry["end_offset"] = part.log.log_end_offset
+        return entry
+
+    topics = per_partition(ctx.broker, request["topics"], answer, "topic", "partition")
     return {"throttle_time_ms": 0, "topics": topics}
 
 
