@@ -38,6 +38,13 @@ def _epoch_error(partition, current_leader_epoch):
     return FENCED_LEADER_EPOCH
 
 
+def _leader_error(part, want):
+    """UNKNOWN_TOPIC_OR_PARTITION or a leader-epoch error for a request entry, else NONE."""
+    if part is None:
+        return UNKNOWN_TOPIC_OR_PARTITION
+    return _epoch_error(part, want.get("current_leader_epoch", -1))
+
+
 def _partition_data(index, code, hw=-1, log_start=-1, records=b""):
     return {
         "partition_index": index,
@@ -183,12 +190,8 @@ def handle_list_offsets(ctx, request):
             "offset": -1,
             "leader_epoch": -1,
         }
-        if part is None:
-            entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
-            return entry
-        code = _epoch_error(part, want.get("current_leader_epoch", -1))
-        if code != NONE:
-            entry["error_code"] = code
+        entry["error_code"] = _leader_error(part, want)
+        if entry["error_code"] != NONE:
             return entry
         ts = want["timestamp"]
         if ts == LATEST:
@@ -218,13 +221,8 @@ def handle_offset_for_leader_epoch(ctx, request):
             "leader_epoch": -1,
             "end_offset": -1,
         }
-        if part is None:
-            entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
-            return entry
-        code = _epoch_error(part, want.get("current_leader_epoch", -1))
-        if code != NONE:
-            entry["error_code"] = code
-        elif 0 <= want["leader_epoch"] <= part.leader_epoch:
+        entry["error_code"] = _leader_error(part, want)
+        if entry["error_code"] == NONE and 0 <= want["leader_epoch"] <= part.leader_epoch:
             # One epoch per partition until replication brings epoch
             # changes: every requested epoch ends at the log end.
             entry["leader_epoch"] = part.leader_epoch
