@@ -24,6 +24,7 @@ setup(
     extras_require={
         "test": [
             "pytest>=8",
+            "sphinx>=7",
             "wheel",
             "setuptools>=61",
             "ruff>=0.6",

@@ -51,3 +51,17 @@ def test_protocol_page_lists_every_served_api():
         versions = f"{lo}-{hi}" if lo != hi else f"{lo}"
         pattern = rf"^{key}\s+{name}\s+{re.escape(versions)}\s"
         assert re.search(pattern, text, re.M), f"docs/protocol.rst: {key} {name} {versions}"
+
+
+def test_sphinx_builds_without_warnings(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", DOCS, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
