@@ -76,3 +76,17 @@ def test_port_in_use_fails_cleanly(tmp_path, shared_broker):
     assert "failed to start" in output
     assert "Address already in use" in output or "Couldn't listen" in output
     assert shared_broker.alive()
+
+
+def test_fsync_always_serves_and_survives_sigkill(tmp_path):
+    broker = BrokerProcess(tmp_path / "data", extra_args=["--fsync", "always"]).start()
+    records = make_records(2000, partitions=1)
+    create_topic(broker.bootstrap, "synced", partitions=1)
+    produce_confluent(broker.bootstrap, "synced", records, "zstd", **{"acks": "all"})
+    broker.kill()
+    again = BrokerProcess(tmp_path / "data", port=broker.port).start()
+    try:
+        got = consume_kafka_python(again.bootstrap, "synced", 1, len(records))
+        assert got == records
+    finally:
+        again.stop()
