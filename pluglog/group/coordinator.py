@@ -102,6 +102,7 @@ class GroupCoordinator(MemberOperations, OffsetOperations):
             self._expiry_call.cancel()
         for group in self.groups.values():
             self._cancel(group.rebalance_call)
+            self._cancel(group.sync_call)
             for call in group.pending_members.values():
                 self._cancel(call)
             group.pending_members.clear()
@@ -325,6 +326,9 @@ class GroupCoordinator(MemberOperations, OffsetOperations):
         if group.state == COMPLETING_REBALANCE:
             self._reset_assignments(group, REBALANCE_IN_PROGRESS)
         was_empty = group.state == EMPTY
+        self._cancel(group.sync_call)
+        group.sync_call = None
+        group.pending_sync = set()
         group.transition(PREPARING_REBALANCE, self.now_ms())
         self._cancel(group.rebalance_call)
         timeout_ms = group.max_rebalance_timeout_ms()
@@ -406,11 +410,44 @@ class GroupCoordinator(MemberOperations, OffsetOperations):
             p=group.protocol_name,
             leader=group.leader_id,
         )
+        group.pending_sync = set(group.members)
+        self._cancel(group.sync_call)
+        group.sync_call = self.reactor.callLater(
+            group.max_rebalance_timeout_ms() / 1000.0,
+            self._sync_expired,
+            group,
+            group.generation_id,
+        )
         for member in list(group.members.values()):
             d, member.join_deferred = member.join_deferred, None
             member.is_new = False
             self._schedule_session(group, member)
             fire_once(d, self._current_join_result(group, member))
+
+    def _sync_expired(self, group, generation):
+        """Remove members that joined this generation but never sent SyncGroup.
+
+        Without this a leader that keeps heartbeating but never syncs would
+        leave every other member parked forever.
+        """
+        group.sync_call = None
+        if group.generation_id != generation or group.state not in (
+            COMPLETING_REBALANCE,
+            STABLE,
+        ):
+            return
+        missing = [m for m in group.pending_sync if m in group.members]
+        group.pending_sync = set()
+        for member_id in missing:
+            member = group.members.get(member_id)
+            if member is not None:
+                log.info(
+                    "group {g}: member {m} sent no SyncGroup within the rebalance timeout; "
+                    "removing it",
+                    g=group.group_id,
+                    m=member_id,
+                )
+                self._remove_member(group, member, "no SyncGroup in time")
 
     def _reset_assignments(self, group, error):
         for member in group.members.values():

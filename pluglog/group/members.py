@@ -63,6 +63,7 @@ class MemberOperations:
         if error != NONE:
             return defer.succeed(sync_result(error))
         member = group.members[member_id]
+        group.pending_sync.discard(member_id)
         self._schedule_session(group, member)
         if group.state == STABLE:
             return defer.succeed(sync_result(NONE, member.assignment))

@@ -120,6 +120,10 @@ class Group:
         self.new_member_added = False
         self.initial_delay = False
         self.rebalance_call = None
+        # Members of the current generation that have not sent SyncGroup yet,
+        # and the timer that removes them (Kafka's pending-sync rule).
+        self.pending_sync = set()
+        self.sync_call = None
 
     def __repr__(self):
         return (

@@ -432,3 +432,58 @@ def test_stop_during_loading_leaves_nothing_running(tmp_path):
     assert again.groups == {}
     assert clock.getDelayedCalls() == []
     assert again.heartbeat("g", 1, "m", None) == errors.COORDINATOR_NOT_AVAILABLE
+
+
+def _joined_not_synced(env):
+    """Two members joined generation N; nobody has sent SyncGroup yet."""
+    first = result_of(env.join())
+    second = env.join()
+    rejoin = env.join(first["member_id"])
+    a, b = result_of(rejoin), result_of(second)
+    assert env.group().state == COMPLETING_REBALANCE
+    leader = a if a["leader"] == a["member_id"] else b
+    follower = b if leader is a else a
+    return leader, follower
+
+
+def test_leader_that_never_syncs_is_removed_after_the_rebalance_timeout(env):
+    leader, follower = _joined_not_synced(env)
+    generation = leader["generation_id"]
+    parked = pending(env.sync(follower["member_id"], generation))
+    # Both keep their sessions alive; the leader never sends SyncGroup.
+    for _ in range(int(REBALANCE / 1000) - 1):
+        env.clock.advance(1.0)
+        assert env.heartbeat(leader["member_id"], generation) == errors.NONE
+        assert env.heartbeat(follower["member_id"], generation) == errors.NONE
+    assert leader["member_id"] in env.group().members
+    env.clock.advance(1.5)
+    assert leader["member_id"] not in env.group().members
+    assert result_of(parked)["error_code"] == errors.REBALANCE_IN_PROGRESS
+    assert env.group().state == PREPARING_REBALANCE
+    assert list(env.group().members) == [follower["member_id"]]
+
+
+def test_follower_that_never_syncs_is_removed_even_when_stable(env):
+    leader, follower = _joined_not_synced(env)
+    generation = leader["generation_id"]
+    ids = [leader["member_id"], follower["member_id"]]
+    synced = env.sync(leader["member_id"], generation, {m: m.encode() for m in ids})
+    assert result_of(synced)["error_code"] == errors.NONE
+    assert env.group().state == STABLE
+    for _ in range(int(REBALANCE / 1000)):
+        env.clock.advance(1.0)
+        env.heartbeat(leader["member_id"], generation)
+        env.heartbeat(follower["member_id"], generation)
+    env.clock.advance(1.0)
+    assert follower["member_id"] not in env.group().members
+    assert env.group().state == PREPARING_REBALANCE
+
+
+def test_members_that_sync_are_not_removed(env):
+    ids, generation = env.stable_group(3)
+    for _ in range(int(REBALANCE / 1000) * 2):
+        env.clock.advance(1.0)
+        for member_id in ids:
+            assert env.heartbeat(member_id, generation) == errors.NONE
+    assert set(env.group().members) == set(ids)
+    assert env.group().state == STABLE
