@@ -62,6 +62,8 @@ class Broker:
                 )
         elif event == "deleted":
             self._drop_topic(meta.name)
+            if self.group_coordinator is not None:
+                self.group_coordinator.topic_deleted(meta.name)
 
     def _open_topic(self, meta):
         topic_config = self.config.topic_defaults.with_overrides(meta.configs)

@@ -207,6 +207,22 @@ class OffsetOperations:
         entries = [(offset_key(group_id, t, p), None) for t, p in doomed]
         return self.store.append(group_id, entries).addCallbacks(deleted, failed)
 
+    def topic_deleted(self, topic):
+        """Drop every group's committed offsets of a deleted topic, as Kafka
+        does, writing tombstones so a reload does not bring them back.
+        Returns how many offsets went."""
+        removed = 0
+        for group in list(self.groups.values()):
+            keys = [key for key in group.offsets if key[0] == topic]
+            if not keys:
+                continue
+            for key in keys:
+                del group.offsets[key]
+            entries = [(offset_key(group.group_id, t, p), None) for t, p in keys]
+            self.store.append(group.group_id, entries).addErrback(_store_error)
+            removed += len(keys)
+        return removed
+
     # -- DeleteGroups ------------------------------------------------------------
 
     def delete_groups(self, group_ids):

@@ -291,3 +291,17 @@ def test_offsets_expire_after_retention_once_the_group_is_empty(tmp_path):
     assert "g" not in env.gc.groups
     result_of(env.gc.stop())
     assert start_coordinator(env.broker).groups == {}
+
+
+def test_deleting_a_topic_drops_its_committed_offsets(env):
+    env.broker.group_coordinator = env.gc  # what Broker.start wires in a real broker
+    assert commit(env, {("t", 0): 10, ("u", 1): 20}) == {("t", 0): 0, ("u", 1): 0}
+    assert commit(env, {("t", 3): 30}, group="other") == {("t", 3): 0}
+    result_of(env.broker.delete_topic("t"))
+    assert fetch(env, None) == (0, {("u", 1): (20, "", -1)})
+    assert fetch(env, None, group="other") == (0, {})
+    # The tombstones are in __consumer_offsets: a reload agrees.
+    result_of(env.gc.stop())
+    env.gc = start_coordinator(env.broker)
+    assert fetch(env, None) == (0, {("u", 1): (20, "", -1)})
+    assert fetch(env, None, group="other") == (0, {})
