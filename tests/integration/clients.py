@@ -6,6 +6,8 @@ client can be compared with what another client reads.
 """
 
 import asyncio
+import json
+import subprocess
 import time
 
 import confluent_kafka
@@ -15,14 +17,18 @@ from aiokafka.structs import TopicPartition as AioTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 CODECS = {
+    "kcat": ["none", "gzip", "snappy", "lz4", "zstd"],
     "confluent": ["none", "gzip", "snappy", "lz4", "zstd"],
     "kafka-python": [None, "gzip", "snappy", "lz4", "zstd"],
     "aiokafka": [None, "gzip", "snappy", "lz4", "zstd"],
 }
 
 
-def make_records(count, partitions=3, seed=0):
-    """Deterministic records with keys, null keys/values, headers."""
+def make_records(count, partitions=3, seed=0, kcat=False):
+    """Deterministic records with keys, null keys/values, headers.
+
+    ``kcat=True`` gives every record the same headers, since kcat sets
+    headers per run rather than per record."""
     records = []
     for i in range(count):
         n = i + seed
@@ -31,6 +37,8 @@ def make_records(count, partitions=3, seed=0):
         headers = [("idx", str(n).encode())]
         if n % 3 == 0:
             headers.append(("empty", b""))
+        if kcat:
+            headers = [("producer", b"kcat"), ("run", b"matrix")]
         records.append((n % partitions, key, value, headers))
     return records
 
@@ -71,7 +79,16 @@ def create_topic_aiokafka(bootstrap, topic, partitions=3):
     asyncio.run(run())
 
 
+def create_topic_kcat(bootstrap, topic, partitions=3):
+    """kcat has no admin API: its metadata request auto-creates the topic with
+    the broker's num.partitions, which the matrix broker sets to ``partitions``."""
+    out = _kcat(bootstrap, "-L", "-t", topic, "-J")
+    created = json.loads(out)["topics"][0]
+    assert len(created["partitions"]) == partitions, created
+
+
 CREATORS = {
+    "kcat": create_topic_kcat,
     "confluent": create_topic,
     "kafka-python": create_topic_kafka_python,
     "aiokafka": create_topic_aiokafka,
@@ -158,7 +175,43 @@ def produce_aiokafka(bootstrap, topic, records, compression=None):
     asyncio.run(run())
 
 
+def _kcat(bootstrap, *args, data=None):
+    result = subprocess.run(
+        ["kcat", "-b", bootstrap, *args], input=data, capture_output=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    return result.stdout.decode()
+
+
+def produce_kcat(bootstrap, topic, records, compression="none"):
+    """One kcat run per partition: ``key:value`` lines, -Z turns empty into null.
+
+    kcat sets headers per run, not per record, so the records given must share
+    one header list (``make_records(..., kcat=True)`` builds such records).
+    """
+    headers = records[0][3]
+    assert all(r[3] == headers for r in records), "kcat headers are per run"
+    header_args = [arg for k, v in headers for arg in ("-H", f"{k}={v.decode()}")]
+    for partition, chunk in sorted(by_partition(records).items()):
+        lines = b"".join((key or b"") + b":" + (value or b"") + b"\n" for key, value, _ in chunk)
+        _kcat(
+            bootstrap,
+            "-P",
+            "-t",
+            topic,
+            "-p",
+            str(partition),
+            "-K:",
+            "-Z",
+            "-z",
+            compression,
+            *header_args,
+            data=lines,
+        )
+
+
 PRODUCERS = {
+    "kcat": produce_kcat,
     "confluent": produce_confluent,
     "kafka-python": produce_kafka_python,
     "aiokafka": produce_aiokafka,
@@ -239,7 +292,21 @@ def consume_aiokafka(bootstrap, topic, partitions, expected, timeout=60):
     return asyncio.run(run())
 
 
+def consume_kcat(bootstrap, topic, partitions, expected, timeout=60):
+    out = _kcat(bootstrap, "-C", "-t", topic, "-o", "beginning", "-e", "-q", "-J")
+    records = []
+    for line in out.splitlines():
+        msg = json.loads(line)
+        flat = msg.get("headers") or []
+        headers = [(flat[i], flat[i + 1].encode()) for i in range(0, len(flat), 2)]
+        key = None if msg["key"] is None else msg["key"].encode()
+        value = None if msg["payload"] is None else msg["payload"].encode()
+        records.append((msg["partition"], key, value, headers))
+    return records
+
+
 CONSUMERS = {
+    "kcat": consume_kcat,
     "confluent": consume_confluent,
     "kafka-python": consume_kafka_python,
     "aiokafka": consume_aiokafka,
