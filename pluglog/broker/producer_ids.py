@@ -8,7 +8,7 @@ out and an id is never reused. Kafka allocates blocks the same way.
 
 import os
 
-from pluglog.coordination.local import atomic_write
+from pluglog.fileutil import atomic_write
 
 BLOCK_SIZE = 1000
 FILE_NAME = "producer-id-block"

@@ -26,6 +26,7 @@ from pluglog.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
+from pluglog.fileutil import atomic_write
 from pluglog.interfaces import ICoordinator
 
 METADATA_FILE = "pluglog-metadata.json"
@@ -52,21 +53,6 @@ class TopicMetadata:
     configs: dict = field(default_factory=dict)
     topic_id: str = ""
     internal: bool = False
-
-
-def atomic_write(path, data):
-    """Replace ``path`` with ``data`` (bytes) so a crash keeps old or new."""
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 @implementer(ICoordinator)

@@ -39,6 +39,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from pluglog.errors import KafkaStorageError, OffsetOutOfRangeError
+from pluglog.fileutil import fsync_directory
 from pluglog.interfaces import IPartitionLog
 from pluglog.storage.filenames import DELETED_SUFFIX, LOG_SUFFIX, TMP_SUFFIX, parse_segment_file
 from pluglog.storage.records import AppendInfo, ReadResult, prepare_append
@@ -414,10 +415,6 @@ class SegmentPartitionLog(BasePartitionLog):
 
     def _sync_directory(self):
         try:
-            fd = os.open(self.directory, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_directory(self.directory)
         except OSError as exc:
             raise KafkaStorageError(f"fsync of {self.directory} failed: {exc}") from exc

@@ -38,6 +38,7 @@ from zope.interface import implementer
 
 from pluglog.config import TopicConfig
 from pluglog.errors import KafkaStorageError
+from pluglog.fileutil import atomic_write, fsync_directory
 from pluglog.interfaces import ILogStorage
 from pluglog.storage.filenames import (
     CLEAN_SHUTDOWN_FILE,
@@ -79,27 +80,13 @@ def read_checkpoint(path):
     return entries
 
 
-def fsync_directory(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_checkpoint(path, entries):
     """Atomically replace ``path`` with ``entries`` ({(topic, partition): offset})."""
     lines = [str(CHECKPOINT_VERSION), str(len(entries))]
     lines += [
         f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(entries.items())
     ]
-    tmp = path + TMP_SUFFIX
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write("\n".join(lines) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    fsync_directory(os.path.dirname(path) or ".")
+    atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
 
 
 @implementer(ILogStorage)
