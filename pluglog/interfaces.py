@@ -171,15 +171,17 @@ class ICoordinator(Interface):
     def topics():
         """Return a dict ``{topic: TopicMetadata}``."""
 
-    def create_topic(name, num_partitions, replication_factor, configs):
-        """Create a topic; returns a Deferred. Raises TopicExistsError,
-        InvalidTopicError, InvalidPartitionsError, InvalidConfigError."""
+    def create_topic(name, num_partitions, replication_factor, configs, validate_only=False):
+        """Create a topic; returns a Deferred. Fails with TopicExistsError,
+        InvalidTopicError, InvalidPartitionsError, InvalidReplicationFactorError
+        or InvalidConfigError. ``validate_only`` checks without creating."""
 
     def delete_topic(name):
         """Delete a topic; returns a Deferred."""
 
-    def create_partitions(name, total_count):
-        """Grow a topic to ``total_count`` partitions; returns a Deferred."""
+    def create_partitions(name, total_count, validate_only=False):
+        """Grow a topic to ``total_count`` partitions; returns a Deferred.
+        ``validate_only`` checks without growing."""
 
     def alter_topic_config(name, configs):
         """Replace the topic's overridden configs; returns a Deferred."""

@@ -97,13 +97,23 @@ class Broker:
         return None if meta is None else meta.num_partitions
 
     def create_topic(
-        self, name, num_partitions=-1, replication_factor=-1, configs=None, internal=False
+        self,
+        name,
+        num_partitions=-1,
+        replication_factor=-1,
+        configs=None,
+        internal=False,
+        validate_only=False,
     ):
+        """Create (or with ``validate_only`` just check) a topic; -1 means the
+        broker's num.partitions / default.replication.factor."""
         if num_partitions == -1:
             num_partitions = self.config.num_partitions
         if replication_factor == -1:
             replication_factor = self.config.default_replication_factor
         kwargs = {"internal": True} if internal else {}
+        if validate_only:
+            kwargs["validate_only"] = True
         return self.coordinator.create_topic(
             name, num_partitions, replication_factor, configs or {}, **kwargs
         )

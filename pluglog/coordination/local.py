@@ -127,7 +127,15 @@ class LocalCoordinator:
     def topics(self):
         return dict(self._topics)
 
-    def create_topic(self, name, num_partitions, replication_factor, configs, internal=False):
+    def create_topic(
+        self,
+        name,
+        num_partitions,
+        replication_factor,
+        configs,
+        internal=False,
+        validate_only=False,
+    ):
         try:
             validate_topic_name(name)
             if name in self._topics:
@@ -149,6 +157,8 @@ class LocalCoordinator:
         except Exception:
             return defer.fail()
         meta = TopicMetadata(name, num_partitions, configs, uuid.uuid4().hex, internal)
+        if validate_only:
+            return defer.succeed(meta)
         self._topics[name] = meta
         self._save()
         self._notify("created", meta)
@@ -162,7 +172,7 @@ class LocalCoordinator:
         self._notify("deleted", meta)
         return defer.succeed(meta)
 
-    def create_partitions(self, name, total_count):
+    def create_partitions(self, name, total_count, validate_only=False):
         meta = self._topics.get(name)
         if meta is None:
             return defer.fail(UnknownTopicOrPartitionError(f"no topic {name!r}"))
@@ -173,6 +183,8 @@ class LocalCoordinator:
                     f"the new count {total_count} must be larger"
                 )
             )
+        if validate_only:
+            return defer.succeed(meta)
         meta.num_partitions = total_count
         self._save()
         self._notify("changed", meta)

@@ -166,3 +166,17 @@ def test_retention_deletes_old_segments(tmp_path):
         assert len(segments) >= 1
     finally:
         broker.stop()
+
+
+def test_validate_only_creates_nothing(admin):
+    _wait(admin.create_topics([NewTopic("adm-dry", 3, 1)], validate_only=True))
+    assert "adm-dry" not in admin.list_topics(timeout=10).topics
+    with pytest.raises(confluent_kafka.KafkaException) as info:
+        _wait(admin.create_topics([NewTopic("adm-dry", 0, 1)], validate_only=True))
+    assert info.value.args[0].name() == "INVALID_PARTITIONS"
+    _wait(admin.create_topics([NewTopic("adm-dry2", 1, 1)]))
+    _wait(admin.create_partitions([NewPartitions("adm-dry2", 4)], validate_only=True))
+    assert len(admin.list_topics("adm-dry2", timeout=10).topics["adm-dry2"].partitions) == 1
+    with pytest.raises(confluent_kafka.KafkaException) as info:
+        _wait(admin.create_partitions([NewPartitions("adm-dry2", 1)], validate_only=True))
+    assert info.value.args[0].name() == "INVALID_PARTITIONS"

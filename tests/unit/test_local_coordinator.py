@@ -84,3 +84,18 @@ def test_topic_names():
     validate_topic_name("a.b_c-D9")
     with pytest.raises(InvalidTopicError):
         validate_topic_name("")
+
+
+def test_validate_only_checks_without_changing(tmp_path):
+    coord = _coordinator(tmp_path)
+    coord.create_topic("kept", 2, 1, {}, validate_only=True)
+    assert "kept" not in coord.topics()
+    assert isinstance(
+        _failure(coord.create_topic("bad name", 1, 1, {}, validate_only=True)), InvalidTopicError
+    )
+    coord.create_topic("grow", 2, 1, {})
+    coord.create_partitions("grow", 5, validate_only=True)
+    assert coord.topics()["grow"].num_partitions == 2
+    assert isinstance(
+        _failure(coord.create_partitions("grow", 2, validate_only=True)), InvalidPartitionsError
+    )

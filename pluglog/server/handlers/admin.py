@@ -50,21 +50,18 @@ def handle_create_topics(ctx, request):
                 continue
             num_partitions = len(topic["assignments"])
         try:
-            if validate_only:
-                _validate_new_topic(broker, name, num_partitions, replication, configs)
-            else:
-                yield broker.create_topic(name, num_partitions, replication, configs)
+            meta = yield broker.create_topic(
+                name, num_partitions, replication, configs, validate_only=validate_only
+            )
         except KafkaError as exc:
             result["error_code"], result["error_message"] = _fail(exc)
             results.append(result)
             continue
-        meta = broker.coordinator.topics().get(name)
-        count = meta.num_partitions if meta else num_partitions
         effective = broker.config.topic_defaults.with_overrides(configs).to_kafka()
         result.update(
             {
-                "topic_id": bytes.fromhex(meta.topic_id) if meta and meta.topic_id else bytes(16),
-                "num_partitions": count if count != -1 else broker.config.num_partitions,
+                "topic_id": bytes(16) if validate_only else bytes.fromhex(meta.topic_id),
+                "num_partitions": meta.num_partitions,
                 "replication_factor": 1,
                 "configs": [
                     {
@@ -80,30 +77,6 @@ def handle_create_topics(ctx, request):
         )
         results.append(result)
     return {"throttle_time_ms": 0, "topics": results}
-
-
-def _validate_new_topic(broker, name, num_partitions, replication, configs):
-    from pluglog.config import validate_topic_overrides
-    from pluglog.coordination.local import validate_topic_name
-    from pluglog.errors import (
-        ConfigError,
-        InvalidConfigError,
-        InvalidPartitionsError,
-        InvalidReplicationFactorError,
-        TopicExistsError,
-    )
-
-    validate_topic_name(name)
-    if name in broker.coordinator.topics():
-        raise TopicExistsError(f"topic {name!r} already exists")
-    if num_partitions == 0 or num_partitions < -1:
-        raise InvalidPartitionsError(f"number of partitions must be >= 1, got {num_partitions}")
-    if replication not in (-1, 1):
-        raise InvalidReplicationFactorError(f"replication factor {replication} is not 1")
-    try:
-        validate_topic_overrides(configs)
-    except ConfigError as exc:
-        raise InvalidConfigError(str(exc)) from None
 
 
 @defer.inlineCallbacks
@@ -138,16 +111,10 @@ def handle_create_partitions(ctx, request):
             ):
                 entry["error_code"] = INVALID_REPLICA_ASSIGNMENT
                 entry["error_message"] = "assignments must name only this broker"
-            elif request["validate_only"]:
-                if topic["count"] <= meta.num_partitions:
-                    from pluglog.errors import INVALID_PARTITIONS
-
-                    entry["error_code"] = INVALID_PARTITIONS
-                    entry["error_message"] = (
-                        f"topic has {meta.num_partitions} partitions; {topic['count']} is not more"
-                    )
             else:
-                yield broker.coordinator.create_partitions(name, topic["count"])
+                yield broker.coordinator.create_partitions(
+                    name, topic["count"], validate_only=request["validate_only"]
+                )
         except KafkaError as exc:
             entry["error_code"], entry["error_message"] = _fail(exc)
         results.append(entry)
