@@ -29,7 +29,7 @@ from twisted.logger import Logger
 
 from pluglog import protocol as codec
 from pluglog.errors import UNKNOWN_SERVER_ERROR, KafkaError
-from pluglog.server.handlers import HANDLERS, NO_RESPONSE, RequestContext
+from pluglog.server.handlers import HANDLERS, NO_RESPONSE, CloseConnection, RequestContext
 from pluglog.server.sendfile import SocketWriter, supports_direct
 
 log = Logger()
@@ -157,8 +157,10 @@ class KafkaServerProtocol(protocol.Protocol):
         ctx = RequestContext(self.broker, header, self.peer)
         try:
             result = handler(ctx, request)
+        except CloseConnection as exc:
+            self._bad_input(str(exc), header)
+            return
         except KafkaError as exc:
-            log.info("request failed: {exc}", exc=exc)
             self._bad_input(f"request refused: {exc}", header)
             return
         except Exception:

@@ -12,6 +12,11 @@ from pluglog.errors import KafkaError
 NO_RESPONSE = object()
 
 
+class CloseConnection(Exception):  # noqa: N818 - an instruction, not an error report
+    """Raised by a handler when the only right answer is to drop the connection
+    (e.g. a failed acks=0 produce: the client has no response slot)."""
+
+
 class RequestContext:
     """What a handler knows about the request besides its body."""
 

@@ -12,7 +12,6 @@ partition, and docs/protocol.rst says so.
 from twisted.logger import Logger
 
 from pluglog import protocol as codec
-from pluglog.broker.partition import DuplicateAppend
 from pluglog.errors import (
     INVALID_RECORD,
     INVALID_REQUIRED_ACKS,
@@ -20,7 +19,7 @@ from pluglog.errors import (
     UNSUPPORTED_VERSION,
     KafkaError,
 )
-from pluglog.server.handlers import NO_RESPONSE, error_code
+from pluglog.server.handlers import NO_RESPONSE, CloseConnection, error_code
 
 log = Logger()
 _BATCH_LENGTH_AT = 8
@@ -93,30 +92,20 @@ def handle_produce(ctx, request):
                 failed = True
                 results.append(_partition_result(index, error_code(exc), message=str(exc)))
                 continue
-            if isinstance(info, DuplicateAppend):
-                results.append(
-                    _partition_result(
-                        index, NONE, info.first_offset, info.log_append_time, info.log_start_offset
-                    )
+            # A stored append and a deduplicated retry (DuplicateAppend) answer alike.
+            results.append(
+                _partition_result(
+                    index, NONE, info.first_offset, info.log_append_time, info.log_start_offset
                 )
-            else:
-                results.append(
-                    _partition_result(
-                        index, NONE, info.first_offset, info.log_append_time, info.log_start_offset
-                    )
-                )
+            )
         responses.append({"name": name, "partition_responses": results})
     if acks == 0:
         if failed:
             # Kafka closes an acks=0 connection on error: the client has no
             # response slot to receive one in.
-            raise _AcksZeroError("produce with acks=0 failed; closing the connection")
+            raise CloseConnection("produce with acks=0 failed")
         return NO_RESPONSE
     return {"responses": responses, "throttle_time_ms": 0}
-
-
-class _AcksZeroError(KafkaError):
-    error_code = NONE
 
 
 HANDLERS = {codec.PRODUCE: handle_produce}
