@@ -42,7 +42,7 @@ from pluglog.errors import KafkaStorageError, OffsetOutOfRangeError
 from pluglog.fileutil import fsync_directory
 from pluglog.interfaces import IPartitionLog
 from pluglog.storage.filenames import DELETED_SUFFIX, LOG_SUFFIX, TMP_SUFFIX, parse_segment_file
-from pluglog.storage.records import AppendInfo, ReadResult, prepare_append
+from pluglog.storage.records import AppendInfo, ReadResult, SegmentInfo, prepare_append
 from pluglog.storage.segment import MAX_RELATIVE_OFFSET, LogSegment
 
 _log = Logger()
@@ -209,7 +209,7 @@ class BasePartitionLog:
 
     def segment_infos(self):
         last = len(self.segments) - 1
-        return [segment.info(i == last) for i, segment in enumerate(self.segments)]
+        return [SegmentInfo.of(segment, i == last) for i, segment in enumerate(self.segments)]
 
     # -- removal ------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from zope.interface import implementer
 from pluglog.config import TopicConfig
 from pluglog.interfaces import ILogStorage, IPartitionLog
 from pluglog.storage.log import FSYNC_NEVER, BasePartitionLog
-from pluglog.storage.records import SegmentInfo, parse_header
+from pluglog.storage.records import parse_header
 
 
 class MemorySegment:
@@ -63,16 +63,6 @@ class MemorySegment:
 
     def index_full(self):
         return False
-
-    def info(self, active):
-        return SegmentInfo(
-            self.base_offset,
-            self.next_offset,
-            self.size,
-            self.largest_timestamp,
-            self.created_ms,
-            active,
-        )
 
     def append(self, prepared):
         position = len(self.data)

@@ -318,6 +318,18 @@ class SegmentInfo:
     created_ms: int  # -1 when unknown (segment found on disk)
     active: bool
 
+    @classmethod
+    def of(cls, segment, active):
+        """The summary of a file or memory segment."""
+        return cls(
+            segment.base_offset,
+            segment.next_offset,
+            segment.size,
+            segment.largest_timestamp,
+            segment.created_ms,
+            active,
+        )
+
 
 @implementer(IFileRange)
 class FileRange:

@@ -46,7 +46,6 @@ from pluglog.storage.records import (
     HEADER_SIZE,
     MIN_BATCH_LENGTH,
     FileRange,
-    SegmentInfo,
     parse_header,
     scan_batches,
 )
@@ -188,16 +187,6 @@ class LogSegment:
     def index_full(self):
         self._ensure_indexes()
         return self.index.is_full or self.time_index.is_full
-
-    def info(self, active):
-        return SegmentInfo(
-            self.base_offset,
-            self.next_offset,
-            self.size,
-            self.largest_timestamp,
-            self.created_ms,
-            active,
-        )
 
     # -- scanning -----------------------------------------------------------
 
