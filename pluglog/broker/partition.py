@@ -50,10 +50,12 @@ class Partition:
         """Append the records of one produce request (one v2 batch)."""
         if len(records) < _HEADER_SIZE:
             raise InvalidRecordError(f"record batch of {len(records)} bytes is too short")
-        if not self._producers_loaded:
-            self._load_producers()
         producer_id, epoch, first_seq, last_seq = producer_fields(records)
         if producer_id >= 0:
+            # Loaded on the first idempotent batch only: plain producers never
+            # pay for the header scan, and a later load still sees every batch.
+            if not self._producers_loaded:
+                self._load_producers()
             dup = self.producers.check(producer_id, epoch, first_seq, last_seq)
             if dup is not None:
                 return DuplicateAppend(dup[0], dup[1], dup[2], self.log.log_start_offset)

@@ -54,3 +54,33 @@ def test_missing_sequence_is_invalid():
 
 def test_non_idempotent_batches_pass():
     assert ProducerStateTable().check(-1, -1, -1, -1) is None
+
+
+def test_partition_rebuilds_state_from_the_log_after_a_restart(tmp_path):
+    from twisted.internet.task import Clock
+
+    from pluglog.broker.partition import DuplicateAppend, Partition
+    from pluglog.config import TopicConfig
+    from pluglog.protocol.records import Record, build_batch
+    from pluglog.storage import SegmentLogStorage
+
+    def batch(seq, count=3):
+        records = [Record(value=b"v") for _ in range(count)]
+        return build_batch(records, producer_id=42, producer_epoch=0, base_sequence=seq)
+
+    storage = SegmentLogStorage(str(tmp_path), reactor=Clock())
+    part = Partition("t", 0, storage.open_log("t", 0, TopicConfig()), TopicConfig())
+    part.append(build_batch([Record(value=b"plain")]), 0)  # not idempotent
+    assert part.append(batch(0), 0).first_offset == 1
+    assert part.append(batch(3), 0).first_offset == 4
+    storage.close()
+
+    storage = SegmentLogStorage(str(tmp_path), reactor=Clock())
+    part = Partition("t", 0, storage.open_log("t", 0, TopicConfig()), TopicConfig())
+    part.append(build_batch([Record(value=b"plain again")]), 0)
+    retried = part.append(batch(3), 0)
+    assert isinstance(retried, DuplicateAppend) and retried.first_offset == 4
+    with pytest.raises(OutOfOrderSequenceError):
+        part.append(batch(9), 0)
+    assert part.append(batch(6), 0).first_offset == 8
+    storage.close()
