@@ -17,6 +17,25 @@ from pluglog.errors import ConfigError
 FSYNC_POLICIES = ("never", "interval", "always")
 
 
+def split_host_port(value):
+    """Parse ``host:port`` (IPv6 as ``[::1]:9092``) into ``(host, port)``.
+
+    Raises ValueError with a message naming the value; callers turn it into
+    their own kind of usage error."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"expected host:port, got {value!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        number = int(port)
+    except ValueError:
+        raise ValueError(f"bad port in {value!r}") from None
+    if not 0 < number < 65536:
+        raise ValueError(f"port out of range in {value!r}")
+    return host, number
+
+
 def _parse_bool(key, value):
     if isinstance(value, bool):
         return value

@@ -15,24 +15,22 @@ from twisted.internet import reactor as default_reactor
 from twisted.python import usage
 
 from pluglog import __version__
-from pluglog.config import FSYNC_POLICIES, BrokerConfig, load_ini, parse_settings
+from pluglog.config import (
+    FSYNC_POLICIES,
+    BrokerConfig,
+    load_ini,
+    parse_settings,
+    split_host_port,
+)
 from pluglog.errors import ConfigError, PluginError
 
 
 def parse_host_port(value, option="--advertised-listener"):
     """Parse ``host:port`` (IPv6 as ``[::1]:9092``); raise UsageError if bad."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not host:
-        raise usage.UsageError(f"{option}: expected host:port, got {value!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
     try:
-        number = int(port)
-    except ValueError:
-        raise usage.UsageError(f"{option}: bad port in {value!r}") from None
-    if not 0 < number < 65536:
-        raise usage.UsageError(f"{option}: port out of range in {value!r}")
-    return host, number
+        return split_host_port(value)
+    except ValueError as exc:
+        raise usage.UsageError(f"{option}: {exc}") from None
 
 
 def listen_address(description):

@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from pluglog.client.blocking import BlockingClient, ProtocolError
+from pluglog.config import split_host_port
 
 
 class CliError(Exception):
@@ -28,9 +29,10 @@ def _positive(text):
 
 
 def _bootstrap(text):
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"expected host:port, got {text!r}")
+    try:
+        split_host_port(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return text
 
 

@@ -10,6 +10,7 @@ import socket
 import struct
 
 from pluglog import protocol as codec
+from pluglog.config import split_host_port
 
 _SIZE = struct.Struct(">i")
 
@@ -28,8 +29,8 @@ class BlockingClient:
 
     @classmethod
     def from_bootstrap(cls, bootstrap, **kwargs):
-        host, _, port = bootstrap.rpartition(":")
-        return cls(host.strip("[]"), int(port), **kwargs)
+        host, port = split_host_port(bootstrap)
+        return cls(host, port, **kwargs)
 
     def close(self):
         self.sock.close()
