@@ -7,7 +7,7 @@ polls.
 """
 
 from pluglog.broker.producer_state import ProducerStateTable, producer_fields
-from pluglog.errors import InvalidRecordError
+from pluglog.errors import InvalidRecordError, NotEnoughReplicasError
 
 _HEADER_SIZE = 61
 
@@ -46,8 +46,18 @@ class Partition:
         if infos:
             self.producers.rebuild(self.log.batch_headers(infos[-1].base_offset))
 
-    def append(self, records, now_ms):
+    @property
+    def isr_size(self):
+        """In-sync replicas; one (this broker) until replication lands."""
+        return 1
+
+    def append(self, records, now_ms, acks=1):
         """Append the records of one produce request (one v2 batch)."""
+        if acks == -1 and self.isr_size < self.config.min_insync_replicas:
+            raise NotEnoughReplicasError(
+                f"{self.topic}-{self.index}: {self.isr_size} in-sync replica(s), "
+                f"min.insync.replicas is {self.config.min_insync_replicas}"
+            )
         if len(records) < _HEADER_SIZE:
             raise InvalidRecordError(f"record batch of {len(records)} bytes is too short")
         producer_id, epoch, first_seq, last_seq = producer_fields(records)
@@ -85,7 +95,3 @@ class Partition:
             self._waiters.remove(waiter)
         except ValueError:
             pass
-
-    def truncated(self):
-        """Call after the log lost data at its end (DeleteRecords, truncation)."""
-        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)

@@ -180,3 +180,39 @@ def test_validate_only_creates_nothing(admin):
     with pytest.raises(confluent_kafka.KafkaException) as info:
         _wait(admin.create_partitions([NewPartitions("adm-dry2", 1)], validate_only=True))
     assert info.value.args[0].name() == "INVALID_PARTITIONS"
+
+
+def test_min_insync_replicas_refuses_acks_all(shared_broker, admin):
+    from pluglog import protocol as codec
+    from pluglog.client.blocking import BlockingClient
+    from pluglog.protocol.records import Record, build_batch
+
+    _wait(admin.create_topics([NewTopic("adm-isr", 1, 1, config={"min.insync.replicas": "2"})]))
+
+    def produce(acks):
+        with BlockingClient("127.0.0.1", shared_broker.port) as client:
+            body = {
+                "acks": acks,
+                "timeout_ms": 5000,
+                "topic_data": [
+                    {
+                        "name": "adm-isr",
+                        "partition_data": [
+                            {"index": 0, "records": build_batch([Record(value=b"x")])}
+                        ],
+                    }
+                ],
+            }
+            resp = client.request(codec.PRODUCE, 8, body)
+            return resp["responses"][0]["partition_responses"][0]["error_code"]
+
+    assert produce(-1) == 19  # NOT_ENOUGH_REPLICAS: one broker is the only in-sync replica
+    assert produce(1) == 0
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": shared_broker.bootstrap, "group.id": "i"}
+    )
+    lo, hi = consumer.get_watermark_offsets(
+        confluent_kafka.TopicPartition("adm-isr", 0), timeout=10
+    )
+    consumer.close()
+    assert (lo, hi) == (0, 1)

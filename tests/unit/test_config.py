@@ -47,3 +47,11 @@ def test_broker_settings_accept_broker_and_topic_names():
     assert config.topic_defaults.segment_bytes == 2048
     assert config.topic_defaults.retention_bytes == 100
     assert config.topic_defaults.retention_ms == 7200000
+
+
+def test_compression_type_is_producer_only():
+    assert TopicConfig().with_overrides({"compression.type": "producer"}).compression_type == (
+        "producer"
+    )
+    with pytest.raises(ConfigError, match="compression.type.*gzip.*producer"):
+        validate_topic_overrides({"compression.type": "gzip"})

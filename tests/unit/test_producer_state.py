@@ -84,3 +84,21 @@ def test_partition_rebuilds_state_from_the_log_after_a_restart(tmp_path):
         part.append(batch(9), 0)
     assert part.append(batch(6), 0).first_offset == 8
     storage.close()
+
+
+def test_min_insync_replicas_refuses_acks_all():
+    from twisted.internet.task import Clock
+
+    from pluglog.broker.partition import Partition
+    from pluglog.config import TopicConfig
+    from pluglog.errors import NotEnoughReplicasError
+    from pluglog.protocol.records import Record, build_batch
+    from pluglog.storage import MemoryLogStorage
+
+    config = TopicConfig(min_insync_replicas=2)
+    part = Partition("t", 0, MemoryLogStorage(reactor=Clock()).open_log("t", 0, config), config)
+    batch = build_batch([Record(value=b"v")])
+    with pytest.raises(NotEnoughReplicasError):
+        part.append(batch, 0, acks=-1)
+    assert part.log.log_end_offset == 0
+    assert part.append(batch, 0, acks=1).first_offset == 0

@@ -136,6 +136,23 @@ class ServerProtocolTests(SynchronousTestCase):
         assert data["high_watermark"] == 2
         assert [r.value for r in iter_records(data["records"])] == [b"a", b"b"]
 
+    def test_broker_fetch_max_bytes_caps_the_response(self):
+        broker = self.broker
+        broker.config = broker.config.replace(fetch_max_bytes=10)
+        proto, transport = connect(broker)
+        proto.dataReceived(
+            req(codec.PRODUCE, 8, 1, produce_body("t", 0, [b"a" * 50]))
+            + req(codec.PRODUCE, 8, 2, produce_body("t", 0, [b"b" * 50]))
+            + req(codec.FETCH, 11, 3, {**fetch_body("t", 0, 0), "max_bytes": 1 << 20})
+        )
+        *_, (_, fetched) = responses(
+            transport, [(codec.PRODUCE, 8), (codec.PRODUCE, 8), (codec.FETCH, 11)]
+        )
+        data = fetched["responses"][0]["partitions"][0]
+        # Only the first batch (KIP-74 lets one batch exceed the cap), not both.
+        assert data["high_watermark"] == 2
+        assert [r.value for r in iter_records(data["records"])] == [b"a" * 50]
+
     def test_long_poll_keeps_responses_in_order_and_wakes_on_append(self):
         broker = self.broker
         proto, transport = connect(broker)

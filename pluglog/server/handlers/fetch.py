@@ -63,6 +63,8 @@ def _read_all(broker, request):
     max_bytes = request.get("max_bytes", 0x7FFFFFFF)
     if max_bytes <= 0:
         max_bytes = 0x7FFFFFFF
+    # The broker's fetch.max.bytes caps what any client may ask for (Kafka's rule).
+    max_bytes = min(max_bytes, broker.config.fetch_max_bytes)
     remaining = max_bytes
     total = 0
     topics = []

@@ -87,7 +87,7 @@ def handle_produce(ctx, request):
                 continue
             try:
                 partition = broker.partition(name, index)
-                info = partition.append(records, now)
+                info = partition.append(records, now, acks)
             except KafkaError as exc:
                 failed = True
                 results.append(_partition_result(index, error_code(exc), message=str(exc)))
