@@ -33,6 +33,11 @@ from pluglog.protocol.headers import (
     write_request_header,
     write_response_header,
 )
+from pluglog.protocol.hotpath import (
+    PRODUCE_VERSIONS,
+    decode_produce_request,
+    encode_produce_response,
+)
 
 UNSUPPORTED_VERSION = 35
 
@@ -88,6 +93,12 @@ def decode_request(header, buf):
     """
     if header.body_offset is None:
         raise UnsupportedVersionError(header.api_key, header.api_version)
+    if header.api_key == 0 and header.api_version in PRODUCE_VERSIONS:
+        buf = _as_view(buf)
+        fast = decode_produce_request(buf, header.body_offset)
+        if fast is not None and fast[1] == len(buf):
+            return fast[0]
+        # Malformed or trailing bytes: the generic decoder says what is wrong.
     decode, _ = request_codec(header.api_key, header.api_version)
     return _decode_body(decode, _as_view(buf), header.body_offset, _name(header.api_key, "req"))
 
@@ -116,9 +127,16 @@ def encode_response(api_key, api_version, correlation_id, body):
     RECORDS values may be bytes, memoryview, None or a file range (``size`` and
     ``read()``), which is placed in the parts list unread for ``sendfile``.
     """
+    _check_body(body)
+    if api_key == 0 and api_version in PRODUCE_VERSIONS:
+        out = [_p.INT32.pack(correlation_id)]
+        try:
+            encode_produce_response(api_version, body, out)
+            return [b"".join(out)]
+        except (KeyError, TypeError, ValueError, AttributeError, struct.error, EncodeError):
+            pass  # the generic encoder raises the EncodeError that explains it
     _, encode = response_codec(api_key, api_version)
     flexible = is_flexible(api_key, api_version)
-    _check_body(body)
     out = []
     write_response_header(out, api_key, correlation_id, flexible)
     encode(body, out)

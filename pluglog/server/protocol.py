@@ -78,6 +78,13 @@ class KafkaServerProtocol(protocol.Protocol):
         if self._closing:
             return
         buf = self._buf
+        if not buf and len(data) >= 4:
+            # The common case (one whole request per read, nothing pending):
+            # frame the read itself, no copy into and out of the buffer.
+            (size,) = _SIZE.unpack_from(data, 0)
+            if len(data) == 4 + size and 8 <= size <= self.max_frame:
+                self._handle_frame(memoryview(data)[4:])
+                return
         buf += data
         while not self._closing:
             if self._need is None:
@@ -169,24 +176,29 @@ class KafkaServerProtocol(protocol.Protocol):
             return
         if result is NO_RESPONSE:
             return
-        slot = _Slot()
-        self._slots.append(slot)
         if isinstance(result, defer.Deferred):
+            slot = _Slot()
+            self._slots.append(slot)
             result.addCallback(self._encode, header)
             result.addErrback(self._failed, header)
             result.addCallback(self._fill, slot)
             if len(self._slots) >= MAX_IN_FLIGHT and not self._paused:
                 self._paused = True
                 self._update_reading()
-        else:
-            try:
-                parts = self._encode(result, header)
-            except Exception:
-                log.failure("encoding the response of api {k} v{v} failed", k=api_key, v=version)
-                self._slots.pop()
-                self._bad_input("internal error while encoding the response", header)
-                return
+            return
+        try:
+            parts = self._encode(result, header)
+        except Exception:
+            log.failure("encoding the response of api {k} v{v} failed", k=api_key, v=version)
+            self._bad_input("internal error while encoding the response", header)
+            return
+        if self._slots:
+            # An earlier answer (a long poll) is still pending: queue behind it.
+            slot = _Slot()
+            self._slots.append(slot)
             self._fill(parts, slot)
+        elif not self._closing:
+            self._write(parts)
 
     def _encode(self, body, header):
         return codec.encode_response(
