@@ -15,16 +15,30 @@ including offset ``base + o`` is ``t``.
 
 Unlike Kafka (preallocated, memory-mapped files) these are append-only files
 mirrored in memory as :mod:`array` columns: lookups are :func:`bisect` over
-those columns, appends are one small ``os.write``. A segment may hold at most
-``segment.index.bytes // entry size`` entries; :attr:`is_full` makes the log
-roll.
+those columns. Appends only extend the columns; the entries not yet in the
+file (those from :attr:`written` on) go out together in one ``os.write``
+when :meth:`write_pending` runs: on :meth:`flush` (before the fsync), on
+:meth:`close`, when the segment rolls, and after an append that leaves
+:data:`WRITE_BATCH_BYTES` or more of entries pending in either file (best
+effort, from ``LogSegment.append``), so the files lag memory by about a page
+at most. A rewrite (truncation, rebuild) replaces the file with every entry.
+Why: with the default index.interval.bytes nearly every produced batch adds
+an offset index entry (and usually a time index one), and an ``os.write``
+per file per batch was a large share of the Python-side cost of an append.
+A segment may hold at most ``segment.index.bytes // entry size`` entries;
+:attr:`is_full` makes the log roll.
 
 Invariants: relative offsets strictly increase in both files; positions
 never decrease; timestamps strictly increase (an entry is only added when the
 max timestamp grows). :meth:`sanity_check` verifies them (and that positions
 lie inside the log) when an index is loaded; a failed check means the caller
 rebuilds the index from the log, which is always the source of truth.
-Indexes are not fsynced on append: after an unclean stop they are rebuilt.
+The file is always a prefix of the in-memory entries, so it is a valid
+(sparser) index at any moment. Indexes are not fsynced on append: after an
+unclean stop the segments from the recovery point on are re-indexed from
+the log (the only ones whose files can lag memory: older segments were
+written out when they rolled and when they were flushed), and a clean stop
+writes everything out in :meth:`close`.
 
 Threading: used only from the reactor thread, through its LogSegment.
 """
@@ -38,6 +52,8 @@ from bisect import bisect_left, bisect_right
 OFFSET_ENTRY = struct.Struct(">II")
 TIME_ENTRY = struct.Struct(">qI")
 _NEED_SWAP = sys.byteorder == "little"
+#: pending entries are written once this many bytes of them accumulate
+WRITE_BATCH_BYTES = 4096
 
 
 class IndexCorruptError(Exception):
@@ -45,12 +61,20 @@ class IndexCorruptError(Exception):
 
 
 class _IndexFile:
+    """An index file plus its in-memory columns (``offsets`` is in both kinds).
+
+    ``written`` counts the entries already in the file; the columns past it
+    are pending until :meth:`write_pending`.
+    """
+
     entry = None
 
     def __init__(self, path, base_offset, max_index_bytes):
         self.path = path
         self.base_offset = base_offset
         self.max_entries = max(1, max_index_bytes // self.entry.size)
+        self.write_batch = max(1, WRITE_BATCH_BYTES // self.entry.size)
+        self.written = 0
         self._fd = None
 
     def _open_fd(self):
@@ -75,28 +99,78 @@ class _IndexFile:
         return data
 
     def _rewrite(self, data):
-        """Replace the file's content atomically (tmp + rename)."""
-        self.close()
+        """Replace the file's content atomically (tmp + rename) with ``data``,
+        the encoding of every in-memory entry (so nothing is pending after)."""
+        self._close_fd()
         tmp = self.path + ".tmp"
         with open(tmp, "wb") as handle:
             handle.write(data)
         os.replace(tmp, self.path)
+        self.written = len(self.offsets)
+
+    def _encode(self, start, stop):
+        """The file bytes of entries ``[start, stop)``."""
+        raise NotImplementedError
+
+    @property
+    def pending(self):
+        """Entries in memory that are not in the file yet."""
+        return len(self.offsets) - self.written
+
+    def write_pending(self):
+        """Append the pending entries to the file in one ``os.write``.
+
+        On an error the file is cut back to its last whole written entry
+        (best effort) and the entries stay pending; the error propagates.
+        """
+        stop = len(self.offsets)
+        start = self.written
+        if stop <= start:
+            return
+        data = self._encode(start, stop)
+        fd = self._open_fd()
+        done = 0
+        try:
+            while done < len(data):
+                n = os.write(fd, data[done:] if done else data)
+                if n <= 0:
+                    raise OSError(f"write to {self.path} wrote nothing")
+                done += n
+        except OSError:
+            if done:
+                try:
+                    os.ftruncate(fd, start * self.entry.size)
+                except OSError:
+                    pass
+            raise
+        self.written = stop
 
     def __len__(self):
-        return len(self._relative_offsets())
+        return len(self.offsets)
 
     @property
     def is_full(self):
-        return len(self) >= self.max_entries
+        return len(self.offsets) >= self.max_entries
 
     def flush(self):
+        """Write the pending entries, then fsync the file."""
+        self.write_pending()
         if self._fd is not None:
             os.fsync(self._fd)
 
-    def close(self):
+    def _close_fd(self):
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+    def close(self, write=True):
+        """Write the pending entries (no fsync; dropped with ``write=False``,
+        for a file about to be deleted) and close the file."""
+        try:
+            if write:
+                self.write_pending()
+        finally:
+            self._close_fd()
 
     def rename(self, path):
         os.replace(self.path, path)
@@ -113,9 +187,6 @@ class OffsetIndex(_IndexFile):
         self.offsets = array("I")  # relative offsets
         self.positions = array("I")
 
-    def _relative_offsets(self):
-        return self.offsets
-
     def load(self, log_size):
         """Read the file into memory; raise IndexCorruptError if it is unsound."""
         flat = array("I", self._read_file())
@@ -123,6 +194,7 @@ class OffsetIndex(_IndexFile):
             flat.byteswap()
         self.offsets = flat[0::2]
         self.positions = flat[1::2]
+        self.written = len(self.offsets)
         self.sanity_check(log_size)
 
     def sanity_check(self, log_size):
@@ -134,12 +206,21 @@ class OffsetIndex(_IndexFile):
             raise IndexCorruptError(f"{self.path} points past the end of the log")
 
     def append(self, offset, position):
+        """Add an entry in memory (it reaches the file with :meth:`write_pending`)."""
         relative = offset - self.base_offset
-        if self.offsets and relative <= self.offsets[-1]:
+        offsets = self.offsets
+        if offsets and relative <= offsets[-1]:
             return
-        os.write(self._open_fd(), OFFSET_ENTRY.pack(relative, position))
-        self.offsets.append(relative)
+        offsets.append(relative)
         self.positions.append(position)
+
+    def _encode(self, start, stop):
+        flat = array("I", bytes(8 * (stop - start)))
+        flat[0::2] = self.offsets[start:stop]
+        flat[1::2] = self.positions[start:stop]
+        if _NEED_SWAP:
+            flat.byteswap()
+        return flat.tobytes()
 
     def lookup(self, offset):
         """Return ``(offset, position)`` of the last entry at or below ``offset``,
@@ -164,12 +245,7 @@ class OffsetIndex(_IndexFile):
         """Replace every entry (index rebuild or truncation)."""
         self.offsets = array("I", relative_offsets)
         self.positions = array("I", positions)
-        flat = array("I", bytes(8 * len(self.offsets)))
-        flat[0::2] = self.offsets
-        flat[1::2] = self.positions
-        if _NEED_SWAP:
-            flat.byteswap()
-        self._rewrite(flat.tobytes())
+        self._rewrite(self._encode(0, len(self.offsets)))
 
 
 class TimeIndex(_IndexFile):
@@ -182,9 +258,6 @@ class TimeIndex(_IndexFile):
         self.timestamps = array("q")
         self.offsets = array("I")  # relative offsets
 
-    def _relative_offsets(self):
-        return self.offsets
-
     def load(self, next_relative_offset=None):
         data = self._read_file()
         self.timestamps = array("q")
@@ -192,6 +265,7 @@ class TimeIndex(_IndexFile):
         for timestamp, relative in TIME_ENTRY.iter_unpack(data):
             self.timestamps.append(timestamp)
             self.offsets.append(relative)
+        self.written = len(self.offsets)
         self.sanity_check(next_relative_offset)
 
     def sanity_check(self, next_relative_offset=None):
@@ -207,15 +281,21 @@ class TimeIndex(_IndexFile):
         return self.timestamps[-1] if self.timestamps else -1
 
     def maybe_append(self, timestamp, offset):
-        """Add ``(timestamp, offset)`` if the timestamp is a new maximum."""
-        if timestamp < 0 or (self.timestamps and timestamp <= self.timestamps[-1]):
+        """Add ``(timestamp, offset)`` in memory if the timestamp is a new maximum."""
+        timestamps = self.timestamps
+        if timestamp < 0 or (timestamps and timestamp <= timestamps[-1]):
             return
         relative = offset - self.base_offset
-        if self.offsets and relative < self.offsets[-1]:
+        offsets = self.offsets
+        if offsets and relative < offsets[-1]:
             return
-        os.write(self._open_fd(), TIME_ENTRY.pack(timestamp, relative))
-        self.timestamps.append(timestamp)
-        self.offsets.append(relative)
+        timestamps.append(timestamp)
+        offsets.append(relative)
+
+    def _encode(self, start, stop):
+        return b"".join(
+            map(TIME_ENTRY.pack, self.timestamps[start:stop], self.offsets[start:stop])
+        )
 
     def lookup_before(self, timestamp):
         """Return the offset of the last entry whose timestamp is < ``timestamp``
@@ -233,5 +313,4 @@ class TimeIndex(_IndexFile):
     def reset(self, timestamps, relative_offsets):
         self.timestamps = array("q", timestamps)
         self.offsets = array("I", relative_offsets)
-        data = b"".join(TIME_ENTRY.pack(t, o) for t, o in zip(self.timestamps, self.offsets))
-        self._rewrite(data)
+        self._rewrite(self._encode(0, len(self.offsets)))

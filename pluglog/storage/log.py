@@ -107,44 +107,50 @@ class BasePartitionLog:
     # -- append -------------------------------------------------------------
 
     def append(self, batches, now_ms, leader_epoch=0):
+        # The produce hot path: attributes are read once into locals.
         config = self.config
         log_append_time = now_ms if config.message_timestamp_type == "LogAppendTime" else -1
+        segment = self.segments[-1]
         prepared = prepare_append(
-            batches, self.log_end_offset, leader_epoch, config.max_message_bytes, log_append_time
+            batches, segment.next_offset, leader_epoch, config.max_message_bytes, log_append_time
         )
-        segment = self._maybe_roll(prepared, now_ms)
+        if segment.size:
+            segment = self._maybe_roll(segment, prepared, now_ms)
         segment.append(prepared)
         if segment.created_ms < 0:
             segment.created_ms = now_ms
-        if not self._dirty or self._dirty[-1] is not segment:
-            self._dirty.append(segment)
-        self._unflushed_records += prepared.records
+        dirty = self._dirty
+        if not dirty or dirty[-1] is not segment:
+            dirty.append(segment)
+        records = prepared.records
+        self._unflushed_records += records
         if self._last_flush_ms is None:
             self._last_flush_ms = now_ms
-        if self.fsync == FSYNC_ALWAYS:
+        fsync = self.fsync
+        if fsync == FSYNC_INTERVAL:
+            if (
+                self._unflushed_records >= config.flush_messages
+                or now_ms - self._last_flush_ms >= config.flush_ms
+            ):
+                self.flush()
+                self._last_flush_ms = now_ms
+        elif fsync == FSYNC_ALWAYS:
             self.flush()
-        elif self.fsync == FSYNC_INTERVAL and (
-            self._unflushed_records >= config.flush_messages
-            or now_ms - self._last_flush_ms >= config.flush_ms
-        ):
-            self.flush()
-            self._last_flush_ms = now_ms
         return AppendInfo(
             prepared.first_offset,
             prepared.last_offset,
             prepared.max_timestamp,
             prepared.offset_of_max_timestamp,
             log_append_time,
-            len(prepared.sizes),
+            len(prepared.batches),
             prepared.size_bytes,
             self.log_start_offset,
-            prepared.records,
+            records,
         )
 
-    def _maybe_roll(self, prepared, now_ms):
-        segment = self.segments[-1]
-        if segment.size == 0:
-            return segment
+    def _maybe_roll(self, segment, prepared, now_ms):
+        """Return the segment ``prepared`` goes to: the non-empty active
+        ``segment``, or a new one if a roll rule says so."""
         config = self.config
         if segment.created_ms >= 0:
             waited = now_ms - segment.created_ms

@@ -69,11 +69,9 @@ class MemorySegment:
         for piece in prepared.pieces:
             self.data += piece
         running = self.largest_timestamp
-        for base, size, batch_max, header in zip(
-            prepared.base_offsets, prepared.sizes, prepared.max_timestamps, prepared.headers
-        ):
+        for base, last, size, batch_max in prepared.batches:
             self.bases.append(base)
-            self.lasts.append(base + header.last_offset_delta)
+            self.lasts.append(last)
             self.starts.append(position)
             position += size
             self.ends.append(position)

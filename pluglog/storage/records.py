@@ -118,6 +118,67 @@ def parse_header(buf, position=0):
     return BatchHeader._make(_unpack_header(buf, position))
 
 
+def _check_batch(view, position, end, max_message_bytes):
+    """Validate the client batch at ``position`` of ``view`` (a memoryview
+    ending at ``end``); return its raw header tuple (:class:`BatchHeader`
+    field order). This is the one place client batches are checked."""
+    if end - position < HEADER_SIZE:
+        raise InvalidRecordError(f"{end - position} trailing bytes are not a batch header")
+    fields = _unpack_header(view, position)
+    (
+        _,
+        batch_length,
+        _,
+        magic,
+        crc,
+        attributes,
+        last_delta,
+        _,
+        _,
+        producer_id,
+        _,
+        sequence,
+        count,
+    ) = fields
+    if magic != 2:
+        raise InvalidRecordError(f"unsupported record batch magic {magic}")
+    size = batch_length + LOG_OVERHEAD
+    if batch_length < MIN_BATCH_LENGTH:
+        raise InvalidRecordError(f"batch length {batch_length} is too small")
+    if size > max_message_bytes:
+        raise MessageTooLargeError(
+            f"batch of {size} bytes exceeds max.message.bytes {max_message_bytes}"
+        )
+    if position + size > end:
+        raise InvalidRecordError(f"batch of {size} bytes truncated to {end - position} bytes")
+    if crc32c(view[position + ATTRIBUTES_OFFSET : position + size]) != crc:
+        raise CorruptRecordError(f"CRC mismatch in batch at byte {position}")
+    if count <= 0 or last_delta != count - 1:
+        raise InvalidRecordError(
+            f"lastOffsetDelta {last_delta} does not match recordsCount {count}"
+        )
+    if producer_id >= 0 and sequence < 0:
+        raise InvalidRecordError("idempotent batch without a base sequence")
+    if attributes & CONTROL_MASK:
+        raise InvalidRecordError("clients may not write control batches")
+    return fields
+
+
+def _check_buffer(view, max_message_bytes, position=0, found=None):
+    """Validate every batch of one buffer from ``position`` (``found`` lists
+    those already checked before it); return ``[(position, fields)]``."""
+    end = len(view)
+    if found is None:
+        found = []
+    while position < end:
+        fields = _check_batch(view, position, end, max_message_bytes)
+        found.append((position, fields))
+        position += fields[1] + LOG_OVERHEAD
+    if not found:
+        raise InvalidRecordError("no record batches")
+    return found
+
+
 def validate_batches(buf, max_message_bytes):
     """Check client batches in ``buf`` and return their headers.
 
@@ -127,40 +188,7 @@ def validate_batches(buf, max_message_bytes):
     ``max_message_bytes`` and :class:`CorruptRecordError` for a CRC mismatch.
     """
     view = buf if isinstance(buf, memoryview) else memoryview(buf)
-    end = len(view)
-    position = 0
-    headers = []
-    while position < end:
-        if end - position < HEADER_SIZE:
-            raise InvalidRecordError(f"{end - position} trailing bytes are not a batch header")
-        header = BatchHeader._make(_unpack_header(view, position))
-        if header.magic != 2:
-            raise InvalidRecordError(f"unsupported record batch magic {header.magic}")
-        size = header.batch_length + LOG_OVERHEAD
-        if header.batch_length < MIN_BATCH_LENGTH:
-            raise InvalidRecordError(f"batch length {header.batch_length} is too small")
-        if size > max_message_bytes:
-            raise MessageTooLargeError(
-                f"batch of {size} bytes exceeds max.message.bytes {max_message_bytes}"
-            )
-        if position + size > end:
-            raise InvalidRecordError(f"batch of {size} bytes truncated to {end - position} bytes")
-        if crc32c(view[position + ATTRIBUTES_OFFSET : position + size]) != header.crc:
-            raise CorruptRecordError(f"CRC mismatch in batch at byte {position}")
-        if header.records_count <= 0 or header.last_offset_delta != header.records_count - 1:
-            raise InvalidRecordError(
-                f"lastOffsetDelta {header.last_offset_delta} does not match "
-                f"recordsCount {header.records_count}"
-            )
-        if header.producer_id >= 0 and header.base_sequence < 0:
-            raise InvalidRecordError("idempotent batch without a base sequence")
-        if header.attributes & CONTROL_MASK:
-            raise InvalidRecordError("clients may not write control batches")
-        headers.append(header)
-        position += size
-    if not headers:
-        raise InvalidRecordError("no record batches")
-    return headers
+    return [BatchHeader._make(fields) for _, fields in _check_buffer(view, max_message_bytes)]
 
 
 def scan_batches(buf, position=0, end=None, next_offset=None, check_crc=True):
@@ -197,17 +225,46 @@ def scan_batches(buf, position=0, end=None, next_offset=None, check_crc=True):
     return entries, position
 
 
-PreparedAppend = namedtuple(
-    "PreparedAppend",
-    "pieces headers base_offsets sizes max_timestamps first_offset last_offset max_timestamp "
-    "offset_of_max_timestamp size_bytes records",
-)
-PreparedAppend.__doc__ = """Validated batches with offsets assigned, ready to write.
+class PreparedAppend:
+    """Validated batches with offsets assigned, ready to write.
 
-``pieces`` are buffers whose concatenation is the bytes to store; the
-patched headers are small new bytes objects and the batch bodies are
-memoryview slices of the caller's buffer (no copy).
-"""
+    ``pieces`` are buffers whose concatenation is the bytes to store; the
+    patched headers are small new bytes objects and the batch bodies are
+    memoryview slices of the caller's buffer (no copy). ``batches`` holds one
+    ``(base_offset, last_offset, size, max_timestamp)`` tuple per batch, in
+    order (``max_timestamp`` as stored, i.e. after LogAppendTime re-stamping).
+    """
+
+    __slots__ = (
+        "pieces",
+        "batches",
+        "first_offset",
+        "last_offset",
+        "max_timestamp",
+        "offset_of_max_timestamp",
+        "size_bytes",
+        "records",
+    )
+
+    def __init__(
+        self,
+        pieces,
+        batches,
+        first_offset,
+        last_offset,
+        max_timestamp,
+        offset_of_max_timestamp,
+        size_bytes,
+        records,
+    ):
+        self.pieces = pieces
+        self.batches = batches
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.max_timestamp = max_timestamp
+        self.offset_of_max_timestamp = offset_of_max_timestamp
+        self.size_bytes = size_bytes
+        self.records = records
 
 
 def prepare_append(buffers, next_offset, leader_epoch, max_message_bytes, log_append_time_ms=-1):
@@ -219,30 +276,55 @@ def prepare_append(buffers, next_offset, leader_epoch, max_message_bytes, log_ap
     and its CRC recomputed (header plus a running CRC over the body).
     """
     if isinstance(buffers, list | tuple):
-        views = [memoryview(b) for b in buffers]
+        checked = [
+            (view, _check_buffer(view, max_message_bytes)) for view in map(memoryview, buffers)
+        ]
+        if not checked:
+            raise InvalidRecordError("no record batches")
     else:
-        views = [memoryview(buffers)]
-    if not views:
-        raise InvalidRecordError("no record batches")
+        view = memoryview(buffers)
+        end = len(view)
+        if not end:
+            raise InvalidRecordError("no record batches")
+        fields = _check_batch(view, 0, end, max_message_bytes)
+        (_, length, _, _, _, _, last_delta, _, batch_max, _, _, _, count) = fields
+        size = length + LOG_OVERHEAD
+        if size < end:
+            found = _check_buffer(view, max_message_bytes, size, [(0, fields)])
+        elif log_append_time_ms < 0:
+            # The Produce v3+ case, one buffer holding one batch: no loop.
+            last = next_offset + last_delta
+            return PreparedAppend(
+                [_PATCH_STRUCT.pack(next_offset, length, leader_epoch), view[16:size]],
+                [(next_offset, last, size, batch_max)],
+                next_offset,
+                last,
+                batch_max if batch_max > -1 else -1,
+                last if batch_max > -1 else -1,
+                size,
+                count,
+            )
+        else:
+            found = [(0, fields)]
+        checked = [(view, found)]
     pieces = []
-    all_headers = []
-    base_offsets = []
-    sizes = []
-    max_timestamps = []
+    batches = []
     first_offset = next_offset
     max_timestamp = -1
     offset_of_max = -1
     records = 0
-    for view in views:
-        headers = validate_batches(view, max_message_bytes)
-        position = 0
-        for header in headers:
-            size = header.batch_length + LOG_OVERHEAD
+    size_bytes = 0
+    for view, found in checked:
+        for position, fields in found:
+            (_, batch_length, _, _, _, attributes, last_delta, _, header_max, _, _, _, count) = (
+                fields
+            )
+            size = batch_length + LOG_OVERHEAD
             if log_append_time_ms >= 0:
                 patched = bytearray(view[position : position + HEADER_SIZE])
-                _PATCH_STRUCT.pack_into(patched, 0, next_offset, header.batch_length, leader_epoch)
+                _PATCH_STRUCT.pack_into(patched, 0, next_offset, batch_length, leader_epoch)
                 _ATTRS_STRUCT.pack_into(
-                    patched, ATTRIBUTES_OFFSET, header.attributes | TIMESTAMP_TYPE_MASK
+                    patched, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK
                 )
                 _TS_STRUCT.pack_into(patched, MAX_TIMESTAMP_OFFSET, log_append_time_ms)
                 body = view[position + HEADER_SIZE : position + size]
@@ -252,48 +334,45 @@ def prepare_append(buffers, next_offset, leader_epoch, max_message_bytes, log_ap
                 pieces.append(body)
                 batch_max = log_append_time_ms
             else:
-                pieces.append(_PATCH_STRUCT.pack(next_offset, header.batch_length, leader_epoch))
+                pieces.append(_PATCH_STRUCT.pack(next_offset, batch_length, leader_epoch))
                 pieces.append(view[position + 16 : position + size])
-                batch_max = header.max_timestamp
-            last = next_offset + header.last_offset_delta
+                batch_max = header_max
+            last = next_offset + last_delta
             if batch_max > max_timestamp:
                 max_timestamp = batch_max
                 offset_of_max = last
-            base_offsets.append(next_offset)
-            sizes.append(size)
-            max_timestamps.append(batch_max)
-            all_headers.append(header)
-            records += header.records_count
+            batches.append((next_offset, last, size, batch_max))
+            records += count
+            size_bytes += size
             next_offset = last + 1
-            position += size
     return PreparedAppend(
         pieces,
-        all_headers,
-        base_offsets,
-        sizes,
-        max_timestamps,
+        batches,
         first_offset,
         next_offset - 1,
         max_timestamp,
         offset_of_max,
-        sum(sizes),
+        size_bytes,
         records,
     )
 
 
-@dataclass(frozen=True)
-class AppendInfo:
-    """What an append did (the produce response is built from it)."""
+class AppendInfo(
+    namedtuple(
+        "AppendInfo",
+        "first_offset last_offset max_timestamp offset_of_max_timestamp log_append_time "
+        "num_batches size_bytes log_start_offset num_records",
+        defaults=(0,),
+    )
+):
+    """What an append did (the produce response is built from it).
 
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    log_append_time: int  # -1 unless message.timestamp.type is LogAppendTime
-    num_batches: int
-    size_bytes: int
-    log_start_offset: int
-    num_records: int = 0
+    ``log_append_time`` is -1 unless message.timestamp.type is LogAppendTime.
+    A named tuple rather than a frozen dataclass: it is built once per
+    produced batch, and a frozen dataclass costs ~1.5 µs to construct.
+    """
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True)

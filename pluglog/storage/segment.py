@@ -24,7 +24,9 @@ Invariants:
 * base offsets strictly increase and every offset in the file is in
   ``[base_offset, base_offset + 2**32)``;
 * index entries point at batch starts; indexes may lag the log (they are
-  rebuilt from it) but never point past it.
+  rebuilt from it) but never point past it. The index files may also lag the
+  in-memory indexes (entries are written in batches, see
+  :mod:`pluglog.storage.index`); :meth:`close` writes them out.
 
 Old segments are cheap to open: indexes, the next offset and the largest
 timestamp are loaded the first time something needs them.
@@ -65,17 +67,21 @@ def write_pieces(fd, pieces, position):
         expected = sum(map(len, chunk))
         written = os.pwritev(fd, chunk, position)
         if written < expected:
-            # Short writes on regular files mean a full disk or a signal; finish
-            # the rest byte-exactly, and let a real error propagate.
-            rest = memoryview(b"".join(chunk))[written:]
-            while rest:
-                n = os.pwrite(fd, rest, position + written)
-                if n <= 0:
-                    raise OSError("pwrite wrote nothing")
-                written += n
-                rest = rest[n:]
+            _finish_write(fd, chunk, position, written)
         position += expected
     return position
+
+
+def _finish_write(fd, pieces, position, written):
+    # Short writes on regular files mean a full disk or a signal; finish the
+    # rest byte-exactly, and let a real error propagate.
+    rest = memoryview(b"".join(pieces))[written:]
+    while rest:
+        n = os.pwrite(fd, rest, position + written)
+        if n <= 0:
+            raise OSError("pwrite wrote nothing")
+        written += n
+        rest = rest[n:]
 
 
 class LogSegment:
@@ -185,8 +191,13 @@ class LogSegment:
         return -1 if self._first_timestamp is None else self._first_timestamp
 
     def index_full(self):
-        self._ensure_indexes()
-        return self.index.is_full or self.time_index.is_full
+        if not self._indexes_loaded:
+            self._ensure_indexes()
+        index, time_index = self.index, self.time_index
+        return (
+            len(index.offsets) >= index.max_entries
+            or len(time_index.offsets) >= time_index.max_entries
+        )
 
     # -- scanning -----------------------------------------------------------
 
@@ -268,38 +279,75 @@ class LogSegment:
     # -- append / read ------------------------------------------------------
 
     def append(self, prepared):
-        """Write a :class:`~pluglog.storage.records.PreparedAppend` at the end."""
-        self._ensure_indexes()
+        """Write a :class:`~pluglog.storage.records.PreparedAppend` at the end.
+
+        Index entries are only added in memory; they reach the index files
+        in page-sized writes, on roll, flush and close (see
+        :mod:`pluglog.storage.index`).
+        """
+        if not self._indexes_loaded:
+            self._ensure_indexes()
         if self._next_offset is None or self._max_timestamp is None:
             self._load_tail()
+        fd = self._fd
         position = self.size
+        pieces = prepared.pieces
+        end = position + prepared.size_bytes
         try:
-            end = write_pieces(self._fd, prepared.pieces, position)
+            if len(pieces) <= _IOV_MAX:  # always, for a produced batch (two pieces)
+                written = os.pwritev(fd, pieces, position)
+                if written < prepared.size_bytes:
+                    _finish_write(fd, pieces, position, written)
+            else:
+                write_pieces(fd, pieces, position)
         except OSError as exc:
             try:
-                os.ftruncate(self._fd, position)
+                os.ftruncate(fd, position)
             except OSError:
                 pass
             raise KafkaStorageError(f"append to {self.log_path} failed: {exc}") from exc
         interval = self.index_interval_bytes
         since = self.bytes_since_index
         max_ts, offset_of_max = self._max_timestamp, self._offset_of_max_timestamp
-        index, time_index = self.index, self.time_index
-        for base, size, batch_max, header in zip(
-            prepared.base_offsets, prepared.sizes, prepared.max_timestamps, prepared.headers
-        ):
+        index = None
+        for base, last, size, batch_max in prepared.batches:
             if since > interval:
+                index = self.index
                 index.append(base, position)
-                time_index.maybe_append(max_ts, offset_of_max)
+                self.time_index.maybe_append(max_ts, offset_of_max)
                 since = 0
             since += size
             position += size
             if batch_max > max_ts:
-                max_ts, offset_of_max = batch_max, base + header.last_offset_delta
+                max_ts, offset_of_max = batch_max, last
         self.size = end
         self.bytes_since_index = since
         self._max_timestamp, self._offset_of_max_timestamp = max_ts, offset_of_max
         self._next_offset = prepared.last_offset + 1
+        if index is not None and (
+            len(index.offsets) - index.written >= index.write_batch
+            or len(self.time_index.offsets) - self.time_index.written
+            >= self.time_index.write_batch
+        ):
+            try:
+                index.write_pending()
+                self.time_index.write_pending()
+            except OSError:
+                # Best effort: the batch is stored and accounted for, so this
+                # append must not fail. The entries stay pending (the files
+                # still hold a valid prefix); flush, roll or close retries the
+                # write and reports the error.
+                pass
+
+    def write_indexes(self):
+        """Write the pending index entries out (no fsync)."""
+        try:
+            self.index.write_pending()
+            self.time_index.write_pending()
+        except OSError as exc:
+            raise KafkaStorageError(
+                f"writing the indexes of {self.log_path} failed: {exc}"
+            ) from exc
 
     def _locate(self, offset):
         """Return ``(position, header)`` of the first batch with last offset >= offset."""
@@ -380,12 +428,16 @@ class LogSegment:
     # -- lifecycle ----------------------------------------------------------
 
     def on_roll(self):
-        """Record the final max timestamp so a reopen finds it in the time index."""
+        """Record the final max timestamp so a reopen finds it in the time
+        index, and write the pending index entries (this segment is done)."""
         self._ensure_indexes()
         if self._max_timestamp is not None and self._max_timestamp >= 0:
             self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+        self.write_indexes()
 
     def flush(self):
+        """fdatasync the log, then write the pending index entries and fsync
+        the index files."""
         try:
             os.fdatasync(self._fd)
             self.index.flush()
@@ -399,16 +451,18 @@ class LogSegment:
         if not self.deleted and self._indexes_loaded:
             self.on_roll()
             self.flush()
-        self.index.close()
-        self.time_index.close()
-        os.close(self._fd)
-        self._fd = None
+        try:
+            self.index.close(write=not self.deleted)
+            self.time_index.close(write=not self.deleted)
+        finally:
+            os.close(self._fd)
+            self._fd = None
 
     def mark_deleted(self):
         """Rename the files to ``*.deleted``; readers holding ranges keep working."""
         self.deleted = True
         for holder in (self.index, self.time_index):
-            holder.close()
+            holder.close(write=False)
             if os.path.exists(holder.path):
                 holder.rename(holder.path + DELETED_SUFFIX)
         os.replace(self.log_path, self.log_path + DELETED_SUFFIX)
