@@ -9,6 +9,8 @@ clean-shutdown marker (``Broker.stop``). A failed start is logged and stops
 the reactor instead of leaving a half-started broker.
 """
 
+import gc
+
 from twisted.application import service
 from twisted.internet import defer, endpoints, task
 from twisted.logger import Logger
@@ -18,6 +20,24 @@ from pluglog.errors import ConfigError
 from pluglog.registry import Registry
 
 log = Logger()
+
+
+#: Young-generation threshold once the broker runs. CPython's default (700
+#: container allocations) runs a collection every few dozen requests: each
+#: request builds a dozen or more short-lived dicts, lists and tuples, which
+#: are acyclic and freed by reference counting anyway.
+GC_GEN0_THRESHOLD = 20_000
+
+
+def tune_gc():
+    """Move everything built at start-up (modules, Twisted, plugins, logs
+    opened) out of the collector's view and collect the young generation
+    less often. Measured with a stop-and-wait Produce client (bench/README):
+    about 7 % less broker CPU per request."""
+    gc.collect()
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
 
 
 class BrokerService(service.MultiService):
@@ -74,6 +94,7 @@ class BrokerService(service.MultiService):
             if extra is not None:
                 extra.setServiceParent(self)
         self.plugin_manager.hook.pluglog_broker_started(broker=broker)
+        tune_gc()
 
     def _sink_services(self, registry, broker):
         """One service per ``[sink:NAME]`` config section; ``plugin`` picks the ISink."""
