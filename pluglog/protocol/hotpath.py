@@ -82,9 +82,7 @@ def decode_produce_request(buf, pos):
                     pos = end
                 partition_data.append({"index": index, "records": records})
             topic_data.append({"name": name, "partition_data": partition_data})
-    except _NotFast:
-        return None
-    except _DECODE_ERRORS:
+    except (_NotFast, *_DECODE_ERRORS):
         return None
     body = {
         "transactional_id": transactional_id,
