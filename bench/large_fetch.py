@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from pluglog import protocol as codec  # noqa: E402
-from pluglog.client.blocking import BlockingClient  # noqa: E402
+from pluglog.client.blocking import FETCH_VERSION, BlockingClient, fetch_body  # noqa: E402
 from pluglog.protocol.records import Record, build_batch  # noqa: E402
 from pluglog.storage.records import scan_batches  # noqa: E402
 from tests.broker_process import BrokerProcess  # noqa: E402
@@ -76,32 +76,8 @@ def raw_consume(broker):
     offset, total, cid = 0, 0, 0
     while True:
         cid += 1
-        body = {
-            "replica_id": -1,
-            "max_wait_ms": 0,
-            "min_bytes": 1,
-            "max_bytes": FETCH_MAX,
-            "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [
-                {
-                    "topic": TOPIC,
-                    "partitions": [
-                        {
-                            "partition": 0,
-                            "current_leader_epoch": -1,
-                            "fetch_offset": offset,
-                            "log_start_offset": -1,
-                            "partition_max_bytes": FETCH_MAX,
-                        }
-                    ],
-                }
-            ],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        }
-        sock.sendall(codec.encode_request(codec.FETCH, 11, cid, "large-fetch", body))
+        body = fetch_body(TOPIC, {0: offset}, max_bytes=FETCH_MAX, partition_max_bytes=FETCH_MAX)
+        sock.sendall(codec.encode_request(codec.FETCH, FETCH_VERSION, cid, "large-fetch", body))
         got = 0
         while got < 4:
             got += sock.recv_into(view[got:], 4 - got)

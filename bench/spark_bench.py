@@ -62,30 +62,10 @@ def blocking_read(bootstrap, topic, partition, end):
     client = BlockingClient.from_bootstrap(bootstrap)
     position, columns = 0, ([], [], [], [], [])
     while position < end:
-        body = {
-            "replica_id": -1,
-            "max_wait_ms": 100,
-            "min_bytes": 1,
-            "max_bytes": 52428800,
-            "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [
-                {
-                    "topic": topic,
-                    "partitions": [
-                        {
-                            "partition": partition,
-                            "fetch_offset": position,
-                            "partition_max_bytes": 8388608,
-                        }
-                    ],
-                }
-            ],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        }
-        data = client.request(codec.FETCH, 11, body)["responses"][0]["partitions"][0]["records"]
+        (part,) = client.fetch(
+            topic, {partition: position}, max_wait_ms=100, partition_max_bytes=8_388_608
+        )
+        data = part["records"]
         for batch in iter_batches(data or b""):
             for record in batch.records:
                 if position <= record.offset < end:

@@ -132,36 +132,14 @@ def consume_records(client, args):
         active = [p for p in partitions if stop_at is None or positions[p] < stop_at[p]]
         if not active:
             break
-        resp = client.request(
-            codec.FETCH,
-            11,
-            {
-                "replica_id": -1,
-                "max_wait_ms": 500,
-                "min_bytes": 1,
-                "max_bytes": 52428800,
-                "isolation_level": 0,
-                "session_id": 0,
-                "session_epoch": -1,
-                "topics": [
-                    {
-                        "topic": args.topic,
-                        "partitions": [
-                            {
-                                "partition": p,
-                                "fetch_offset": positions[p],
-                                "partition_max_bytes": 1048576,
-                            }
-                            for p in active
-                        ],
-                    }
-                ],
-                "forgotten_topics_data": [],
-                "rack_id": "",
-            },
+        fetched = client.fetch(
+            args.topic,
+            {p: positions[p] for p in active},
+            max_wait_ms=500,
+            partition_max_bytes=1_048_576,
         )
         got_any = False
-        for part in resp["responses"][0]["partitions"]:
+        for part in fetched:
             index = part["partition_index"]
             check(part["error_code"], f"{args.topic}-{index}")
             for record in iter_records(part["records"] or b""):

@@ -15,6 +15,39 @@ from pluglog.config import split_host_port
 _SIZE = struct.Struct(">i")
 
 
+#: Fetch version the tools speak (the highest non-flexible one the broker serves).
+FETCH_VERSION = 11
+
+
+def fetch_body(topic, offsets, max_wait_ms=0, max_bytes=52_428_800, partition_max_bytes=1_048_576):
+    """A Fetch request body for one topic without a fetch session
+    (read_uncommitted); ``offsets`` maps partition -> fetch offset."""
+    return {
+        "replica_id": -1,
+        "max_wait_ms": max_wait_ms,
+        "min_bytes": 1,
+        "max_bytes": max_bytes,
+        "isolation_level": 0,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {
+                        "partition": partition,
+                        "fetch_offset": offset,
+                        "partition_max_bytes": partition_max_bytes,
+                    }
+                    for partition, offset in offsets.items()
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+
+
 class ProtocolError(Exception):
     """The broker closed the connection or answered out of order."""
 
@@ -71,3 +104,9 @@ class BlockingClient:
         if got != correlation_id:
             raise ProtocolError(f"correlation id {got} != {correlation_id}")
         return response
+
+    def fetch(self, topic, offsets, **limits):
+        """Fetch one topic's partitions (``offsets``: partition -> offset);
+        returns the response's partition entries. ``limits``: see :func:`fetch_body`."""
+        body = fetch_body(topic, offsets, **limits)
+        return self.request(codec.FETCH, FETCH_VERSION, body)["responses"][0]["partitions"]

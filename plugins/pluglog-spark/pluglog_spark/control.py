@@ -15,7 +15,7 @@ import re
 import time
 
 from pluglog import protocol as codec
-from pluglog.client.blocking import BlockingClient
+from pluglog.client.blocking import FETCH_VERSION, BlockingClient, fetch_body
 from pluglog.protocol.records import iter_batches
 from pluglog_spark.options import EARLIEST, LATEST
 
@@ -135,30 +135,10 @@ class ClusterView:
         path); Kafka's answer is the first *record* with timestamp >= ``ts``.
         Scan that batch here so startingTimestamp means what it means in Kafka."""
         topic, partition = tp
-        body = {
-            "replica_id": -1,
-            "max_wait_ms": 0,
-            "min_bytes": 1,
-            "max_bytes": 8388608,
-            "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [
-                {
-                    "topic": topic,
-                    "partitions": [
-                        {
-                            "partition": partition,
-                            "fetch_offset": offset,
-                            "partition_max_bytes": 8388608,
-                        }
-                    ],
-                }
-            ],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        }
-        resp = self._request(codec.FETCH, 11, body)
+        body = fetch_body(
+            topic, {partition: offset}, max_bytes=8_388_608, partition_max_bytes=8_388_608
+        )
+        resp = self._request(codec.FETCH, FETCH_VERSION, body)
         data = resp["responses"][0]["partitions"][0]["records"] or b""
         for batch in iter_batches(data):
             if batch.max_timestamp < ts:
