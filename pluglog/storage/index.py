@@ -117,6 +117,11 @@ class _IndexFile:
         """Entries in memory that are not in the file yet."""
         return len(self.offsets) - self.written
 
+    @property
+    def batch_due(self):
+        """A page (:data:`WRITE_BATCH_BYTES`) or more of entries is pending."""
+        return len(self.offsets) - self.written >= self.write_batch
+
     def write_pending(self):
         """Append the pending entries to the file in one ``os.write``.
 

@@ -60,8 +60,15 @@ _RECOVERY_CHUNK = 8 * 1024 * 1024
 MAX_RELATIVE_OFFSET = 2**31 - 1
 
 
-def write_pieces(fd, pieces, position):
-    """Write the concatenation of ``pieces`` at ``position`` (pwritev, IOV_MAX-sized)."""
+def write_pieces(fd, pieces, position, total=None):
+    """Write the concatenation of ``pieces`` at ``position`` (pwritev, IOV_MAX-sized);
+    ``total``, their combined length if the caller knows it, saves summing it."""
+    if len(pieces) <= _IOV_MAX:  # always, for a produced batch (two pieces)
+        expected = sum(map(len, pieces)) if total is None else total
+        written = os.pwritev(fd, pieces, position)
+        if written < expected:
+            _finish_write(fd, pieces, position, written)
+        return position + expected
     for start in range(0, len(pieces), _IOV_MAX):
         chunk = pieces[start : start + _IOV_MAX]
         expected = sum(map(len, chunk))
@@ -291,15 +298,8 @@ class LogSegment:
             self._load_tail()
         fd = self._fd
         position = self.size
-        pieces = prepared.pieces
-        end = position + prepared.size_bytes
         try:
-            if len(pieces) <= _IOV_MAX:  # always, for a produced batch (two pieces)
-                written = os.pwritev(fd, pieces, position)
-                if written < prepared.size_bytes:
-                    _finish_write(fd, pieces, position, written)
-            else:
-                write_pieces(fd, pieces, position)
+            end = write_pieces(fd, prepared.pieces, position, prepared.size_bytes)
         except OSError as exc:
             try:
                 os.ftruncate(fd, position)
@@ -324,15 +324,10 @@ class LogSegment:
         self.bytes_since_index = since
         self._max_timestamp, self._offset_of_max_timestamp = max_ts, offset_of_max
         self._next_offset = prepared.last_offset + 1
-        if index is not None and (
-            len(index.offsets) - index.written >= index.write_batch
-            or len(self.time_index.offsets) - self.time_index.written
-            >= self.time_index.write_batch
-        ):
+        if index is not None and (index.batch_due or self.time_index.batch_due):
             try:
-                index.write_pending()
-                self.time_index.write_pending()
-            except OSError:
+                self.write_indexes()
+            except KafkaStorageError:
                 # Best effort: the batch is stored and accounted for, so this
                 # append must not fail. The entries stay pending (the files
                 # still hold a valid prefix); flush, roll or close retries the
