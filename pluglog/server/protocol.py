@@ -29,6 +29,7 @@ from twisted.logger import Logger
 
 from pluglog import protocol as codec
 from pluglog.errors import UNKNOWN_SERVER_ERROR, KafkaError
+from pluglog.server.fastlane import produce_fast
 from pluglog.server.handlers import HANDLERS, NO_RESPONSE, CloseConnection, RequestContext
 from pluglog.server.sendfile import SocketWriter, supports_direct
 
@@ -129,6 +130,24 @@ class KafkaServerProtocol(protocol.Protocol):
             self.transport.loseConnection()
 
     def _handle_frame(self, frame):
+        if not frame[0] and not frame[1] and not frame[2] and 3 <= frame[3] <= 8:
+            # Produce v3-v8: the fast lane takes the one-partition shape.
+            try:
+                response = produce_fast(self.broker, frame)
+            except Exception:
+                log.failure("handler for api 0 v{v} crashed", v=frame[3])
+                self._bad_input("internal error while handling the request")
+                return
+            if response is not None:
+                if self._slots:
+                    slot = _Slot()
+                    self._slots.append(slot)
+                    self._fill([memoryview(response)[4:]], slot)
+                elif self._writer is not None:
+                    self._writer.write_bytes(response)
+                elif not self._closing:
+                    self.transport.write(response)
+                return
         try:
             header = codec.parse_request_header(frame)
         except ValueError as exc:

@@ -160,6 +160,25 @@ class SocketWriter:
         if done < len(parts):
             self._wait()
 
+    def write_bytes(self, data):
+        """:meth:`write` for one bytes object (the produce fast lane's whole
+        response frame): a plain ``send``, no parts to walk."""
+        if self.closed:
+            return
+        if self._queue or not self._transport_idle():
+            self.write((data,))
+            return
+        try:
+            sent = self._sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            self._fail(exc)
+            return
+        if sent < len(data):
+            self._enqueue_buffers((data,), sent)
+            self._wait()
+
     def lose_connection(self):
         """Close the connection once the queued output has been sent."""
         if self.closed:

@@ -1,0 +1,361 @@
+"""The produce fast lane answers byte for byte like the general path, or declines."""
+
+import random
+import shutil
+import struct
+import tempfile
+
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+from twisted.trial.unittest import SynchronousTestCase
+
+from pluglog import protocol as codec
+from pluglog.broker.core import Broker
+from pluglog.config import BrokerConfig
+from pluglog.plugins import make_plugin_manager
+from pluglog.protocol.records import Record, build_batch
+from pluglog.registry import Registry
+from pluglog.server.fastlane import produce_fast
+from pluglog.server.handlers import NO_RESPONSE, CloseConnection, RequestContext
+from pluglog.server.handlers.produce import handle_produce
+from pluglog.server.protocol import KafkaServerFactory
+
+CLOSE = "close"
+
+
+def make_broker(data_dir, storage):
+    clock = Clock()
+    clock.advance(1_700_000_000.5)
+    config = BrokerConfig(data_dir=str(data_dir), storage=storage, advertised_port=9092)
+    broker = Broker(config, Registry(make_plugin_manager(autoload=False)), clock)
+    broker.start()
+    broker.create_topic("t", 2)
+    broker.create_topic("small", 1, configs={"max.message.bytes": "200"})
+    broker.create_topic("logtime", 1, configs={"message.timestamp.type": "LogAppendTime"})
+    broker.create_topic("u_9.x-y", 1)
+    return broker
+
+
+def general_frame(broker, payload):
+    """What the general path writes for ``payload``: the response frame, None
+    (no response) or CLOSE (the connection would be dropped)."""
+    payload = memoryview(payload)
+    try:
+        header = codec.parse_request_header(payload)
+        request = codec.decode_request(header, payload)
+        result = handle_produce(RequestContext(broker, header, "peer"), request)
+    except (ValueError, CloseConnection):
+        return CLOSE
+    if result is NO_RESPONSE:
+        return None
+    parts = codec.encode_response(0, header.api_version, header.correlation_id, result)
+    body = b"".join(bytes(p) for p in parts)
+    return struct.pack(">i", len(body)) + body
+
+
+def batch(values=(b"v",), producer_id=-1, sequence=-1, timestamp=1):
+    return build_batch(
+        [Record(value=v) for v in values],
+        base_timestamp=timestamp,
+        producer_id=producer_id,
+        producer_epoch=0 if producer_id >= 0 else -1,
+        base_sequence=sequence,
+    )
+
+
+def produce_payload(version, records, topic="t", index=0, acks=1, client_id="c", cid=7):
+    body = {
+        "transactional_id": None,
+        "acks": acks,
+        "timeout_ms": 1000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": index, "records": records}]}],
+    }
+    return codec.encode_request(codec.PRODUCE, version, cid, client_id, body)[4:]
+
+
+class FastLaneEquivalenceTests(SynchronousTestCase):
+    """Two brokers fed the same requests: one through the fast lane, one through
+    the general path. Every answer must be the same bytes."""
+
+    storage = "memory"
+
+    def setUp(self):
+        self.dirs = [tempfile.mkdtemp(prefix="pluglog-fast-") for _ in range(2)]
+        self.fast = make_broker(self.dirs[0], self.storage)
+        self.general = make_broker(self.dirs[1], self.storage)
+
+    def tearDown(self):
+        for broker in (self.fast, self.general):
+            broker.storage.close()
+        for d in self.dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def same(self, payload):
+        """Assert the fast lane takes ``payload`` and answers like the general path."""
+        expected = general_frame(self.general, payload)
+        got = produce_fast(self.fast, memoryview(payload))
+        assert got is not None, "the fast lane declined a one-partition produce"
+        assert got == expected
+        return got
+
+    def declined(self, payload):
+        """Assert the fast lane leaves ``payload`` to the general path (and the
+        broker untouched)."""
+        before = {k: p.log.log_end_offset for k, p in self.fast.partitions.items()}
+        assert produce_fast(self.fast, memoryview(payload)) is None
+        assert {k: p.log.log_end_offset for k, p in self.fast.partitions.items()} == before
+
+    def test_success_every_version_acks_and_client_id(self):
+        for version in range(3, 9):
+            for acks in (1, -1):
+                for client_id in ("c", None, "", "ĉlïent"):
+                    payload = produce_payload(
+                        version, batch([b"a", b"bb"]), acks=acks, client_id=client_id
+                    )
+                    self.same(payload)
+        # The offsets advanced on both brokers alike.
+        assert self.fast.partition("t", 0).log.log_end_offset == 2 * 6 * 2 * 4
+        # A log start offset above 0 is reported from v5 on.
+        for broker in (self.fast, self.general):
+            broker.partition("t", 0).log.delete_records_before(5)
+        for version in range(3, 9):
+            got = self.same(produce_payload(version, batch()))
+            if version >= 5:
+                assert struct.pack(">q", 5) in got[-30:]
+
+    def test_log_append_time_and_other_topic_names(self):
+        for version in (3, 5, 8):
+            self.same(produce_payload(version, batch(), topic="logtime"))
+            self.same(produce_payload(version, batch(), topic="u_9.x-y"))
+            self.same(produce_payload(version, batch(), topic="ünï"))  # unknown
+
+    def test_errors_match(self):
+        good = batch([b"x"])
+        corrupt = bytearray(good)
+        corrupt[-1] ^= 0xFF  # CRC mismatch
+        magic = bytearray(good)
+        magic[16] = 1
+        control = build_batch([Record(value=b"c")], base_timestamp=1, is_control=True)
+        mismatch = bytearray(good)
+        mismatch[23:27] = struct.pack(">i", 3)  # lastOffsetDelta != count - 1 (CRC covers it)
+        for version in range(3, 9):
+            self.same(produce_payload(version, good, topic="missing"))  # unknown topic
+            self.same(produce_payload(version, good, index=9))  # unknown partition
+            self.same(produce_payload(version, bytes(corrupt)))
+            self.same(produce_payload(version, bytes(magic)))
+            self.same(produce_payload(version, control))
+            self.same(produce_payload(version, bytes(mismatch)))
+            self.same(produce_payload(version, batch([b"y" * 300]), topic="small"))
+
+    def test_idempotent_duplicates_and_gaps_match(self):
+        pid = 4242
+        for version in (3, 8):
+            base = 0 if version == 3 else 1000
+            first = batch([b"a", b"b"], producer_id=pid, sequence=base)
+            self.same(produce_payload(version, first, index=1))
+            self.same(produce_payload(version, first, index=1))  # duplicate: same offsets
+            gap = batch([b"c"], producer_id=pid, sequence=base + 5)
+            self.same(produce_payload(version, gap, index=1))  # OUT_OF_ORDER_SEQUENCE
+            self.same(
+                produce_payload(
+                    version, batch([b"d"], producer_id=pid, sequence=base + 2), index=1
+                )
+            )
+
+    def test_other_shapes_are_declined(self):
+        one = batch()
+        two_partitions = codec.encode_request(
+            codec.PRODUCE,
+            8,
+            1,
+            "c",
+            {
+                "transactional_id": None,
+                "acks": 1,
+                "timeout_ms": 1000,
+                "topic_data": [
+                    {
+                        "name": "t",
+                        "partition_data": [
+                            {"index": 0, "records": one},
+                            {"index": 1, "records": one},
+                        ],
+                    }
+                ],
+            },
+        )[4:]
+        two_topics = codec.encode_request(
+            codec.PRODUCE,
+            8,
+            1,
+            "c",
+            {
+                "transactional_id": None,
+                "acks": 1,
+                "timeout_ms": 1000,
+                "topic_data": [
+                    {"name": "t", "partition_data": [{"index": 0, "records": one}]},
+                    {"name": "u_9.x-y", "partition_data": [{"index": 0, "records": one}]},
+                ],
+            },
+        )[4:]
+        transactional = codec.encode_request(
+            codec.PRODUCE,
+            8,
+            1,
+            "c",
+            {
+                "transactional_id": "tx",
+                "acks": -1,
+                "timeout_ms": 1000,
+                "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": one}]}],
+            },
+        )[4:]
+        valid = produce_payload(8, one)
+        bad_client_id = bytearray(valid)
+        bad_client_id[10] = 0xFF  # client id "c" -> invalid UTF-8
+        for payload in (
+            two_partitions,
+            two_topics,
+            transactional,
+            produce_payload(8, one, acks=0),
+            produce_payload(8, one, acks=2),
+            produce_payload(8, None),
+            produce_payload(8, one + one),  # two batches
+            produce_payload(8, one[:-1] + b""),  # short batch, length mismatch
+            valid + b"\x00",  # trailing byte
+            bytes(bad_client_id),
+        ):
+            self.declined(payload)
+        # ...and every truncation of a valid frame.
+        for cut in range(len(valid)):
+            self.declined(valid[:cut])
+
+    def test_random_mutations_decline_or_match(self):
+        rng = random.Random(6)
+        valid = produce_payload(8, batch([b"m" * 20]), client_id="rand")
+        taken = 0
+        for _ in range(3000):
+            payload = bytearray(valid)
+            for _ in range(rng.randint(1, 3)):
+                payload[rng.randrange(4, len(payload))] = rng.randrange(256)
+            expected = general_frame(self.general, bytes(payload))
+            got = produce_fast(self.fast, memoryview(bytes(payload)))
+            if got is None:
+                # Declined: feed the general path on the fast broker too, so
+                # both brokers keep the same state.
+                general_frame(self.fast, bytes(payload))
+                continue
+            taken += 1
+            assert expected != CLOSE, (
+                f"fast lane answered a frame the general path refuses: {bytes(payload)!r}"
+            )
+            assert got == expected
+        assert taken > 100, "mutations of the correlation id, acks and records must still be taken"
+
+
+class FastLaneSegmentsTests(FastLaneEquivalenceTests):
+    storage = "segments"
+
+
+class FastLaneProtocolTests(SynchronousTestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="pluglog-fast-")
+        self.broker = make_broker(self.dir, "memory")
+
+    def tearDown(self):
+        self.broker.storage.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def connect(self):
+        proto = KafkaServerFactory(self.broker).buildProtocol(None)
+        transport = StringTransport()
+        proto.makeConnection(transport)
+        return proto, transport
+
+    def test_produce_waits_behind_a_parked_fetch(self):
+        proto, transport = self.connect()
+        fetch = {
+            "max_wait_ms": 5000,
+            "min_bytes": 1,
+            "topics": [
+                {
+                    "topic": "t",
+                    "partitions": [
+                        {"partition": 1, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                    ],
+                }
+            ],
+        }
+        proto.dataReceived(
+            codec.encode_request(codec.FETCH, 11, 1, "c", fetch)
+            + codec.encode_request(
+                codec.PRODUCE,
+                8,
+                2,
+                "c",
+                {
+                    "transactional_id": None,
+                    "acks": 1,
+                    "timeout_ms": 1000,
+                    "topic_data": [
+                        {"name": "t", "partition_data": [{"index": 0, "records": batch()}]}
+                    ],
+                },
+            )
+        )
+        assert transport.value() == b"", "the produce answer must wait behind the fetch"
+        self.broker.reactor.advance(5.1)
+        data = transport.value()
+        (size,) = struct.unpack_from(">i", data, 0)
+        cid_fetch = struct.unpack_from(">i", data, 4)[0]
+        cid_produce = struct.unpack_from(">i", data, 4 + size + 4)[0]
+        assert (cid_fetch, cid_produce) == (1, 2)
+        cid, body = codec.decode_response(codec.PRODUCE, 8, data[4 + size + 4 :])
+        assert body["responses"][0]["partition_responses"][0]["base_offset"] == 0
+
+    def test_a_crash_in_the_fast_lane_closes_only_that_connection(self):
+        proto, transport = self.connect()
+
+        def broken(*args):
+            raise RuntimeError("disk on fire")
+
+        self.broker.partition("t", 0).append = broken
+        proto.dataReceived(
+            codec.encode_request(
+                codec.PRODUCE,
+                8,
+                1,
+                "c",
+                {
+                    "transactional_id": None,
+                    "acks": 1,
+                    "timeout_ms": 1000,
+                    "topic_data": [
+                        {"name": "t", "partition_data": [{"index": 0, "records": batch()}]}
+                    ],
+                },
+            )
+        )
+        assert transport.disconnecting
+        assert transport.value() == b""
+        self.flushLoggedErrors(RuntimeError)
+        other, other_transport = self.connect()
+        other.dataReceived(
+            codec.encode_request(
+                codec.PRODUCE,
+                8,
+                3,
+                "c",
+                {
+                    "transactional_id": None,
+                    "acks": 1,
+                    "timeout_ms": 1000,
+                    "topic_data": [
+                        {"name": "t", "partition_data": [{"index": 1, "records": batch()}]}
+                    ],
+                },
+            )
+        )
+        assert not other_transport.disconnecting
+        assert struct.unpack_from(">i", other_transport.value(), 4)[0] == 3
