@@ -33,6 +33,7 @@ def make_broker(data_dir, storage):
     broker.create_topic("small", 1, configs={"max.message.bytes": "200"})
     broker.create_topic("logtime", 1, configs={"message.timestamp.type": "LogAppendTime"})
     broker.create_topic("u_9.x-y", 1)
+    broker.create_topic("strict", 1, configs={"min.insync.replicas": "2"})
     return broker
 
 
@@ -146,6 +147,10 @@ class FastLaneEquivalenceTests(SynchronousTestCase):
             self.same(produce_payload(version, control))
             self.same(produce_payload(version, bytes(mismatch)))
             self.same(produce_payload(version, batch([b"y" * 300]), topic="small"))
+            self.same(
+                produce_payload(version, good, topic="strict", acks=-1)
+            )  # NOT_ENOUGH_REPLICAS
+            self.same(produce_payload(version, good, topic="strict", acks=1))
 
     def test_idempotent_duplicates_and_gaps_match(self):
         pid = 4242
