@@ -64,14 +64,24 @@ def batch(values=(b"v",), producer_id=-1, sequence=-1, timestamp=1):
     )
 
 
-def produce_payload(version, records, topic="t", index=0, acks=1, client_id="c", cid=7):
+def produce_request(topic_data, version=8, acks=1, client_id="c", cid=7, transactional_id=None):
+    """A whole Produce frame (size prefix included)."""
     body = {
-        "transactional_id": None,
+        "transactional_id": transactional_id,
         "acks": acks,
         "timeout_ms": 1000,
-        "topic_data": [{"name": topic, "partition_data": [{"index": index, "records": records}]}],
+        "topic_data": topic_data,
     }
-    return codec.encode_request(codec.PRODUCE, version, cid, client_id, body)[4:]
+    return codec.encode_request(codec.PRODUCE, version, cid, client_id, body)
+
+
+def one_partition(records, topic="t", index=0):
+    return [{"name": topic, "partition_data": [{"index": index, "records": records}]}]
+
+
+def produce_payload(version, records, topic="t", index=0, acks=1, client_id="c", cid=7):
+    """A one-partition Produce payload (no size prefix), as the protocol hands it on."""
+    return produce_request(one_partition(records, topic, index), version, acks, client_id, cid)[4:]
 
 
 class FastLaneEquivalenceTests(SynchronousTestCase):
@@ -169,53 +179,16 @@ class FastLaneEquivalenceTests(SynchronousTestCase):
 
     def test_other_shapes_are_declined(self):
         one = batch()
-        two_partitions = codec.encode_request(
-            codec.PRODUCE,
-            8,
-            1,
-            "c",
-            {
-                "transactional_id": None,
-                "acks": 1,
-                "timeout_ms": 1000,
-                "topic_data": [
-                    {
-                        "name": "t",
-                        "partition_data": [
-                            {"index": 0, "records": one},
-                            {"index": 1, "records": one},
-                        ],
-                    }
-                ],
-            },
+        two_partitions = produce_request(
+            [
+                {
+                    "name": "t",
+                    "partition_data": [{"index": 0, "records": one}, {"index": 1, "records": one}],
+                }
+            ]
         )[4:]
-        two_topics = codec.encode_request(
-            codec.PRODUCE,
-            8,
-            1,
-            "c",
-            {
-                "transactional_id": None,
-                "acks": 1,
-                "timeout_ms": 1000,
-                "topic_data": [
-                    {"name": "t", "partition_data": [{"index": 0, "records": one}]},
-                    {"name": "u_9.x-y", "partition_data": [{"index": 0, "records": one}]},
-                ],
-            },
-        )[4:]
-        transactional = codec.encode_request(
-            codec.PRODUCE,
-            8,
-            1,
-            "c",
-            {
-                "transactional_id": "tx",
-                "acks": -1,
-                "timeout_ms": 1000,
-                "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": one}]}],
-            },
-        )[4:]
+        two_topics = produce_request(one_partition(one) + one_partition(one, "u_9.x-y"))[4:]
+        transactional = produce_request(one_partition(one), acks=-1, transactional_id="tx")[4:]
         valid = produce_payload(8, one)
         bad_client_id = bytearray(valid)
         bad_client_id[10] = 0xFF  # client id "c" -> invalid UTF-8
@@ -294,20 +267,7 @@ class FastLaneProtocolTests(SynchronousTestCase):
         }
         proto.dataReceived(
             codec.encode_request(codec.FETCH, 11, 1, "c", fetch)
-            + codec.encode_request(
-                codec.PRODUCE,
-                8,
-                2,
-                "c",
-                {
-                    "transactional_id": None,
-                    "acks": 1,
-                    "timeout_ms": 1000,
-                    "topic_data": [
-                        {"name": "t", "partition_data": [{"index": 0, "records": batch()}]}
-                    ],
-                },
-            )
+            + produce_request(one_partition(batch()), cid=2)
         )
         assert transport.value() == b"", "the produce answer must wait behind the fetch"
         self.broker.reactor.advance(5.1)
@@ -326,41 +286,11 @@ class FastLaneProtocolTests(SynchronousTestCase):
             raise RuntimeError("disk on fire")
 
         self.broker.partition("t", 0).append = broken
-        proto.dataReceived(
-            codec.encode_request(
-                codec.PRODUCE,
-                8,
-                1,
-                "c",
-                {
-                    "transactional_id": None,
-                    "acks": 1,
-                    "timeout_ms": 1000,
-                    "topic_data": [
-                        {"name": "t", "partition_data": [{"index": 0, "records": batch()}]}
-                    ],
-                },
-            )
-        )
+        proto.dataReceived(produce_request(one_partition(batch()), cid=1))
         assert transport.disconnecting
         assert transport.value() == b""
         self.flushLoggedErrors(RuntimeError)
         other, other_transport = self.connect()
-        other.dataReceived(
-            codec.encode_request(
-                codec.PRODUCE,
-                8,
-                3,
-                "c",
-                {
-                    "transactional_id": None,
-                    "acks": 1,
-                    "timeout_ms": 1000,
-                    "topic_data": [
-                        {"name": "t", "partition_data": [{"index": 1, "records": batch()}]}
-                    ],
-                },
-            )
-        )
+        other.dataReceived(produce_request(one_partition(batch(), index=1), cid=3))
         assert not other_transport.disconnecting
         assert struct.unpack_from(">i", other_transport.value(), 4)[0] == 3
