@@ -22,31 +22,32 @@ It is a pure shortcut, never a different behaviour:
   transactional id, a body that is not one whole v2 batch, trailing bytes,
   a client id that is not UTF-8, ...). The caller then runs the general
   path, which answers or refuses the frame as it always did.
-* For the frames it takes, the response bytes are exactly what the general
-  path produces, errors included (unknown partition, CRC mismatch, too
-  large, out-of-order sequence, ...): tests/unit/test_server_fastlane.py
-  holds the two paths to byte equality on valid, invalid and random frames.
+* It applies the general path's rules through the same pieces
+  (``one_batch``, ``Partition.append``) and answers errors (unknown
+  partition, CRC mismatch, too large, out-of-order sequence, ...) with the
+  general path's result dict and encoder; only the success answer is packed
+  here. tests/unit/test_server_fastlane.py holds the two paths to byte
+  equality on valid, invalid and random frames.
 """
 
 import struct
 
 from pluglog.errors import KafkaError
+from pluglog.protocol.hotpath import encode_produce_response
+from pluglog.server.handlers.produce import one_batch, partition_result
 
 _HEADER = struct.Struct(">hhih")  # api key, version, correlation id, client id length
 _INT16 = struct.Struct(">h").unpack_from
 _ACKS_TIMEOUT_TOPICS = struct.Struct(">hii").unpack_from
 _PARTS_INDEX_SIZE = struct.Struct(">iii").unpack_from
-_BATCH_LENGTH = struct.Struct(">i").unpack_from
-_CORRELATION_TOPICS = struct.Struct(">iii")  # frame size, correlation id, topic count 1
+_SIZE_CORRELATION_TOPICS = struct.Struct(">iii")  # frame size, correlation id, topic count 1
+_CORRELATION = struct.Struct(">i")
 # After the topic name: partition count (1), index, error code, base offset,
-# log append time; v5+ log start offset; v8+ record error count and error
-# message; then throttle time.
+# log append time; v5+ log start offset; v8+ record error count 0 and a null
+# error message; then throttle time.
 _TAIL_V3 = struct.Struct(">iihqqi")
 _TAIL_V5 = struct.Struct(">iihqqqi")
-_TAIL_V8 = struct.Struct(">iihqqqihi")  # error message null (-1)
-_ERROR_HEAD_V8 = struct.Struct(">iihqqqi")  # ... record error count 0, message follows
-_LOG_OVERHEAD = 12  # baseOffset + batchLength: the batch length field excludes them
-_MIN_BATCH = 61
+_TAIL_V8 = struct.Struct(">iihqqqihi")
 
 
 def produce_fast(broker, buf):
@@ -80,17 +81,17 @@ def produce_fast(broker, buf):
         name = str(buf[start:pos], "utf-8")
         partitions, index, length = _PARTS_INDEX_SIZE(buf, pos)
         pos += 12
-        if partitions != 1 or length < _MIN_BATCH or pos + length != size:
+        if partitions != 1 or pos + length != size:
             return None
         records = buf[pos:]
-        if _BATCH_LENGTH(records, 8)[0] + _LOG_OVERHEAD != length:
-            return None  # not exactly one batch: the general path's INVALID_RECORD
+        if not one_batch(records):
+            return None  # the general path's INVALID_RECORD
     except (struct.error, UnicodeDecodeError):
         return None
     try:
         info = broker.partition(name, index).append(records, broker.now_ms(), acks)
     except KafkaError as exc:
-        return _error_frame(version, correlation_id, name_field, index, exc)
+        return _error_frame(version, correlation_id, name, index, exc)
     if version >= 8:
         tail = _TAIL_V8.pack(
             1, index, 0, info.first_offset, info.log_append_time, info.log_start_offset, 0, -1, 0
@@ -101,25 +102,27 @@ def produce_fast(broker, buf):
         )
     else:
         tail = _TAIL_V3.pack(1, index, 0, info.first_offset, info.log_append_time, 0)
-    total = 8 + len(name_field) + len(tail)
-    return b"".join((_CORRELATION_TOPICS.pack(total, correlation_id, 1), name_field, tail))
-
-
-def _error_frame(version, correlation_id, name_field, index, exc):
-    code = exc.error_code
-    if version >= 8:
-        message = str(exc).encode("utf-8")
-        tail = b"".join(
-            (
-                _ERROR_HEAD_V8.pack(1, index, code, -1, -1, -1, 0),
-                struct.pack(">h", len(message)),
-                message,
-                b"\x00\x00\x00\x00",  # throttle time
-            )
+    return b"".join(
+        (
+            _SIZE_CORRELATION_TOPICS.pack(8 + len(name_field) + len(tail), correlation_id, 1),
+            name_field,
+            tail,
         )
-    elif version >= 5:
-        tail = _TAIL_V5.pack(1, index, code, -1, -1, -1, 0)
-    else:
-        tail = _TAIL_V3.pack(1, index, code, -1, -1, 0)
-    total = 8 + len(name_field) + len(tail)
-    return b"".join((_CORRELATION_TOPICS.pack(total, correlation_id, 1), name_field, tail))
+    )
+
+
+def _error_frame(version, correlation_id, name, index, exc):
+    # Rare: the general path's own result dict and encoder, so errors read the same.
+    body = {
+        "responses": [
+            {
+                "name": name,
+                "partition_responses": [partition_result(index, exc.error_code, message=str(exc))],
+            }
+        ],
+        "throttle_time_ms": 0,
+    }
+    out = [_CORRELATION.pack(correlation_id)]
+    encode_produce_response(version, body, out)
+    payload = b"".join(out)
+    return _CORRELATION.pack(len(payload)) + payload

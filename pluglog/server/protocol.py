@@ -29,6 +29,7 @@ from twisted.logger import Logger
 
 from pluglog import protocol as codec
 from pluglog.errors import UNKNOWN_SERVER_ERROR, KafkaError
+from pluglog.protocol.hotpath import PRODUCE_VERSIONS
 from pluglog.server.fastlane import produce_fast
 from pluglog.server.handlers import HANDLERS, NO_RESPONSE, CloseConnection, RequestContext
 from pluglog.server.sendfile import SocketWriter, supports_direct
@@ -130,7 +131,7 @@ class KafkaServerProtocol(protocol.Protocol):
             self.transport.loseConnection()
 
     def _handle_frame(self, frame):
-        if not frame[0] and not frame[1] and not frame[2] and 3 <= frame[3] <= 8:
+        if not frame[0] and not frame[1] and not frame[2] and frame[3] in PRODUCE_VERSIONS:
             # Produce v3-v8: the fast lane takes the one-partition shape.
             try:
                 response = produce_fast(self.broker, frame)
@@ -140,12 +141,15 @@ class KafkaServerProtocol(protocol.Protocol):
                 return
             if response is not None:
                 if self._slots:
+                    # Behind a long poll, like any answer (its size prefix is re-added).
                     slot = _Slot()
                     self._slots.append(slot)
                     self._fill([memoryview(response)[4:]], slot)
+                elif self._closing:
+                    pass
                 elif self._writer is not None:
                     self._writer.write_bytes(response)
-                elif not self._closing:
+                else:
                     self.transport.write(response)
                 return
         try:

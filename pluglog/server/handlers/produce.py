@@ -25,7 +25,7 @@ log = Logger()
 _BATCH_LENGTH_AT = 8
 
 
-def _one_batch(records):
+def one_batch(records):
     """True when ``records`` is exactly one v2 batch (Produce v3+ rule)."""
     if len(records) < 61:
         return False
@@ -33,7 +33,7 @@ def _one_batch(records):
     return length + 12 == len(records)
 
 
-def _partition_result(index, code, base_offset=-1, append_time=-1, log_start=-1, message=None):
+def partition_result(index, code, base_offset=-1, append_time=-1, log_start=-1, message=None):
     return {
         "index": index,
         "error_code": code,
@@ -60,13 +60,13 @@ def handle_produce(ctx, request):
             records = part["records"]
             if acks not in (-1, 0, 1):
                 results.append(
-                    _partition_result(index, INVALID_REQUIRED_ACKS, message=f"acks={acks}")
+                    partition_result(index, INVALID_REQUIRED_ACKS, message=f"acks={acks}")
                 )
                 failed = True
                 continue
             if version < 3:
                 results.append(
-                    _partition_result(
+                    partition_result(
                         index,
                         UNSUPPORTED_VERSION,
                         message="legacy message sets (Produce v0-2) are not accepted; "
@@ -75,9 +75,9 @@ def handle_produce(ctx, request):
                 )
                 failed = True
                 continue
-            if records is None or not _one_batch(records):
+            if records is None or not one_batch(records):
                 results.append(
-                    _partition_result(
+                    partition_result(
                         index,
                         INVALID_RECORD,
                         message="Produce v3+ must carry exactly one v2 record batch per partition",
@@ -90,11 +90,11 @@ def handle_produce(ctx, request):
                 info = partition.append(records, now, acks)
             except KafkaError as exc:
                 failed = True
-                results.append(_partition_result(index, error_code(exc), message=str(exc)))
+                results.append(partition_result(index, error_code(exc), message=str(exc)))
                 continue
             # A stored append and a deduplicated retry (DuplicateAppend) answer alike.
             results.append(
-                _partition_result(
+                partition_result(
                     index, NONE, info.first_offset, info.log_append_time, info.log_start_offset
                 )
             )
