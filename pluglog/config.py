@@ -247,6 +247,24 @@ BROKER_KEYS = {
     "offsets.retention.minutes": ("offsets_retention_minutes", _int_parser(1)),
     "cluster.id": ("cluster_id", _string),
     "fetch.max.bytes": ("fetch_max_bytes", _int_parser(0)),
+    # Cluster (ZooKeeper coordinator and replication), Kafka's names and defaults.
+    "zookeeper.connect": ("zookeeper_connect", _string),
+    "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", _int_parser(1000)),
+    "zookeeper.connection.timeout.ms": ("zookeeper_connection_timeout_ms", _int_parser(1)),
+    "broker.rack": ("broker_rack", _string),
+    "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int_parser(1)),
+    "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", _int_parser(0)),
+    "replica.fetch.max.bytes": ("replica_fetch_max_bytes", _int_parser(1)),
+    "replica.fetch.backoff.ms": ("replica_fetch_backoff_ms", _int_parser(0)),
+    "replica.socket.timeout.ms": ("replica_socket_timeout_ms", _int_parser(1)),
+    "controlled.shutdown.enable": ("controlled_shutdown_enable", _parse_bool),
+    "controlled.shutdown.timeout.ms": ("controlled_shutdown_timeout_ms", _int_parser(0)),
+    "auto.leader.rebalance.enable": ("auto_leader_rebalance_enable", _parse_bool),
+    "leader.imbalance.check.interval.seconds": (
+        "leader_imbalance_check_interval_seconds",
+        _int_parser(1),
+    ),
+    "offsets.topic.replication.factor": ("offsets_topic_replication_factor", _int_parser(1)),
 }
 
 
@@ -277,6 +295,23 @@ class BrokerConfig:
     offsets_retention_minutes: int = 10080
     cluster_id: str = ""
     fetch_max_bytes: int = 57671680
+    zookeeper_connect: str = ""
+    zookeeper_session_timeout_ms: int = 18000
+    #: How long start-up retries an unreachable ZooKeeper; 0 means the session timeout.
+    zookeeper_connection_timeout_ms: int = 0
+    broker_rack: str = ""
+    replica_lag_time_max_ms: int = 30000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_max_bytes: int = 1048576
+    replica_fetch_backoff_ms: int = 1000
+    replica_socket_timeout_ms: int = 30000
+    controlled_shutdown_enable: bool = True
+    controlled_shutdown_timeout_ms: int = 30000
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    #: Kafka's default is 3; creation caps it at the number of live brokers so a
+    #: single broker (and the local coordinator) still gets its offsets topic.
+    offsets_topic_replication_factor: int = 3
     topic_defaults: TopicConfig = field(default_factory=TopicConfig)
     plugin_sections: dict = field(default_factory=dict)
 

@@ -151,7 +151,11 @@ class ISchemaRegistry(Interface):
 
 
 class ICoordinator(Interface):
-    """Cluster metadata: brokers, topics, partition leaders, controller."""
+    """Cluster metadata: brokers, topics, partition leaders, controller.
+
+    Records and the listener/event contract are in
+    :mod:`pluglog.coordination.state`. Every method runs on the reactor
+    thread; blocking clients (kazoo) stay in their own threads."""
 
     def start():
         """Begin coordinating; returns a Deferred fired when ready."""
@@ -185,6 +189,27 @@ class ICoordinator(Interface):
 
     def alter_topic_config(name, configs):
         """Replace the topic's overridden configs; returns a Deferred."""
+
+    def add_listener(listener):
+        """Call ``listener(event, payload)`` on metadata changes (see
+        :mod:`pluglog.coordination.state` for the events)."""
+
+    def partition_state(topic, partition):
+        """Return the partition's PartitionState, or ``None`` if unknown."""
+
+    def alter_isr(topic, partition, state, new_isr):
+        """Conditionally replace the ISR of a partition this broker leads;
+        returns a Deferred of the new PartitionState or fails with
+        StaleStateError when ``state`` is no longer current."""
+
+    def elect_leaders(partitions, preferred=True):
+        """Elect the preferred (or, with ``preferred=False``, any live,
+        unclean if needed) leader of ``[(topic, partition)]``; returns a
+        Deferred of ``{(topic, partition): None | KafkaError}``."""
+
+    def controlled_shutdown():
+        """Move leadership away from this broker before it stops; returns a
+        Deferred fired when no partition it leads has another live ISR member."""
 
 
 class ISink(Interface):

@@ -11,12 +11,11 @@ import json
 import os
 import re
 import uuid
-from dataclasses import dataclass, field
-
 from twisted.internet import defer
 from zope.interface import implementer
 
 from pluglog.config import validate_topic_overrides
+from pluglog.coordination.state import PartitionState, TopicMetadata
 from pluglog.errors import (
     ConfigError,
     InvalidConfigError,
@@ -46,15 +45,6 @@ def validate_topic_name(name):
         )
 
 
-@dataclass
-class TopicMetadata:
-    name: str
-    num_partitions: int
-    configs: dict = field(default_factory=dict)
-    topic_id: str = ""
-    internal: bool = False
-
-
 @implementer(ICoordinator)
 class LocalCoordinator:
     """One broker, its own controller; metadata in a JSON file."""
@@ -80,13 +70,16 @@ class LocalCoordinator:
             with open(self.path, encoding="utf-8") as handle:
                 state = json.load(handle)
             self._cluster_id = state.get("cluster_id") or self._cluster_id
+            node = self.config.broker_id
             for name, info in state.get("topics", {}).items():
+                count = info["partitions"]
                 self._topics[name] = TopicMetadata(
                     name,
-                    info["partitions"],
+                    count,
                     dict(info.get("configs", {})),
                     info.get("topic_id", ""),
                     bool(info.get("internal", False)),
+                    {p: [node] for p in range(count)},
                 )
         if not self._cluster_id:
             self._cluster_id = _new_cluster_id()
@@ -112,6 +105,25 @@ class LocalCoordinator:
             },
         }
         atomic_write(self.path, json.dumps(state, indent=1, sort_keys=True).encode())
+
+    def partition_state(self, topic, partition):
+        """The only broker leads every partition, in epoch 0, alone in its ISR."""
+        meta = self._topics.get(topic)
+        if meta is None or not 0 <= partition < meta.num_partitions:
+            return None
+        node = self.config.broker_id
+        return PartitionState(node, 0, (node,))
+
+    def alter_isr(self, topic, partition, state, new_isr):
+        # One replica: the ISR never changes, so there is nothing to store.
+        return defer.succeed(self.partition_state(topic, partition))
+
+    def elect_leaders(self, partitions, preferred=True):
+        """Every partition already has its preferred (and only) leader."""
+        return defer.succeed({tp: None for tp in partitions})
+
+    def controlled_shutdown(self):
+        return defer.succeed(None)
 
     def brokers(self):
         return [
@@ -156,7 +168,15 @@ class LocalCoordinator:
                 raise InvalidConfigError(str(exc)) from None
         except Exception:
             return defer.fail()
-        meta = TopicMetadata(name, num_partitions, configs, uuid.uuid4().hex, internal)
+        node = self.config.broker_id
+        meta = TopicMetadata(
+            name,
+            num_partitions,
+            configs,
+            uuid.uuid4().hex,
+            internal,
+            {p: [node] for p in range(num_partitions)},
+        )
         if validate_only:
             return defer.succeed(meta)
         self._topics[name] = meta
@@ -186,6 +206,7 @@ class LocalCoordinator:
         if validate_only:
             return defer.succeed(meta)
         meta.num_partitions = total_count
+        meta.assignment = {p: [self.config.broker_id] for p in range(total_count)}
         self._save()
         self._notify("changed", meta)
         return defer.succeed(meta)
