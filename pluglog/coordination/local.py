@@ -11,6 +11,7 @@ import json
 import os
 import re
 import uuid
+
 from twisted.internet import defer
 from zope.interface import implementer
 
