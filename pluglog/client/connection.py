@@ -1,0 +1,325 @@
+"""One Kafka connection on the reactor: framing, correlation ids, pipelining.
+
+:class:`KafkaClientProtocol` owns a single TCP connection to a broker. Requests
+are encoded with pluglog's sans-IO codec (:func:`pluglog.protocol.encode_request`)
+and written at once, so any number may be in flight; Kafka answers each
+connection strictly in request order, so the pending queue is a FIFO and a
+response whose correlation id is not the oldest pending one is a protocol
+violation that closes the connection.
+
+Framing keeps one ``bytearray`` and the expected length (design.md §8), not
+Int32StringReceiver, which copies its whole buffer on every read; a read that
+holds exactly one frame is decoded without touching the buffer.
+
+Time comes from the reactor (``IReactorTime``), so tests drive timeouts with
+``task.Clock``. A request that times out errbacks with :class:`RequestTimedOutError`
+and, like Kafka's NetworkClient, the connection is then closed (a broker that
+is that late is not trusted with the requests behind it); every pending
+Deferred errbacks with :class:`KafkaConnectionError` when the connection
+drops, and :attr:`KafkaClientProtocol.lost` fires so an owner can reconnect.
+"""
+
+import itertools
+import struct
+from collections import deque
+
+from twisted.internet import defer, protocol
+from twisted.internet.endpoints import HostnameEndpoint, connectProtocol
+from twisted.logger import Logger
+
+from pluglog import protocol as codec
+from pluglog.client.errors import (
+    CorrelationIdMismatchError,
+    KafkaConnectionError,
+    NotConnectedError,
+    RequestTimedOutError,
+    UnsupportedApiVersionError,
+)
+from pluglog.protocol.api_keys import API_VERSIONS
+from pluglog.protocol.apis import APIS
+
+log = Logger()
+_SIZE = struct.Struct(">i")
+
+#: Largest response frame accepted (Kafka's clients have no limit of their
+#: own; this only guards against a garbage size prefix).
+MAX_RESPONSE_BYTES = 1 << 30
+
+#: ApiVersions versions tried, newest first: v3 is what Kafka >= 2.4 and
+#: librdkafka's mock cluster answer; v0 is understood by every broker.
+API_VERSIONS_VERSION = 3
+
+
+class _Pending:
+    __slots__ = ("correlation_id", "api_key", "api_version", "deferred", "timer", "abandoned")
+
+    def __init__(self, correlation_id, api_key, api_version, deferred):
+        self.correlation_id = correlation_id
+        self.api_key = api_key
+        self.api_version = api_version
+        self.deferred = deferred
+        self.timer = None
+        # Cancelled by its caller: the answer is still read (to keep the stream
+        # in step) and then dropped.
+        self.abandoned = False
+
+
+class KafkaClientProtocol(protocol.Protocol):
+    """A client connection to one Kafka broker.
+
+    ``reactor`` supplies ``callLater`` for request timeouts. After
+    :func:`connect` with ``negotiate=True``, :attr:`api_versions` maps api key
+    to the broker's ``(min, max)`` and :meth:`version_for` picks versions.
+    """
+
+    def __init__(
+        self, reactor, client_id="pluglog", request_timeout=30.0, max_frame=MAX_RESPONSE_BYTES
+    ):
+        self.reactor = reactor
+        self.client_id = client_id
+        self.request_timeout = request_timeout
+        self.max_frame = max_frame
+        self.api_versions = None
+        self.connected = False
+        self.closed = False
+        #: Fires with the Failure's value (the reason) once the connection is gone.
+        self.lost = defer.Deferred()
+        self.peer = None
+        self._buf = bytearray()
+        self._need = None
+        self._pending = deque()
+        self._ids = itertools.count(1)
+
+    # -- Twisted --------------------------------------------------------
+
+    def connectionMade(self):
+        self.connected = True
+        set_no_delay = getattr(self.transport, "setTcpNoDelay", None)
+        if set_no_delay is not None:
+            # Requests are written whole; Nagle would delay pipelined ones.
+            set_no_delay(True)
+        peer = self.transport.getPeer()
+        self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
+
+    def dataReceived(self, data):
+        if self.closed:
+            return
+        buf = self._buf
+        if not buf and len(data) >= 4:
+            (size,) = _SIZE.unpack_from(data, 0)
+            if len(data) == 4 + size and 4 <= size <= self.max_frame:
+                self._frame(memoryview(data)[4:])
+                return
+        buf += data
+        while not self.closed:
+            if self._need is None:
+                if len(buf) < 4:
+                    return
+                (size,) = _SIZE.unpack_from(buf, 0)
+                if size < 4 or size > self.max_frame:
+                    self._abort(KafkaConnectionError(f"bad response frame size {size}"))
+                    return
+                self._need = size
+            end = 4 + self._need
+            if len(buf) < end:
+                return
+            with memoryview(buf) as view:
+                frame = memoryview(view[4:end].tobytes())
+            del buf[:end]
+            self._need = None
+            self._frame(frame)
+
+    def connectionLost(self, reason=protocol.connectionDone):
+        self.connected = False
+        self.closed = True
+        self._buf = bytearray()
+        exc = reason.value if reason is not None else None
+        message = f"connection to {self.peer or 'broker'} lost"
+        if exc is not None and str(exc):
+            message = f"{message}: {exc}"
+        self._fail_all(KafkaConnectionError(message))
+        if not self.lost.called:
+            self.lost.callback(exc)
+
+    # -- requests -------------------------------------------------------
+
+    def request(self, api_key, api_version, body, timeout=None, expect_response=True):
+        """Send one request; a Deferred fires with the decoded response dict.
+
+        ``expect_response=False`` (acks=0 produce) fires with None once the
+        bytes are handed to the transport. ``timeout`` (seconds) defaults to
+        :attr:`request_timeout`; None or 0 there means no timeout.
+        Cancelling the Deferred drops the answer when it comes.
+        """
+        if self.closed or not self.connected:
+            return defer.fail(NotConnectedError(f"not connected to {self.peer or 'broker'}"))
+        correlation_id = next(self._ids) & 0x7FFFFFFF
+        try:
+            frame = codec.encode_request(
+                api_key, api_version, correlation_id, self.client_id, body
+            )
+        except Exception:
+            return defer.fail()
+        if not expect_response:
+            self.transport.write(frame)
+            return defer.succeed(None)
+        pending = _Pending(correlation_id, api_key, api_version, None)
+        pending.deferred = defer.Deferred(lambda d: self._cancel(pending))
+        timeout = self.request_timeout if timeout is None else timeout
+        if timeout:
+            pending.timer = self.reactor.callLater(timeout, self._timed_out, pending, timeout)
+        self._pending.append(pending)
+        self.transport.write(frame)
+        return pending.deferred
+
+    def version_for(self, api_key, wanted_max, wanted_min=None):
+        """The highest version of ``api_key`` both sides speak.
+
+        ``wanted_max`` is the newest the caller can build; ``wanted_min``
+        (default: the oldest pluglog's codec defines) the oldest. Before or
+        without ApiVersions negotiation this is ``wanted_max``.
+        """
+        if wanted_min is None:
+            api = APIS.get(api_key)
+            wanted_min = api.versions[0] if api is not None else 0
+        if self.api_versions is None:
+            return wanted_max
+        broker = self.api_versions.get(api_key)
+        if broker is None:
+            raise UnsupportedApiVersionError(f"broker {self.peer} does not serve api {api_key}")
+        version = min(wanted_max, broker[1])
+        if version < max(wanted_min, broker[0]):
+            raise UnsupportedApiVersionError(
+                f"broker {self.peer} serves api {api_key} v{broker[0]}-{broker[1]}, "
+                f"client speaks v{wanted_min}-{wanted_max}"
+            )
+        return version
+
+    @defer.inlineCallbacks
+    def negotiate(self, timeout=None):
+        """Ask the broker which versions it serves (ApiVersions); store them."""
+        version = API_VERSIONS_VERSION
+        body = {"client_software_name": "pluglog", "client_software_version": "0.1.0"}
+        response = yield self.request(API_VERSIONS, version, body, timeout=timeout)
+        if response["error_code"] == codec.UNSUPPORTED_VERSION:
+            # The v0-format fallback lists the ApiVersions range it serves.
+            ranges = {k["api_key"]: k["max_version"] for k in response["api_keys"]}
+            version = min(version, ranges.get(API_VERSIONS, 0))
+            response = yield self.request(API_VERSIONS, version, body, timeout=timeout)
+        if response["error_code"]:
+            raise KafkaConnectionError(
+                f"ApiVersions v{version} refused with error {response['error_code']}"
+            )
+        self.api_versions = {
+            k["api_key"]: (k["min_version"], k["max_version"]) for k in response["api_keys"]
+        }
+        return self.api_versions
+
+    def close(self):
+        """Close the connection; pending requests errback; returns :attr:`lost`."""
+        if not self.closed and self.transport is not None:
+            self.transport.loseConnection()
+        return self.lost
+
+    @property
+    def in_flight(self):
+        """Requests sent and not yet answered."""
+        return len(self._pending)
+
+    # -- internals ------------------------------------------------------
+
+    def _frame(self, frame):
+        if len(frame) < 4:
+            self._abort(KafkaConnectionError("response frame shorter than its header"))
+            return
+        (correlation_id,) = _SIZE.unpack_from(frame, 0)
+        if not self._pending:
+            self._abort(CorrelationIdMismatchError(f"unsolicited response {correlation_id}"))
+            return
+        head = self._pending[0]
+        if correlation_id != head.correlation_id:
+            self._abort(
+                CorrelationIdMismatchError(
+                    f"response correlation id {correlation_id}, expected {head.correlation_id}"
+                )
+            )
+            return
+        self._pending.popleft()
+        if head.timer is not None and head.timer.active():
+            head.timer.cancel()
+        if head.abandoned:
+            return
+        try:
+            _, body = codec.decode_response(head.api_key, head.api_version, frame)
+        except Exception:
+            # The framing is intact, so only this request fails.
+            head.deferred.errback()
+            return
+        head.deferred.callback(body)
+
+    def _cancel(self, pending):
+        pending.abandoned = True
+        if pending.timer is not None and pending.timer.active():
+            pending.timer.cancel()
+
+    def _timed_out(self, pending, timeout):
+        pending.timer = None
+        if pending.abandoned or pending not in self._pending:
+            return
+        pending.abandoned = True
+        name = codec.API_NAMES.get(pending.api_key, pending.api_key)
+        pending.deferred.errback(
+            RequestTimedOutError(
+                f"{name} v{pending.api_version} to {self.peer} got no answer in {timeout:g}s"
+            )
+        )
+        self._abort(KafkaConnectionError(f"connection to {self.peer} closed after a timeout"))
+
+    def _abort(self, exc):
+        log.info("closing connection to {peer}: {reason}", peer=self.peer, reason=exc)
+        self.closed = True
+        self._buf = bytearray()
+        self._fail_all(exc)
+        if self.transport is not None:
+            abort = getattr(self.transport, "abortConnection", None)
+            (abort or self.transport.loseConnection)()
+
+    def _fail_all(self, exc):
+        pending, self._pending = self._pending, deque()
+        for item in pending:
+            if item.timer is not None and item.timer.active():
+                item.timer.cancel()
+            if not item.abandoned:
+                item.abandoned = True
+                item.deferred.errback(exc)
+
+
+@defer.inlineCallbacks
+def connect(
+    reactor,
+    host,
+    port,
+    client_id="pluglog",
+    timeout=30.0,
+    request_timeout=30.0,
+    negotiate=True,
+):
+    """Connect to ``host:port``; a Deferred fires with a :class:`KafkaClientProtocol`.
+
+    ``timeout`` bounds the TCP connect and the ApiVersions exchange. With
+    ``negotiate`` the broker's version ranges are stored on the protocol.
+    Failures errback with :class:`KafkaConnectionError` naming the address.
+    """
+    endpoint = HostnameEndpoint(reactor, host, port, timeout=timeout)
+    proto = KafkaClientProtocol(reactor, client_id=client_id, request_timeout=request_timeout)
+    try:
+        yield connectProtocol(endpoint, proto)
+    except Exception as exc:
+        raise KafkaConnectionError(f"cannot connect to {host}:{port}: {exc}") from None
+    if negotiate:
+        try:
+            yield proto.negotiate(timeout=timeout)
+        except Exception:
+            proto.close()
+            raise
+    return proto
