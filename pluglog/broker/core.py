@@ -12,6 +12,7 @@ from twisted.logger import Logger
 from pluglog.broker.partition import Partition
 from pluglog.errors import (
     InvalidRequestError,
+    NotLeaderOrFollowerError,
     UnknownTopicOrPartitionError,
 )
 
@@ -34,17 +35,21 @@ class Broker:
         self.node_id = config.broker_id
         self.advertised = (config.advertised_host, config.advertised_port)
         self.group_coordinator = None
+        self.replicas = None
 
     def now_ms(self):
         return int(self.reactor.seconds() * 1000)
 
     @defer.inlineCallbacks
     def start(self):
+        from pluglog.replication.manager import ReplicaManager
+
         yield self.coordinator.start()
-        if hasattr(self.coordinator, "add_listener"):
-            self.coordinator.add_listener(self._on_topic_event)
+        self.replicas = ReplicaManager(self)
+        self.coordinator.add_listener(self._on_topic_event)
         for meta in self.coordinator.topics().values():
             self._open_topic(meta)
+        self.replicas.start()
         from pluglog.group import GroupCoordinator
 
         self.group_coordinator = GroupCoordinator(self)
@@ -66,31 +71,57 @@ class Broker:
                 self.group_coordinator.topic_deleted(meta.name)
 
     def _open_topic(self, meta):
+        """Open the logs of the topic's partitions this broker hosts (it is
+        in their replica assignment); drop those reassigned away."""
         topic_config = self.config.topic_defaults.with_overrides(meta.configs)
         self.topic_configs[meta.name] = topic_config
         for index in range(meta.num_partitions):
-            part = self.partitions.get((meta.name, index))
-            if part is None:
+            key = (meta.name, index)
+            part = self.partitions.get(key)
+            hosted = self.node_id in meta.replicas(index)
+            if part is None and hosted:
                 plog = self.storage.open_log(meta.name, index, topic_config)
-                self.partitions[(meta.name, index)] = Partition(
-                    meta.name, index, plog, topic_config
+                part = Partition(meta.name, index, plog, topic_config, node_id=self.node_id)
+                part.high_watermark = self.replicas.initial_high_watermark(
+                    meta.name, index, plog.log_end_offset
                 )
-            else:
+                # No role until the coordinator's state says which.
+                part.become_follower(-1, -1, meta.replicas(index), ())
+                self.partitions[key] = part
+                self.replicas.refresh(meta.name, index)
+            elif part is not None and not hosted:
+                self._drop_partition(key)
+            elif part is not None:
                 part.config = topic_config
                 if hasattr(part.log, "update_config"):
                     part.log.update_config(topic_config)
 
+    def _drop_partition(self, key):
+        part = self.partitions.pop(key)
+        self.replicas.partition_removed(*key)
+        part.go_offline()
+        self.storage.delete_log(*key)
+
     def _drop_topic(self, name):
         self.topic_configs.pop(name, None)
         for key in [k for k in self.partitions if k[0] == name]:
-            self.partitions.pop(key)
-            self.storage.delete_log(*key)
+            self._drop_partition(key)
 
     def partition(self, topic, index):
         part = self.partitions.get((topic, index))
         if part is None:
+            meta = self.coordinator.topics().get(topic)
+            if meta is not None and 0 <= index < meta.num_partitions:
+                raise NotLeaderOrFollowerError(
+                    f"broker {self.node_id} does not host {topic}-{index}"
+                )
             raise UnknownTopicOrPartitionError(f"no partition {topic}-{index}")
         return part
+
+    def leadership_changed(self, part):
+        """A hosted partition became leader or stopped leading."""
+        if self.group_coordinator is not None:
+            self.group_coordinator.leadership_changed(part)
 
     def num_partitions(self, topic):
         meta = self.coordinator.topics().get(topic)
@@ -151,11 +182,20 @@ class Broker:
 
     def checkpoint(self):
         self.storage.flush_all()
+        self.replicas.checkpoint_hw()
+
+    def controlled_shutdown(self):
+        """Ask the coordinator to move leadership away before stopping."""
+        if not self.config.controlled_shutdown_enable:
+            return defer.succeed(None)
+        return self.coordinator.controlled_shutdown()
 
     @defer.inlineCallbacks
     def stop(self):
         if self.group_coordinator is not None:
             yield self.group_coordinator.stop()
+        if self.replicas is not None:
+            self.replicas.stop()
         for part in self.partitions.values():
             part._waiters.clear()
         self.storage.close()

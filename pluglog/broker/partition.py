@@ -1,15 +1,40 @@
-"""One partition as the broker sees it: its log, high watermark, producers, waiters.
+"""One partition as the broker sees it: its log, role, high watermark, producers, waiters.
 
-Single-node today: the high watermark is the log end offset after every
-append (acks=1 and acks=all are the same with one replica). Long-polling
-fetches register a waiter that is called once on the next append; nothing
-polls.
+A partition hosted here is either the leader (clients produce and fetch;
+followers fetch from it) or a follower (its log is written only by the
+replica fetcher). The coordinator's PartitionState decides which
+(:meth:`become_leader` / :meth:`become_follower`, called by
+:class:`pluglog.replication.ReplicaManager`).
+
+The leader keeps each follower's log end offset (LEO) as reported by its
+fetches, computes the high watermark (HW) as the smallest LEO over the ISR
+and lets consumers read only below it (Kafka's replication design, seed 002).
+A single-replica partition's HW is its LEO after every append. acks=all
+produce waits for the HW to pass its batch (:meth:`wait_for_hw`); the waits
+are fired from :meth:`_set_high_watermark`, never by polling. Long-polling
+fetches register a waiter called once on the next append or HW move.
+Everything runs on the reactor thread.
 """
 
+import heapq
+import itertools
+
+from twisted.internet import defer
+
 from pluglog.broker.producer_state import ProducerStateTable, producer_fields
-from pluglog.errors import InvalidRecordError, NotEnoughReplicasError
+from pluglog.errors import (
+    NONE,
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    NOT_LEADER_OR_FOLLOWER,
+    REQUEST_TIMED_OUT,
+    InvalidRecordError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+)
+from pluglog.replication.epochs import LeaderEpochCache
 
 _HEADER_SIZE = 61
+_seq = itertools.count()
 
 
 class DuplicateAppend:
@@ -24,19 +49,101 @@ class DuplicateAppend:
         self.log_start_offset = log_start_offset
 
 
-class Partition:
-    """A topic-partition led by this broker."""
+class RemoteReplica:
+    """What the leader knows of one follower (Kafka's Replica state)."""
 
-    def __init__(self, topic, index, log, topic_config, leader_epoch=0):
+    __slots__ = ("broker_id", "leo", "last_caught_up_ms", "last_fetch_ms", "last_fetch_leader_leo")
+
+    def __init__(self, broker_id, now_ms):
+        self.broker_id = broker_id
+        self.leo = -1
+        # A new leader gives every follower a full lag period to show up.
+        self.last_caught_up_ms = now_ms
+        self.last_fetch_ms = now_ms
+        self.last_fetch_leader_leo = -1
+
+
+class Partition:
+    """A topic-partition hosted by this broker."""
+
+    def __init__(self, topic, index, log, topic_config, leader_epoch=0, node_id=0):
         self.topic = topic
         self.index = index
         self.log = log
         self.config = topic_config
+        self.node_id = node_id
+        self.leader_id = node_id
         self.leader_epoch = leader_epoch
+        self.replicas = (node_id,)
+        self.isr = (node_id,)
+        self.remotes = {}
+        self.epochs = LeaderEpochCache.for_log(log)
         self.high_watermark = log.log_end_offset
         self.producers = ProducerStateTable()
+        self.offline = False
         self._waiters = []
+        self._hw_waits = []
         self._producers_loaded = False
+        #: Set by the replica manager: ``isr_writer(partition, new_isr)``.
+        self.isr_writer = None
+        self.isr_change_pending = False
+
+    # -- role ------------------------------------------------------------------
+
+    @property
+    def is_leader(self):
+        return self.leader_id == self.node_id and not self.offline
+
+    @property
+    def replicated(self):
+        """True when acks=all must wait for other replicas."""
+        return len(self.replicas) > 1
+
+    @property
+    def isr_size(self):
+        return len(self.isr)
+
+    def become_leader(self, leader_epoch, replicas, isr, now_ms):
+        """Take (or keep) leadership in ``leader_epoch``."""
+        new_epoch = leader_epoch != self.leader_epoch or not self.is_leader
+        self.leader_id = self.node_id
+        self.leader_epoch = leader_epoch
+        self.replicas = tuple(replicas)
+        self.isr = tuple(isr)
+        self.offline = False
+        self.isr_change_pending = False
+        if new_epoch:
+            self.epochs.assign(leader_epoch, self.log.log_end_offset)
+            self.remotes = {
+                broker: RemoteReplica(broker, now_ms)
+                for broker in self.replicas
+                if broker != self.node_id
+            }
+        else:
+            for broker in self.replicas:
+                if broker != self.node_id and broker not in self.remotes:
+                    self.remotes[broker] = RemoteReplica(broker, now_ms)
+        self._maybe_advance_hw()
+        self._wake()
+
+    def become_follower(self, leader_id, leader_epoch, replicas, isr):
+        """Stop leading (if we did): produce waits fail, fetchers move on."""
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.replicas = tuple(replicas)
+        self.isr = tuple(isr)
+        self.remotes = {}
+        self.isr_change_pending = False
+        self._fail_hw_waits(NOT_LEADER_OR_FOLLOWER)
+        self._wake()
+
+    def go_offline(self):
+        """Leadership is uncertain (ZooKeeper session lost): refuse clients."""
+        self.offline = True
+        self._fail_hw_waits(NOT_LEADER_OR_FOLLOWER)
+        self._wake()
+
+    # -- leader: produce ---------------------------------------------------------
 
     def _load_producers(self):
         # Rebuild idempotence state from the newest batch headers only: the
@@ -46,16 +153,15 @@ class Partition:
         if infos:
             self.producers.rebuild(self.log.batch_headers(infos[-1].base_offset))
 
-    @property
-    def isr_size(self):
-        """In-sync replicas; one (this broker) until replication lands."""
-        return 1
-
     def append(self, records, now_ms, acks=1):
         """Append the records of one produce request (one v2 batch)."""
-        if acks == -1 and self.isr_size < self.config.min_insync_replicas:
+        if self.leader_id != self.node_id or self.offline:
+            raise NotLeaderOrFollowerError(
+                f"broker {self.node_id} is not the leader of {self.topic}-{self.index}"
+            )
+        if acks == -1 and len(self.isr) < self.config.min_insync_replicas:
             raise NotEnoughReplicasError(
-                f"{self.topic}-{self.index}: {self.isr_size} in-sync replica(s), "
+                f"{self.topic}-{self.index}: {len(self.isr)} in-sync replica(s), "
                 f"min.insync.replicas is {self.config.min_insync_replicas}"
             )
         if len(records) < _HEADER_SIZE:
@@ -80,12 +186,167 @@ class Partition:
                 info.last_offset,
                 info.log_append_time,
             )
-        self.high_watermark = self.log.log_end_offset
+        if len(self.isr) == 1:
+            self._set_high_watermark(self.log.log_end_offset)
+        if self._waiters:
+            self._wake()
+        return info
+
+    def wait_for_hw(self, offset, timeout_s, reactor):
+        """Deferred of an error code: NONE once the HW reaches ``offset``
+        (acks=all), NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR is then
+        below min.insync.replicas, REQUEST_TIMED_OUT after ``timeout_s``,
+        NOT_LEADER_OR_FOLLOWER if leadership moves first."""
+        if self.high_watermark >= offset:
+            return defer.succeed(self._acks_all_code())
+        d = defer.Deferred()
+        entry = [offset, next(_seq), d, None]
+        entry[3] = reactor.callLater(timeout_s, self._hw_timeout, entry)
+        heapq.heappush(self._hw_waits, entry)
+        return d
+
+    def _acks_all_code(self):
+        if len(self.isr) < self.config.min_insync_replicas:
+            return NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return NONE
+
+    def _hw_timeout(self, entry):
+        entry[3] = None
+        if not entry[2].called:
+            entry[2].callback(REQUEST_TIMED_OUT)
+
+    def _fail_hw_waits(self, code):
+        waits, self._hw_waits = self._hw_waits, []
+        for _offset, _seq_no, d, call in waits:
+            if call is not None and call.active():
+                call.cancel()
+            if not d.called:
+                d.callback(code)
+
+    def _set_high_watermark(self, hw):
+        if hw <= self.high_watermark:
+            return
+        self.high_watermark = hw
+        waits = self._hw_waits
+        while waits and waits[0][0] <= hw:
+            _offset, _seq_no, d, call = heapq.heappop(waits)
+            if call is not None and call.active():
+                call.cancel()
+            if not d.called:
+                d.callback(self._acks_all_code())
+
+    # -- leader: followers ---------------------------------------------------------
+
+    def _maybe_advance_hw(self):
+        hw = self.log.log_end_offset
+        for broker in self.isr:
+            if broker != self.node_id:
+                remote = self.remotes.get(broker)
+                if remote is None or remote.leo < 0:
+                    return
+                hw = min(hw, remote.leo)
+        if hw > self.high_watermark:
+            self._set_high_watermark(hw)
+            self._wake()
+
+    def update_follower(self, broker_id, fetch_offset, now_ms):
+        """A follower fetched from ``fetch_offset``: it holds everything below."""
+        remote = self.remotes.get(broker_id)
+        if remote is None:
+            return False
+        leo = self.log.log_end_offset
+        if fetch_offset >= leo:
+            remote.last_caught_up_ms = now_ms
+        elif fetch_offset >= remote.last_fetch_leader_leo >= 0:
+            remote.last_caught_up_ms = remote.last_fetch_ms
+        remote.last_fetch_leader_leo = leo
+        remote.last_fetch_ms = now_ms
+        remote.leo = fetch_offset
+        if broker_id not in self.isr and self._caught_up(fetch_offset):
+            self._request_isr(tuple(self.isr) + (broker_id,))
+        self._maybe_advance_hw()
+        return True
+
+    def _caught_up(self, leo):
+        # Kafka's isFollowerInSync: at the HW and past this epoch's start.
+        epoch_start = self.epochs.entries[-1][1] if self.epochs.entries else 0
+        return leo >= self.high_watermark and leo >= epoch_start
+
+    def lagging_followers(self, now_ms, lag_ms):
+        """ISR followers that have not caught up within ``lag_ms``."""
+        out = []
+        for broker in self.isr:
+            remote = self.remotes.get(broker)
+            if remote is not None and now_ms - remote.last_caught_up_ms > lag_ms:
+                out.append(broker)
+        return out
+
+    def _request_isr(self, new_isr):
+        if self.isr_change_pending or self.isr_writer is None:
+            return
+        self.isr_change_pending = True
+        self.isr_writer(self, new_isr)
+
+    def isr_changed(self, new_isr):
+        """The coordinator stored ``new_isr`` for the current leader epoch."""
+        self.isr_change_pending = False
+        self.isr = tuple(new_isr)
+        self._maybe_advance_hw()
+        if len(self.isr) == 1:
+            self._set_high_watermark(self.log.log_end_offset)
+
+    # -- follower ----------------------------------------------------------------
+
+    def append_replicated(self, records, leader_hw, now_ms):
+        """Store batches fetched from the leader and follow its HW."""
+        info, headers = self.log.append_replicated(records, now_ms)
+        if headers:
+            epochs = self.epochs
+            for header in headers:
+                if header.partition_leader_epoch > epochs.latest_epoch():
+                    epochs.assign(header.partition_leader_epoch, header.base_offset)
+            if self._producers_loaded:
+                for header in headers:
+                    if header.producer_id >= 0:
+                        last = header.base_offset + header.last_offset_delta
+                        self.producers.update(
+                            header.producer_id,
+                            header.producer_epoch,
+                            header.base_sequence,
+                            header.base_sequence + header.last_offset_delta,
+                            header.base_offset,
+                            last,
+                            header.max_timestamp if header.timestamp_type else -1,
+                        )
+        self._set_high_watermark(min(leader_hw, self.log.log_end_offset))
+        return info
+
+    def truncate_to(self, offset):
+        """Drop everything at or after ``offset`` (follower truncation)."""
+        if offset >= self.log.log_end_offset:
+            return
+        self.log.truncate_to(offset)
+        self.epochs.truncate_from_end(offset)
+        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+        # Idempotence state may name truncated batches: rebuild on demand.
+        self.producers = ProducerStateTable()
+        self._producers_loaded = False
+
+    def restart_at(self, offset):
+        """Empty the log and continue at ``offset`` (the leader's log start)."""
+        self.log.truncate_fully_and_start_at(offset)
+        self.epochs.truncate_from_end(-1)
+        self.high_watermark = offset
+        self.producers = ProducerStateTable()
+        self._producers_loaded = False
+
+    # -- waiters -------------------------------------------------------------------
+
+    def _wake(self):
         if self._waiters:
             waiters, self._waiters = self._waiters, []
             for waiter in waiters:
                 waiter(self)
-        return info
 
     def add_waiter(self, waiter):
         self._waiters.append(waiter)

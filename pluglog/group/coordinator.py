@@ -114,6 +114,9 @@ class GroupCoordinator(MemberOperations, OffsetOperations):
                 fire_once(sync, sync_result(NOT_COORDINATOR))
         return defer.succeed(None)
 
+    def leadership_changed(self, part):
+        """A partition of this broker gained or lost leadership."""
+
     @staticmethod
     def _cancel(call):
         if call is not None and call.active():

@@ -20,8 +20,9 @@ It is a pure shortcut, never a different behaviour:
 * :func:`produce_fast` returns ``None`` for anything that is not exactly
   that shape (several topics or partitions, acks=0 or invalid acks, a
   transactional id, a body that is not one whole v2 batch, trailing bytes,
-  a client id that is not UTF-8, ...). The caller then runs the general
-  path, which answers or refuses the frame as it always did.
+  a client id that is not UTF-8, acks=all on a replicated partition, ...).
+  The caller then runs the general path, which answers or refuses the
+  frame as it always did.
 * It applies the general path's rules through the same pieces
   (``one_batch``, ``Partition.append``) and answers errors (unknown
   partition, CRC mismatch, too large, out-of-order sequence, ...) with the
@@ -89,7 +90,10 @@ def produce_fast(broker, buf):
     except (struct.error, UnicodeDecodeError):
         return None
     try:
-        info = broker.partition(name, index).append(records, broker.now_ms(), acks)
+        part = broker.partition(name, index)
+        if acks == -1 and part.replicated:
+            return None  # acks=all waits for followers: the general path's delayed answer
+        info = part.append(records, broker.now_ms(), acks)
     except KafkaError as exc:
         return _error_frame(version, correlation_id, name, index, exc)
     if version >= 8:

@@ -42,7 +42,13 @@ from pluglog.errors import KafkaStorageError, OffsetOutOfRangeError
 from pluglog.fileutil import fsync_directory
 from pluglog.interfaces import IPartitionLog
 from pluglog.storage.filenames import DELETED_SUFFIX, LOG_SUFFIX, TMP_SUFFIX, parse_segment_file
-from pluglog.storage.records import AppendInfo, ReadResult, SegmentInfo, prepare_append
+from pluglog.storage.records import (
+    AppendInfo,
+    ReadResult,
+    SegmentInfo,
+    prepare_append,
+    prepare_replicated,
+)
 from pluglog.storage.segment import MAX_RELATIVE_OFFSET, LogSegment
 
 _log = Logger()
@@ -116,6 +122,22 @@ class BasePartitionLog:
         )
         if segment.size:
             segment = self._maybe_roll(segment, prepared, now_ms)
+        return self._written(segment, prepared, now_ms, log_append_time)
+
+    def append_replicated(self, batches, now_ms):
+        """Store batches fetched from the partition leader unchanged (a
+        follower's append); returns ``(AppendInfo or None, headers)``."""
+        prepared, headers = prepare_replicated(batches, self.log_end_offset)
+        if prepared is None:
+            return None, headers
+        segment = self.segments[-1]
+        if segment.size:
+            segment = self._maybe_roll(segment, prepared, now_ms)
+        return self._written(segment, prepared, now_ms, -1), headers
+
+    def _written(self, segment, prepared, now_ms, log_append_time):
+        """Write ``prepared`` to ``segment`` and apply the flush policy."""
+        config = self.config
         segment.append(prepared)
         if segment.created_ms < 0:
             segment.created_ms = now_ms
@@ -239,23 +261,31 @@ class BasePartitionLog:
             self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         return count
 
+    def truncate_fully_and_start_at(self, offset):
+        """Drop every segment and continue empty at ``offset`` (a follower
+        whose log ends before the leader's log starts)."""
+        for segment in self.segments:
+            self._delete_segment(segment)
+        self._set_segments([self._new_segment(offset, -1)])
+        self.log_start_offset = offset
+        self._dirty = []
+        self._directory_dirty = True
+        self.recovery_point = offset
+
     def truncate_to(self, offset):
         end = self.log_end_offset
         if offset >= end:
             return
         if offset < self.log_start_offset:
             # Nothing below the target survives: start afresh at it.
-            for segment in self.segments:
-                self._delete_segment(segment)
-            self._set_segments([self._new_segment(offset, -1)])
-            self.log_start_offset = offset
-        else:
-            keep = max(1, bisect_right(self._bases, offset))
-            for segment in self.segments[keep:]:
-                self._delete_segment(segment)
-            self._set_segments(self.segments[:keep])
-            self.segments[-1].truncate_to(offset)
-            self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+            self.truncate_fully_and_start_at(offset)
+            return
+        keep = max(1, bisect_right(self._bases, offset))
+        for segment in self.segments[keep:]:
+            self._delete_segment(segment)
+        self._set_segments(self.segments[:keep])
+        self.segments[-1].truncate_to(offset)
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self._dirty = [s for s in self._dirty if not s.deleted]
         self._directory_dirty = True
         self.recovery_point = min(self.recovery_point, self.log_end_offset)

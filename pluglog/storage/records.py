@@ -357,6 +357,51 @@ def prepare_append(buffers, next_offset, leader_epoch, max_message_bytes, log_ap
     )
 
 
+def prepare_replicated(buf, next_offset):
+    """Batches fetched from the leader, to be stored exactly as they are.
+
+    Offsets, partition leader epochs and CRCs stay as the leader wrote them;
+    every batch is CRC-checked and must start at or after ``next_offset``
+    (gaps are legal: compaction leaves them). A trailing partial batch is
+    ignored (the next fetch asks again from the new end). Returns
+    ``(prepared, headers)``; ``prepared`` is ``None`` when ``buf`` holds no
+    complete batch. Raises :class:`CorruptRecordError` when a batch is
+    corrupt or does not follow the log.
+    """
+    view = buf if isinstance(buf, memoryview) else memoryview(buf)
+    entries, stop = scan_batches(view, 0, len(view), next_offset)
+    if len(view) - stop >= HEADER_SIZE:
+        header = parse_header(view, stop)
+        if stop + header.size <= len(view):
+            raise CorruptRecordError(
+                f"replicated batch at offset {header.base_offset} is corrupt or does not "
+                f"follow offset {next_offset}"
+            )
+    if not entries:
+        return None, []
+    headers = [header for _, header in entries]
+    max_timestamp = offset_of_max = -1
+    batches = []
+    records = 0
+    for header in headers:
+        last = header.base_offset + header.last_offset_delta
+        if header.max_timestamp > max_timestamp:
+            max_timestamp, offset_of_max = header.max_timestamp, last
+        batches.append((header.base_offset, last, header.size, header.max_timestamp))
+        records += header.records_count
+    prepared = PreparedAppend(
+        [view[:stop]],
+        batches,
+        headers[0].base_offset,
+        batches[-1][1],
+        max_timestamp,
+        offset_of_max,
+        stop,
+        records,
+    )
+    return prepared, headers
+
+
 class AppendInfo(
     namedtuple(
         "AppendInfo",

@@ -7,7 +7,14 @@ Handlers never touch sockets; errors a client can act on become Kafka error
 codes in the response, per topic or partition where the API has them.
 """
 
-from pluglog.errors import KafkaError
+from pluglog.errors import (
+    FENCED_LEADER_EPOCH,
+    NONE,
+    NOT_LEADER_OR_FOLLOWER,
+    UNKNOWN_LEADER_EPOCH,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    KafkaError,
+)
 
 NO_RESPONSE = object()
 
@@ -34,11 +41,34 @@ def error_code(exc):
     return exc.error_code if isinstance(exc, KafkaError) else -1
 
 
+def _epoch_error(partition, current_leader_epoch):
+    if current_leader_epoch < 0 or current_leader_epoch == partition.leader_epoch:
+        return NONE
+    if current_leader_epoch > partition.leader_epoch:
+        return UNKNOWN_LEADER_EPOCH
+    return FENCED_LEADER_EPOCH
+
+
+def leader_error(broker, topic, part, want, index):
+    """The error code for a request entry this broker cannot answer as the
+    partition's leader (unknown, hosted elsewhere, a follower here, or a
+    leader epoch that does not match), else NONE."""
+    if part is None:
+        meta = broker.coordinator.topics().get(topic)
+        if meta is not None and 0 <= index < meta.num_partitions:
+            return NOT_LEADER_OR_FOLLOWER
+        return UNKNOWN_TOPIC_OR_PARTITION
+    if not part.is_leader:
+        return NOT_LEADER_OR_FOLLOWER
+    return _epoch_error(part, want.get("current_leader_epoch", -1))
+
+
 def per_partition(broker, topics, answer, topic_key="name", partition_key="partition_index"):
     """Answer every requested partition of a topics/partitions request.
 
-    ``answer(partition, want)`` gets the broker's Partition (``None`` if this
-    broker has no such partition) and the request's partition entry, and
+    ``answer(partition, want, topic)`` gets the broker's Partition (``None`` if
+    this broker has no such partition), the request's partition entry and the
+    topic name, and
     returns the response entry; the result keeps the request's topic order.
     """
     out = []
@@ -48,7 +78,7 @@ def per_partition(broker, topics, answer, topic_key="name", partition_key="parti
             {
                 topic_key: name,
                 "partitions": [
-                    answer(broker.partitions.get((name, want[partition_key])), want)
+                    answer(broker.partitions.get((name, want[partition_key])), want, name)
                     for want in topic["partitions"]
                 ],
             }

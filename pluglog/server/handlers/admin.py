@@ -14,7 +14,7 @@ from pluglog.errors import (
     UNSUPPORTED_VERSION,
     KafkaError,
 )
-from pluglog.server.handlers import error_code, per_partition
+from pluglog.server.handlers import error_code, leader_error, per_partition
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -259,14 +259,13 @@ def handle_incremental_alter_configs(ctx, request):
 
 
 def handle_delete_records(ctx, request):
-    def answer(part, want):
+    def answer(part, want, topic):
         entry = {
             "partition_index": want["partition_index"],
             "low_watermark": -1,
-            "error_code": NONE,
+            "error_code": leader_error(ctx.broker, topic, part, want, want["partition_index"]),
         }
-        if part is None:
-            entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+        if entry["error_code"] != NONE:
             return entry
         offset = want["offset"]
         if offset == -1:  # -1 means "up to the high watermark"

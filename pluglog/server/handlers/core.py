@@ -6,6 +6,7 @@ from twisted.logger import Logger
 from pluglog import protocol as codec
 from pluglog.errors import (
     INVALID_TOPIC_EXCEPTION,
+    LEADER_NOT_AVAILABLE,
     NONE,
     UNKNOWN_TOPIC_OR_PARTITION,
     InvalidTopicError,
@@ -26,22 +27,29 @@ def handle_api_versions(ctx, request):
     }
 
 
-def _topic_entry(broker, name, meta):
-    node = broker.node_id
-    partitions = [
-        {
-            "error_code": NONE,
-            "partition_index": index,
-            "leader_id": node,
-            "leader_epoch": broker.partitions[(name, index)].leader_epoch
-            if (name, index) in broker.partitions
-            else 0,
-            "replica_nodes": [node],
-            "isr_nodes": [node],
-            "offline_replicas": [],
-        }
-        for index in range(meta.num_partitions)
-    ]
+def _topic_entry(broker, name, meta, live):
+    """Leader, replicas, ISR and offline replicas of every partition, as the
+    coordinator has them (every broker answers alike)."""
+    coordinator = broker.coordinator
+    partitions = []
+    for index in range(meta.num_partitions):
+        replicas = list(meta.replicas(index))
+        state = coordinator.partition_state(name, index)
+        if state is None:
+            leader, epoch, isr = -1, -1, []
+        else:
+            leader, epoch, isr = state.leader, state.leader_epoch, list(state.isr)
+        partitions.append(
+            {
+                "error_code": NONE if leader >= 0 else LEADER_NOT_AVAILABLE,
+                "partition_index": index,
+                "leader_id": leader,
+                "leader_epoch": epoch,
+                "replica_nodes": replicas,
+                "isr_nodes": isr,
+                "offline_replicas": [r for r in replicas if r not in live],
+            }
+        )
     return {
         "error_code": NONE,
         "name": name,
@@ -68,6 +76,8 @@ def handle_metadata(ctx, request):
         names = [t["name"] for t in requested]
         auto_create = request.get("allow_auto_topic_creation", True) if version >= 4 else True
     auto_create = auto_create and broker.config.auto_create_topics_enable
+    brokers = _brokers(broker)
+    live = {node for node, _host, _port, _rack in brokers}
     entries = []
     for name in names:
         meta = topics.get(name)
@@ -83,12 +93,12 @@ def handle_metadata(ctx, request):
         if meta is None:
             entries.append(_error_entry(name, UNKNOWN_TOPIC_OR_PARTITION))
         else:
-            entries.append(_topic_entry(broker, name, meta))
+            entries.append(_topic_entry(broker, name, meta, live))
     return {
         "throttle_time_ms": 0,
         "brokers": [
             {"node_id": node, "host": host, "port": port, "rack": rack}
-            for node, host, port, rack in _brokers(broker)
+            for node, host, port, rack in brokers
         ],
         "cluster_id": broker.coordinator.cluster_id(),
         "controller_id": broker.coordinator.controller_id(),

@@ -15,34 +15,17 @@ from twisted.internet import defer
 from pluglog import protocol as codec
 from pluglog.broker.timestamps import offset_for_timestamp
 from pluglog.errors import (
-    FENCED_LEADER_EPOCH,
     NONE,
+    NOT_LEADER_OR_FOLLOWER,
     OFFSET_OUT_OF_RANGE,
-    UNKNOWN_LEADER_EPOCH,
-    UNKNOWN_TOPIC_OR_PARTITION,
     UNSUPPORTED_VERSION,
     KafkaError,
     OffsetOutOfRangeError,
 )
-from pluglog.server.handlers import error_code, per_partition
+from pluglog.server.handlers import error_code, leader_error, per_partition
 
 LATEST = -1
 EARLIEST = -2
-
-
-def _epoch_error(partition, current_leader_epoch):
-    if current_leader_epoch < 0 or current_leader_epoch == partition.leader_epoch:
-        return NONE
-    if current_leader_epoch > partition.leader_epoch:
-        return UNKNOWN_LEADER_EPOCH
-    return FENCED_LEADER_EPOCH
-
-
-def _leader_error(part, want):
-    """UNKNOWN_TOPIC_OR_PARTITION or a leader-epoch error for a request entry, else NONE."""
-    if part is None:
-        return UNKNOWN_TOPIC_OR_PARTITION
-    return _epoch_error(part, want.get("current_leader_epoch", -1))
 
 
 def _partition_data(index, code, hw=-1, log_start=-1, records=b""):
@@ -58,13 +41,19 @@ def _partition_data(index, code, hw=-1, log_start=-1, records=b""):
     }
 
 
-def _read_all(broker, request):
-    """One pass over the requested partitions; returns (response topics, bytes)."""
+def _read_all(broker, request, first_pass=True):
+    """One pass over the requested partitions; returns (response topics, bytes).
+
+    Consumers read below the high watermark. A follower (``replica_id`` >= 0)
+    reads up to the log end, and its fetch offset tells the leader how far
+    its log reaches (on the first pass; a parked fetch re-reads later)."""
     max_bytes = request.get("max_bytes", 0x7FFFFFFF)
     if max_bytes <= 0:
         max_bytes = 0x7FFFFFFF
     # The broker's fetch.max.bytes caps what any client may ask for (Kafka's rule).
     max_bytes = min(max_bytes, broker.config.fetch_max_bytes)
+    replica_id = request.get("replica_id", -1)
+    now = broker.now_ms() if replica_id >= 0 and first_pass else 0
     remaining = max_bytes
     total = 0
     topics = []
@@ -74,20 +63,23 @@ def _read_all(broker, request):
         for want in topic["partitions"]:
             index = want["partition"]
             part = broker.partitions.get((name, index))
-            if part is None:
-                out.append(_partition_data(index, UNKNOWN_TOPIC_OR_PARTITION))
+            code = leader_error(broker, name, part, want, index)
+            if code != NONE:
+                hw, start = (-1, -1) if part is None else (part.high_watermark, -1)
+                out.append(_partition_data(index, code, hw, start))
                 continue
             plog = part.log
-            code = _epoch_error(part, want.get("current_leader_epoch", -1))
-            if code != NONE:
-                out.append(
-                    _partition_data(index, code, part.high_watermark, plog.log_start_offset)
-                )
-                continue
             offset = want["fetch_offset"]
+            if replica_id >= 0:
+                if now and not part.update_follower(replica_id, offset, now):
+                    out.append(_partition_data(index, NOT_LEADER_OR_FOLLOWER))
+                    continue
+                end, max_offset = plog.log_end_offset, None
+            else:
+                end = max_offset = part.high_watermark
             limit = min(want["partition_max_bytes"], remaining)
-            if offset == part.high_watermark or limit <= 0 and total:
-                if offset < plog.log_start_offset or offset > part.high_watermark:
+            if offset == end or limit <= 0 and total:
+                if offset < plog.log_start_offset or offset > end:
                     code = OFFSET_OUT_OF_RANGE
                 out.append(
                     _partition_data(index, code, part.high_watermark, plog.log_start_offset)
@@ -95,7 +87,7 @@ def _read_all(broker, request):
                 continue
             try:
                 result = plog.read(
-                    offset, max(limit, 0), max_offset=part.high_watermark, min_one_batch=total == 0
+                    offset, max(limit, 0), max_offset=max_offset, min_one_batch=total == 0
                 )
             except OffsetOutOfRangeError:
                 out.append(
@@ -164,7 +156,7 @@ class _LongPoll:
     def _wake(self, part):
         if self.deferred.called:
             return
-        topics, total = _read_all(self.broker, self.request)
+        topics, total = _read_all(self.broker, self.request, first_pass=False)
         if total >= self.request["min_bytes"]:
             self._detach()
             self.deferred.callback(_response(topics))
@@ -175,7 +167,7 @@ class _LongPoll:
         if self.deferred.called:
             return
         self._detach()
-        topics, _total = _read_all(self.broker, self.request)
+        topics, _total = _read_all(self.broker, self.request, first_pass=False)
         self.deferred.callback(_response(topics))
 
     def _cancel(self, _deferred):
@@ -183,7 +175,7 @@ class _LongPoll:
 
 
 def handle_list_offsets(ctx, request):
-    def answer(part, want):
+    def answer(part, want, topic):
         entry = {
             "partition_index": want["partition_index"],
             "error_code": NONE,
@@ -192,7 +184,7 @@ def handle_list_offsets(ctx, request):
             "offset": -1,
             "leader_epoch": -1,
         }
-        entry["error_code"] = _leader_error(part, want)
+        entry["error_code"] = leader_error(ctx.broker, topic, part, want, want["partition_index"])
         if entry["error_code"] != NONE:
             return entry
         ts = want["timestamp"]
@@ -216,19 +208,18 @@ def handle_list_offsets(ctx, request):
 
 
 def handle_offset_for_leader_epoch(ctx, request):
-    def answer(part, want):
+    def answer(part, want, topic):
         entry = {
             "error_code": NONE,
             "partition": want["partition"],
             "leader_epoch": -1,
             "end_offset": -1,
         }
-        entry["error_code"] = _leader_error(part, want)
-        if entry["error_code"] == NONE and 0 <= want["leader_epoch"] <= part.leader_epoch:
-            # One epoch per partition until replication brings epoch
-            # changes: every requested epoch ends at the log end.
-            entry["leader_epoch"] = part.leader_epoch
-            entry["end_offset"] = part.log.log_end_offset
+        entry["error_code"] = leader_error(ctx.broker, topic, part, want, want["partition"])
+        if entry["error_code"] == NONE:
+            # KIP-101: the largest epoch <= the requested one and where it ends.
+            epoch, end = part.epochs.end_offset_for(want["leader_epoch"], part.log.log_end_offset)
+            entry["leader_epoch"], entry["end_offset"] = epoch, end
         return entry
 
     topics = per_partition(ctx.broker, request["topics"], answer, "topic", "partition")

@@ -9,6 +9,7 @@ the bytes unchanged (compressed batches stay compressed). Produce v0-2
 partition, and docs/protocol.rst says so.
 """
 
+from twisted.internet import defer
 from twisted.logger import Logger
 
 from pluglog import protocol as codec
@@ -16,6 +17,9 @@ from pluglog.errors import (
     INVALID_RECORD,
     INVALID_REQUIRED_ACKS,
     NONE,
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    NOT_LEADER_OR_FOLLOWER,
+    REQUEST_TIMED_OUT,
     UNSUPPORTED_VERSION,
     KafkaError,
 )
@@ -50,7 +54,10 @@ def handle_produce(ctx, request):
     version = ctx.version
     acks = request["acks"]
     now = broker.now_ms()
+    reactor = broker.reactor
+    timeout = max(request.get("timeout_ms", 30000), 0) / 1000.0
     responses = []
+    waits = []
     failed = False
     for topic in request["topic_data"]:
         name = topic["name"]
@@ -93,11 +100,14 @@ def handle_produce(ctx, request):
                 results.append(partition_result(index, error_code(exc), message=str(exc)))
                 continue
             # A stored append and a deduplicated retry (DuplicateAppend) answer alike.
-            results.append(
-                partition_result(
-                    index, NONE, info.first_offset, info.log_append_time, info.log_start_offset
-                )
+            result = partition_result(
+                index, NONE, info.first_offset, info.log_append_time, info.log_start_offset
             )
+            results.append(result)
+            if acks == -1 and partition.high_watermark <= info.last_offset:
+                waits.append(
+                    (result, partition.wait_for_hw(info.last_offset + 1, timeout, reactor))
+                )
         responses.append({"name": name, "partition_responses": results})
     if acks == 0:
         if failed:
@@ -105,7 +115,32 @@ def handle_produce(ctx, request):
             # response slot to receive one in.
             raise CloseConnection("produce with acks=0 failed")
         return NO_RESPONSE
-    return {"responses": responses, "throttle_time_ms": 0}
+    response = {"responses": responses, "throttle_time_ms": 0}
+    if not waits:
+        return response
+    return _delayed(response, waits)
+
+
+def _delayed(response, waits):
+    """acks=all: answer once every partition's HW has passed its batch
+    (Kafka's DelayedProduce); a partition that times out or loses its
+    leadership first reports that instead of success."""
+
+    def settle(codes):
+        for (result, _), (_ok, code) in zip(waits, codes):
+            if code != NONE:
+                result["error_code"] = code
+                result["error_message"] = _WAIT_MESSAGES.get(code)
+        return response
+
+    return defer.DeferredList([d for _, d in waits]).addCallback(settle)
+
+
+_WAIT_MESSAGES = {
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND: "written, but the ISR shrank below min.insync.replicas",
+    REQUEST_TIMED_OUT: "the in-sync replicas did not confirm the write within the timeout",
+    NOT_LEADER_OR_FOLLOWER: "leadership moved before the in-sync replicas confirmed the write",
+}
 
 
 HANDLERS = {codec.PRODUCE: handle_produce}

@@ -1,0 +1,270 @@
+"""LeaderFetcher: a follower's replication loop for the partitions one leader leads.
+
+One fetcher per leader broker, one connection each (Kafka's
+ReplicaFetcherThread, on the reactor instead of a thread). For each
+partition handed to it, it first truncates the local log where it diverges
+from the leader's (OffsetForLeaderEpoch with the follower's latest epoch,
+then truncation to the smaller of the two end offsets for that epoch, as
+KIP-101/KIP-279 do), then fetches in a loop with ``replica_id`` = this
+broker's id and the partition's current leader epoch, appending what comes
+back unchanged (offsets and leader epochs kept) and following the leader's
+high watermark. The leader parks a caught-up fetch for
+``replica.fetch.wait.max.ms``; its next append answers it at once, so the
+loop costs nothing while idle and reacts within a round trip under load.
+
+Errors back off for ``replica.fetch.backoff.ms``: a connection failure
+reconnects (to the leader's current address from the coordinator), a
+fenced or unknown epoch waits for the coordinator's newer state, which
+re-adds the partition.
+"""
+
+from twisted.internet import defer, task
+from twisted.logger import Logger
+
+from pluglog import protocol as codec
+from pluglog.errors import (
+    FENCED_LEADER_EPOCH,
+    NONE,
+    NOT_LEADER_OR_FOLLOWER,
+    OFFSET_OUT_OF_RANGE,
+    UNKNOWN_LEADER_EPOCH,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    KafkaError,
+)
+from pluglog.replication.epochs import UNDEFINED
+
+log = Logger()
+
+FETCH_VERSION = 11
+EPOCH_VERSION = 3
+
+
+class LeaderFetcher:
+    """Replicates every partition this broker follows from ``leader_id``."""
+
+    def __init__(self, manager, leader_id):
+        self.manager = manager
+        self.broker = manager.broker
+        self.reactor = manager.reactor
+        self.config = manager.config
+        self.leader_id = leader_id
+        #: (topic, index) -> [Partition, needs_truncation]
+        self.partitions = {}
+        self.conn = None
+        self.running = False
+        self._address = None
+
+    def add(self, part):
+        key = (part.topic, part.index)
+        entry = self.partitions.get(key)
+        if entry is None or entry[0] is not part or entry[2] != part.leader_epoch:
+            self.partitions[key] = [part, True, part.leader_epoch]
+        if not self.running:
+            self.running = True
+            self._run().addErrback(
+                lambda f: log.failure("fetcher for broker {id} died", f, id=self.leader_id)
+            )
+
+    def remove(self, key):
+        self.partitions.pop(key, None)
+
+    def stop(self):
+        self.running = False
+        self.partitions.clear()
+        self._drop_connection()
+
+    def brokers_changed(self):
+        if self._address is not None and self._leader_address() != self._address:
+            self._drop_connection()
+
+    # -- loop ----------------------------------------------------------------------
+
+    def _leader_address(self):
+        for node, host, port, _rack in self.broker.coordinator.brokers():
+            if node == self.leader_id:
+                return host, port
+        return None
+
+    def _drop_connection(self):
+        conn, self.conn = self.conn, None
+        self._address = None
+        if conn is not None:
+            conn.close()
+
+    @defer.inlineCallbacks
+    def _connection(self):
+        if self.conn is not None and self.conn.connected:
+            return self.conn
+        from pluglog.client.connection import connect
+
+        address = self._leader_address()
+        if address is None:
+            raise KafkaError(f"leader {self.leader_id} is not registered")
+        timeout = self.config.replica_socket_timeout_ms / 1000.0
+        self.conn = yield connect(
+            self.reactor,
+            address[0],
+            address[1],
+            client_id=f"replica-{self.broker.node_id}",
+            timeout=timeout,
+            request_timeout=timeout,
+            negotiate=False,
+        )
+        self._address = address
+        return self.conn
+
+    @defer.inlineCallbacks
+    def _run(self):
+        backoff = self.config.replica_fetch_backoff_ms / 1000.0
+        while self.running and self.partitions:
+            try:
+                conn = yield self._connection()
+                pending = [key for key, entry in self.partitions.items() if entry[1]]
+                if pending:
+                    yield self._truncate(conn, pending)
+                wanted = [key for key, entry in self.partitions.items() if not entry[1]]
+                if wanted:
+                    ok = yield self._fetch(conn, wanted)
+                    if not ok:
+                        yield task.deferLater(self.reactor, backoff, lambda: None)
+            except Exception as exc:  # connection refused, timeout, leader gone
+                if self.running:
+                    log.info(
+                        "replica fetch from broker {id} failed ({exc}); retrying",
+                        id=self.leader_id,
+                        exc=exc,
+                    )
+                self._drop_connection()
+                yield task.deferLater(self.reactor, backoff, lambda: None)
+        self.running = False
+        if self.manager.fetchers.get(self.leader_id) is self and not self.partitions:
+            del self.manager.fetchers[self.leader_id]
+            self._drop_connection()
+
+    # -- truncation ------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def _truncate(self, conn, keys):
+        topics = {}
+        for key in keys:
+            part = self.partitions[key][0]
+            topics.setdefault(key[0], []).append(
+                {
+                    "partition": key[1],
+                    "current_leader_epoch": part.leader_epoch,
+                    "leader_epoch": part.epochs.latest_epoch(),
+                }
+            )
+        body = {
+            "replica_id": self.broker.node_id,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+        }
+        response = yield conn.request(codec.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, body)
+        for topic in response["topics"]:
+            for answer in topic["partitions"]:
+                key = (topic["topic"], answer["partition"])
+                entry = self.partitions.get(key)
+                if entry is None:
+                    continue
+                part = entry[0]
+                if answer["error_code"] != NONE:
+                    log.info(
+                        "{key}: OffsetForLeaderEpoch error {code}; waiting for new state",
+                        key=key,
+                        code=answer["error_code"],
+                    )
+                    continue
+                end = part.log.log_end_offset
+                if answer["leader_epoch"] == UNDEFINED or answer["end_offset"] < 0:
+                    # The leader knows no epoch this old: keep what is committed.
+                    target = min(part.high_watermark, end)
+                    if part.epochs.latest_epoch() == UNDEFINED:
+                        target = end  # nothing written under any epoch here yet
+                else:
+                    _epoch, mine = part.epochs.end_offset_for(answer["leader_epoch"], end)
+                    target = min(answer["end_offset"], end, mine if mine >= 0 else end)
+                if target < end:
+                    log.info(
+                        "{topic}-{index}: truncating {end} -> {target} (leader epoch {epoch})",
+                        topic=key[0],
+                        index=key[1],
+                        end=end,
+                        target=target,
+                        epoch=answer["leader_epoch"],
+                    )
+                    part.truncate_to(target)
+                entry[1] = False
+
+    # -- fetch -------------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def _fetch(self, conn, keys):
+        topics = {}
+        for key in keys:
+            part = self.partitions[key][0]
+            topics.setdefault(key[0], []).append(
+                {
+                    "partition": key[1],
+                    "current_leader_epoch": part.leader_epoch,
+                    "fetch_offset": part.log.log_end_offset,
+                    "log_start_offset": part.log.log_start_offset,
+                    "partition_max_bytes": self.config.replica_fetch_max_bytes,
+                }
+            )
+        body = {
+            "replica_id": self.broker.node_id,
+            "max_wait_ms": self.config.replica_fetch_wait_max_ms,
+            "min_bytes": 1,
+            "max_bytes": max(self.config.replica_fetch_max_bytes, 1 << 20) * 10,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        }
+        response = yield conn.request(codec.FETCH, FETCH_VERSION, body)
+        ok = True
+        now = self.broker.now_ms()
+        for topic in response["responses"]:
+            for answer in topic["partitions"]:
+                key = (topic["topic"], answer["partition_index"])
+                entry = self.partitions.get(key)
+                if entry is None:
+                    continue
+                ok = self._apply(entry, key, answer, now) and ok
+        return ok
+
+    def _apply(self, entry, key, answer, now):
+        part = entry[0]
+        code = answer["error_code"]
+        if code == NONE:
+            records = answer["records"]
+            try:
+                part.append_replicated(records or b"", answer["high_watermark"], now)
+            except KafkaError as exc:
+                log.error("{key}: replicated data refused: {exc}", key=key, exc=exc)
+                entry[1] = True
+                return False
+            return True
+        if code == OFFSET_OUT_OF_RANGE:
+            # The leader's log starts after ours ends (or ends before it):
+            # truncate with the epoch check again, or start at its log start.
+            leader_start = answer["log_start_offset"]
+            if leader_start > part.log.log_end_offset:
+                part.restart_at(leader_start)
+            else:
+                entry[1] = True
+            return False
+        if code in (FENCED_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION):
+            # This follower's view is stale or the leader's is: the coordinator's
+            # next state event re-adds the partition.
+            self.partitions.pop(key, None)
+            self.reactor.callLater(
+                self.config.replica_fetch_backoff_ms / 1000.0, self.manager.refresh, *key
+            )
+            return False
+        if code == UNKNOWN_LEADER_EPOCH:
+            return False  # the leader has not applied the new epoch yet
+        log.info("{key}: replica fetch error {code}", key=key, code=code)
+        return False

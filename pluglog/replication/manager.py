@@ -1,0 +1,233 @@
+"""ReplicaManager: turns the coordinator's partition states into leader and follower roles.
+
+For every partition hosted here it applies the coordinator's PartitionState
+(``"partition"`` events, see :mod:`pluglog.coordination.state`): the named
+leader calls :meth:`Partition.become_leader`; every other replica becomes a
+follower and is handed to the :class:`~pluglog.replication.fetcher.LeaderFetcher`
+of its leader, which truncates it (OffsetForLeaderEpoch) and then fetches.
+
+On the leader it shrinks the ISR of followers that have not caught up within
+``replica.lag.time.max.ms`` (checked every half of it, Kafka's schedule) and
+writes ISR changes through the coordinator's conditional ``alter_isr``; a
+lost race (StaleStateError) is dropped because the winning state arrives as
+an event. A lost ZooKeeper session takes every partition offline until the
+coordinator re-announces states: another broker may already lead them.
+
+It also keeps the high-watermark checkpoint (Kafka's
+``replication-offset-checkpoint``) so a restarted broker does not show
+consumers records its followers may not have.
+"""
+
+import json
+import os
+
+from twisted.internet import task
+from twisted.logger import Logger
+
+from pluglog.coordination.state import NO_LEADER, StaleStateError
+from pluglog.fileutil import atomic_write
+from pluglog.replication.fetcher import LeaderFetcher
+
+log = Logger()
+
+HW_CHECKPOINT = "replication-offset-checkpoint"
+
+
+class ReplicaManager:
+    """Leader/follower roles of this broker's partitions."""
+
+    def __init__(self, broker):
+        self.broker = broker
+        self.coordinator = broker.coordinator
+        self.reactor = broker.reactor
+        self.config = broker.config
+        self.node_id = broker.node_id
+        self.fetchers = {}
+        self.states = {}
+        self._isr_check = None
+        self._hw_path = os.path.join(self.config.data_dir, HW_CHECKPOINT)
+        self._saved_hw = self._read_hw()
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self):
+        self.coordinator.add_listener(self._on_event)
+        for key in list(self.broker.partitions):
+            self.refresh(*key)
+
+    def _ensure_isr_check(self):
+        # Only brokers leading a replicated partition pay for the timer.
+        if self._isr_check is None:
+            interval = max(self.config.replica_lag_time_max_ms / 2000.0, 0.05)
+            self._isr_check = task.LoopingCall(self.shrink_isr)
+            self._isr_check.clock = self.reactor
+            self._isr_check.start(interval, now=False)
+
+    def stop(self):
+        if self._isr_check is not None and self._isr_check.running:
+            self._isr_check.stop()
+        self._isr_check = None
+        for fetcher in self.fetchers.values():
+            fetcher.stop()
+        self.fetchers.clear()
+        self.checkpoint_hw()
+
+    # -- states ----------------------------------------------------------------
+
+    def _on_event(self, event, payload):
+        if event == "partition":
+            self.apply(payload.topic, payload.partition, payload.replicas, payload.state)
+        elif event == "brokers":
+            for fetcher in self.fetchers.values():
+                fetcher.brokers_changed()
+        elif event == "session":
+            if payload == "lost":
+                for part in self.broker.partitions.values():
+                    part.go_offline()
+                for fetcher in self.fetchers.values():
+                    fetcher.stop()
+                self.fetchers.clear()
+            else:
+                for key in list(self.broker.partitions):
+                    self.refresh(*key)
+
+    def refresh(self, topic, index):
+        """Apply the coordinator's current state of a hosted partition."""
+        state = self.coordinator.partition_state(topic, index)
+        meta = self.coordinator.topics().get(topic)
+        if state is not None and meta is not None:
+            self.apply(topic, index, meta.replicas(index), state, force=True)
+
+    def initial_high_watermark(self, topic, index, log_end_offset):
+        """HW of a partition opened at start: the checkpoint, never past the log."""
+        saved = self._saved_hw.get(f"{topic}-{index}")
+        return log_end_offset if saved is None else min(saved, log_end_offset)
+
+    def apply(self, topic, index, replicas, state, force=False):
+        part = self.broker.partitions.get((topic, index))
+        if part is None:
+            return
+        key = (topic, index)
+        old = self.states.get(key)
+        if (
+            not force
+            and old is not None
+            and (state.leader_epoch, state.version) < (old.leader_epoch, old.version)
+        ):
+            return  # an older event overtaken by one already applied
+        self.states[key] = state
+        part.isr_writer = self.write_isr
+        now = self.broker.now_ms()
+        if state.leader == self.node_id:
+            self._unfollow(key)
+            was_leader = part.is_leader and part.leader_epoch == state.leader_epoch
+            part.become_leader(state.leader_epoch, replicas, state.isr, now)
+            if part.replicated:
+                self._ensure_isr_check()
+            if not was_leader:
+                log.info(
+                    "{topic}-{index}: leader in epoch {epoch}, ISR {isr}",
+                    topic=topic,
+                    index=index,
+                    epoch=state.leader_epoch,
+                    isr=list(state.isr),
+                )
+                self.broker.leadership_changed(part)
+            return
+        was_leader = part.is_leader
+        part.become_follower(state.leader, state.leader_epoch, replicas, state.isr)
+        if was_leader:
+            self.broker.leadership_changed(part)
+        current = self._fetcher_of(key)
+        if state.leader == NO_LEADER or self.node_id not in replicas:
+            self._unfollow(key)
+            return
+        if current is not None and current.leader_id != state.leader:
+            current.remove(key)
+            current = None
+        fetcher = self.fetchers.get(state.leader)
+        if fetcher is None:
+            fetcher = self.fetchers[state.leader] = LeaderFetcher(self, state.leader)
+        fetcher.add(part)
+
+    def _fetcher_of(self, key):
+        for fetcher in self.fetchers.values():
+            if key in fetcher.partitions:
+                return fetcher
+        return None
+
+    def _unfollow(self, key):
+        fetcher = self._fetcher_of(key)
+        if fetcher is not None:
+            fetcher.remove(key)
+
+    def partition_removed(self, topic, index):
+        self._unfollow((topic, index))
+        self.states.pop((topic, index), None)
+
+    # -- ISR ---------------------------------------------------------------------
+
+    def write_isr(self, part, new_isr):
+        key = (part.topic, part.index)
+        state = self.states.get(key)
+        if state is None:
+            part.isr_change_pending = False
+            return
+        log.info(
+            "{topic}-{index}: ISR {old} -> {new}",
+            topic=part.topic,
+            index=part.index,
+            old=list(part.isr),
+            new=list(new_isr),
+        )
+        d = self.coordinator.alter_isr(part.topic, part.index, state, tuple(new_isr))
+
+        def stored(new_state):
+            if new_state is None:
+                part.isr_change_pending = False
+                return
+            current = self.states.get(key)
+            if current is None or current.leader_epoch == new_state.leader_epoch:
+                self.states[key] = new_state
+                if part.is_leader and part.leader_epoch == new_state.leader_epoch:
+                    part.isr_changed(new_state.isr)
+                    return
+            part.isr_change_pending = False
+
+        def failed(failure):
+            part.isr_change_pending = False
+            if not failure.check(StaleStateError):
+                log.failure("ISR update of {key} failed", failure, key=key)
+
+        d.addCallbacks(stored, failed)
+
+    def shrink_isr(self):
+        now = self.broker.now_ms()
+        lag = self.config.replica_lag_time_max_ms
+        for part in list(self.broker.partitions.values()):
+            if not part.is_leader or len(part.isr) < 2 or part.isr_change_pending:
+                continue
+            lagging = part.lagging_followers(now, lag)
+            if lagging:
+                part._request_isr(tuple(b for b in part.isr if b not in lagging))
+
+    # -- HW checkpoint -------------------------------------------------------------
+
+    def _read_hw(self):
+        try:
+            with open(self._hw_path, encoding="utf-8") as handle:
+                return {k: int(v) for k, v in json.load(handle).items()}
+        except (OSError, ValueError, AttributeError):
+            return {}
+
+    def checkpoint_hw(self):
+        if not os.path.isdir(self.config.data_dir) or self.config.storage == "memory":
+            return
+        state = {
+            f"{part.topic}-{part.index}": part.high_watermark
+            for part in self.broker.partitions.values()
+        }
+        try:
+            atomic_write(self._hw_path, json.dumps(state, sort_keys=True).encode())
+        except OSError as exc:
+            log.warn("cannot write {path}: {exc}", path=self._hw_path, exc=exc)
