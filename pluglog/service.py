@@ -136,6 +136,14 @@ class BrokerService(service.MultiService):
     def stopService(self):
         if self._started is not None and not self._started.called:
             yield self._started
+        if self.broker is not None and self.broker.replicas is not None:
+            # Kafka's controlled shutdown: leadership moves to other in-sync
+            # replicas while this broker still serves, so clients fail over
+            # without waiting for the session timeout.
+            try:
+                yield self.broker.controlled_shutdown()
+            except Exception:
+                log.failure("controlled shutdown failed; stopping anyway")
         if self.port is not None:
             yield self.port.stopListening()
         for call in self._timers:
