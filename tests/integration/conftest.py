@@ -17,3 +17,7 @@ def shared_broker(tmp_path_factory):
     proc = BrokerProcess(tmp_path_factory.mktemp("shared") / "data").start()
     yield proc
     proc.stop()
+
+
+# Real ZooKeeper (tests/zookeeper.py): one process per session, a chroot per test.
+from tests.zookeeper import zk_connect, zookeeper, zookeeper_process  # noqa: E402, F401
