@@ -242,6 +242,10 @@ class LeaderFetcher:
             records = answer["records"]
             try:
                 part.append_replicated(records or b"", answer["high_watermark"], now)
+                leader_start = answer["log_start_offset"]
+                if part.log.log_start_offset < leader_start <= part.log.log_end_offset:
+                    # DeleteRecords or retention on the leader moved its log start.
+                    part.log.delete_records_before(leader_start)
             except KafkaError as exc:
                 log.error("{key}: replicated data refused: {exc}", key=key, exc=exc)
                 entry[1] = True
