@@ -209,6 +209,30 @@ class FastLaneEquivalenceTests(SynchronousTestCase):
         for cut in range(len(valid)):
             self.declined(valid[:cut])
 
+    def test_acks_all_on_a_replicated_partition_is_left_to_the_general_path(self):
+        # Three replicas, all in sync: acks=all must wait for the followers,
+        # which only the general path (a delayed answer) does; acks=1 stays fast.
+        for broker in (self.fast, self.general):
+            part = broker.partitions[("t", 0)]
+            part.become_leader(1, (0, 1, 2), (0, 1, 2), now_ms=0)
+        self.declined(produce_payload(8, batch(), acks=-1))
+        self.same(produce_payload(8, batch(), acks=1))
+        payload = memoryview(produce_payload(8, batch(), acks=-1))
+        header = codec.parse_request_header(payload)
+        request = codec.decode_request(header, payload)
+        answer = handle_produce(RequestContext(self.general, header, "peer"), request)
+        results = []
+        answer.addCallback(results.append)
+        assert results == []  # parked until the ISR has the batch
+        part = self.general.partitions[("t", 0)]
+        end = part.log.log_end_offset
+        part.update_follower(1, end, now_ms=1)
+        assert results == []
+        part.update_follower(2, end, now_ms=1)
+        (response,) = results
+        result = response["responses"][0]["partition_responses"][0]
+        assert result["error_code"] == 0 and result["base_offset"] == end - 1
+
     def test_random_mutations_decline_or_match(self):
         rng = random.Random(6)
         valid = produce_payload(8, batch([b"m" * 20]), client_id="rand")
