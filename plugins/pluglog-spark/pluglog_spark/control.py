@@ -2,7 +2,8 @@
 
 Planning needs a handful of small requests per micro-batch (Metadata and
 ListOffsets), so it uses pluglog's own :class:`~pluglog.client.blocking.BlockingClient`
-over one connection: no librdkafka threads to start, and exact control over
+(one connection for metadata, one per partition leader it asks for offsets):
+no librdkafka threads to start, and exact control over
 the ListOffsets timestamps (-2 earliest, -1 latest, or a time in ms).
 Record data never flows through here; executors read and write with
 confluent-kafka (see :mod:`pluglog_spark.executor`).
@@ -20,6 +21,9 @@ from pluglog.protocol.records import iter_batches
 from pluglog_spark.options import EARLIEST, LATEST
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
+# Leadership moved or is moving: refresh metadata and ask the new leader.
+RETRIABLE = {5, 6, 74, 75}  # LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, *_LEADER_EPOCH
+RETRIES = 6
 
 
 class ControlError(RuntimeError):
@@ -27,18 +31,27 @@ class ControlError(RuntimeError):
 
 
 class ClusterView:
-    """Blocking metadata/offset queries against the first reachable server."""
+    """Blocking metadata/offset queries: Metadata from the first reachable
+    server, ListOffsets and Fetch from each partition's leader (a cluster
+    spreads leaders over its brokers; a stale leader is retried after a
+    metadata refresh)."""
 
     def __init__(self, bootstrap, timeout=30.0, connect_retries=20):
         self.bootstrap = [s.strip() for s in bootstrap.split(",") if s.strip()]
         self.timeout = timeout
         self.connect_retries = connect_retries
         self._client = None
+        self._leaders_of = {}
+        self._brokers = {}
+        self._leader_clients = {}
 
     def close(self):
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        clients = [self._client, *self._leader_clients.values()]
+        self._client = None
+        self._leader_clients = {}
+        for client in clients:
+            if client is not None:
+                client.close()
 
     def _connect(self):
         last = None
@@ -54,26 +67,52 @@ class ClusterView:
             time.sleep(min(0.1 * 2**attempt, 2.0))
         raise ControlError(f"cannot connect to {','.join(self.bootstrap)}: {last}")
 
-    def _request(self, api_key, version, body):
+    def _request(self, api_key, version, body, node=None):
         for attempt in (0, 1):
-            if self._client is None:
-                self._client = self._connect()
             try:
-                return self._client.request(api_key, version, body)
+                client = self._client_for(node)
+                return client.request(api_key, version, body)
             except OSError:
-                self.close()
+                self._drop(node)
                 if attempt:
                     raise
         raise AssertionError("unreachable")
 
-    def partitions(self, topics=None):
-        """``{topic: [partition, ...]}`` for ``topics`` (None: every topic).
-        Topics that do not exist are left out."""
+    def _client_for(self, node):
+        if node is None or node not in self._brokers:
+            if self._client is None:
+                self._client = self._connect()
+            return self._client
+        client = self._leader_clients.get(node)
+        if client is None:
+            host, port = self._brokers[node]
+            client = BlockingClient(host, port, "pluglog-spark-driver", self.timeout)
+            self._leader_clients[node] = client
+        return client
+
+    def _drop(self, node):
+        client = self._leader_clients.pop(node, None) if node is not None else None
+        if client is None:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def _metadata(self, topics):
         body = {
             "topics": None if topics is None else [{"name": t} for t in topics],
             "allow_auto_topic_creation": False,
         }
         resp = self._request(codec.METADATA, 8, body)
+        self._brokers = {b["node_id"]: (b["host"], b["port"]) for b in resp["brokers"]}
+        for topic in resp["topics"]:
+            for part in topic["partitions"]:
+                self._leaders_of[(topic["name"], part["partition_index"])] = part["leader_id"]
+        return resp
+
+    def partitions(self, topics=None):
+        """``{topic: [partition, ...]}`` for ``topics`` (None: every topic).
+        Topics that do not exist are left out."""
+        resp = self._metadata(topics)
         out = {}
         for topic in resp["topics"]:
             if topic["error_code"] == UNKNOWN_TOPIC_OR_PARTITION:
@@ -104,8 +143,37 @@ class ClusterView:
         ``ts`` is -2 (earliest), -1 (latest, i.e. the high watermark) or a
         time in ms; a time after the last record gives -1.
         """
-        if not timestamps:
-            return {}
+        out = {}
+        wanted = dict(timestamps)
+        for attempt in range(RETRIES):
+            if not wanted:
+                break
+            if attempt or any(tp not in self._leaders_of for tp in wanted):
+                if attempt:
+                    time.sleep(min(0.1 * 2**attempt, 1.0))
+                self._metadata(sorted({t for t, _ in wanted}))
+            by_leader = {}
+            for tp, ts in wanted.items():
+                by_leader.setdefault(self._leaders_of.get(tp), {})[tp] = ts
+            retry = {}
+            for node, group in by_leader.items():
+                for tp, (code, offset) in self._list_offsets_at(node, group).items():
+                    if code in RETRIABLE:
+                        retry[tp] = group[tp]
+                    elif code:
+                        raise ControlError(f"list offsets of {tp[0]}-{tp[1]}: error {code}")
+                    else:
+                        out[tp] = offset
+            wanted = retry
+        if wanted:
+            tp = next(iter(wanted))
+            raise ControlError(f"list offsets of {tp[0]}-{tp[1]}: no leader answered")
+        for tp, ts in timestamps.items():
+            if ts >= 0 and out[tp] >= 0:
+                out[tp] = self._first_at_or_after(tp, out[tp], ts)
+        return out
+
+    def _list_offsets_at(self, node, timestamps):
         by_topic = {}
         for (topic, partition), ts in timestamps.items():
             by_topic.setdefault(topic, []).append({"partition_index": partition, "timestamp": ts})
@@ -114,20 +182,12 @@ class ClusterView:
             "isolation_level": 0,
             "topics": [{"name": t, "partitions": ps} for t, ps in sorted(by_topic.items())],
         }
-        resp = self._request(codec.LIST_OFFSETS, 5, body)
-        out = {}
-        for topic in resp["topics"]:
-            for entry in topic["partitions"]:
-                tp = (topic["name"], entry["partition_index"])
-                if entry["error_code"]:
-                    raise ControlError(
-                        f"list offsets of {tp[0]}-{tp[1]}: error {entry['error_code']}"
-                    )
-                out[tp] = entry["offset"]
-        for tp, ts in timestamps.items():
-            if ts >= 0 and out[tp] >= 0:
-                out[tp] = self._first_at_or_after(tp, out[tp], ts)
-        return out
+        resp = self._request(codec.LIST_OFFSETS, 5, body, node)
+        return {
+            (topic["name"], entry["partition_index"]): (entry["error_code"], entry["offset"])
+            for topic in resp["topics"]
+            for entry in topic["partitions"]
+        }
 
     def _first_at_or_after(self, tp, offset, ts):
         """pluglog answers a timestamp lookup with the base offset of the first
@@ -138,7 +198,7 @@ class ClusterView:
         body = fetch_body(
             topic, {partition: offset}, max_bytes=8_388_608, partition_max_bytes=8_388_608
         )
-        resp = self._request(codec.FETCH, FETCH_VERSION, body)
+        resp = self._request(codec.FETCH, FETCH_VERSION, body, self._leaders_of.get(tp))
         data = resp["responses"][0]["partitions"][0]["records"] or b""
         for batch in iter_batches(data):
             if batch.max_timestamp < ts:
