@@ -123,10 +123,12 @@ class LeaderFetcher:
                 if pending:
                     yield self._truncate(conn, pending)
                 wanted = [key for key, entry in self.partitions.items() if not entry[1]]
+                ok = False
                 if wanted:
                     ok = yield self._fetch(conn, wanted)
-                    if not ok:
-                        yield task.deferLater(self.reactor, backoff, lambda: None)
+                if not ok:
+                    # Nothing fetchable, or an error: do not spin on the leader.
+                    yield task.deferLater(self.reactor, backoff, lambda: None)
             except Exception as exc:  # connection refused, timeout, leader gone
                 if self.running:
                     log.info(
