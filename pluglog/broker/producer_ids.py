@@ -4,6 +4,12 @@ Ids are handed out from blocks; the end of the current block is written
 (atomically, fsynced) to ``<data-dir>/producer-id-block`` before any id in
 it is used, so after a crash allocation resumes past every id ever handed
 out and an id is never reused. Kafka allocates blocks the same way.
+
+In a cluster every broker hands out ids, so each draws from its own range:
+broker ``N`` allocates ``N << 32`` upwards (broker 0, the single-node
+default, keeps 0, 1, 2, ...). Ranges never meet, with no coordination on
+the InitProducerId path; 2^32 ids per broker last about 136 years at one
+per second.
 """
 
 import os
@@ -11,18 +17,19 @@ import os
 from pluglog.fileutil import atomic_write
 
 BLOCK_SIZE = 1000
+RANGE_BITS = 32
 FILE_NAME = "producer-id-block"
 
 
 class ProducerIdAllocator:
-    def __init__(self, data_dir, block_size=BLOCK_SIZE):
+    def __init__(self, data_dir, block_size=BLOCK_SIZE, broker_id=0):
         self.path = os.path.join(data_dir, FILE_NAME)
         self.block_size = block_size
-        self._next = 0
-        self._block_end = 0
+        self._next = self._block_end = broker_id << RANGE_BITS
         try:
             with open(self.path, encoding="ascii") as handle:
-                self._next = self._block_end = int(handle.read().strip() or 0)
+                saved = int(handle.read().strip() or 0)
+            self._next = self._block_end = max(saved, self._next)
         except FileNotFoundError:
             pass
 

@@ -174,3 +174,18 @@ def test_divergent_follower_truncates_to_the_leaders_epoch_end(tmp_path):
     assert old.log.read(0, 1 << 20).records.read() == new.log.read(0, 1 << 20).records
     assert old.epochs.entries == [(1, 0), (2, 2)]
     storage.close()
+
+
+def test_producer_id_ranges_of_brokers_never_meet(tmp_path):
+    from pluglog.broker.producer_ids import ProducerIdAllocator
+
+    single = ProducerIdAllocator(str(tmp_path / "a"))
+    assert [single.allocate() for _ in range(3)] == [0, 1, 2]
+    two = ProducerIdAllocator(str(tmp_path / "b"), block_size=10, broker_id=2)
+    three = ProducerIdAllocator(str(tmp_path / "c"), block_size=10, broker_id=3)
+    ids2 = [two.allocate() for _ in range(25)]
+    assert ids2[0] == 2 << 32 and ids2 == list(range(2 << 32, (2 << 32) + 25))
+    assert three.allocate() == 3 << 32
+    # A restart resumes past the persisted block end, still in its own range.
+    again = ProducerIdAllocator(str(tmp_path / "b"), block_size=10, broker_id=2)
+    assert again.allocate() == (2 << 32) + 30

@@ -299,7 +299,9 @@ def handle_init_producer_id(ctx, request):
     if allocator is None:
         from pluglog.broker.producer_ids import ProducerIdAllocator
 
-        allocator = broker.producer_ids = ProducerIdAllocator(broker.config.data_dir)
+        allocator = broker.producer_ids = ProducerIdAllocator(
+            broker.config.data_dir, broker_id=broker.node_id
+        )
     return {
         "throttle_time_ms": 0,
         "error_code": NONE,
