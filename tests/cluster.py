@@ -70,6 +70,13 @@ class Cluster:
         old = self.brokers[node]
         if old.alive():
             old.stop()
+        if self.live():
+            # A SIGKILLed broker stays registered until its ZooKeeper session
+            # expires; until then its id counts as taken (as in Kafka).
+            self.wait_for(
+                lambda: node not in {b["node_id"] for b in self.metadata()["brokers"]},
+                what=f"broker {node}'s registration to expire",
+            )
         self.brokers[node] = self._process(node, old.port).start()
         return self.brokers[node]
 
