@@ -29,7 +29,7 @@ from pluglog.coordination import election
 from pluglog.coordination import zkdata as z
 from pluglog.coordination.reassignment import ReassignmentMixin
 from pluglog.coordination.state import PartitionState, StaleStateError
-from pluglog.coordination.zkbridge import SerialWorker
+from pluglog.coordination.zkbridge import DISCONNECTED, SerialWorker
 
 log = Logger()
 
@@ -72,8 +72,22 @@ class Controller(ReassignmentMixin):
         self.worker.post(self._if_connected, fn, args)
 
     def _if_connected(self, fn, args):
-        if self.client is not None and self.client.connected:
+        if self.client is None or not self.client.connected or self.co.stopping:
+            return
+        try:
             fn(*args)
+        except DISCONNECTED:
+            # Cut off mid-way: resync() redoes the work from the znodes once
+            # the connection is back (or a new controller's failover does).
+            pass
+
+    def resync(self):
+        """After a reconnect with the same session: events may have been
+        missed while disconnected, so look at everything again."""
+        if self.active:
+            self.on_failover()
+        else:
+            self.elect()
 
     def _watcher(self, handler):
         """One watcher object per handler (kazoo keeps a set per path)."""
@@ -448,7 +462,7 @@ class Controller(ReassignmentMixin):
             else:
                 request["result"] = {"error": f"unknown request type {request.get('type')!r}"}
             try:
-                client.set_data(path, z.dumps(request), version=stat.version)
+                client.set(path, z.dumps(request), version=stat.version)
             except (NoNodeError, BadVersionError):
                 pass
             if (

@@ -42,7 +42,7 @@ class ReassignmentMixin:
         remaining = {tp: r for tp, r in entries.items() if tp not in done}
         try:
             if remaining:
-                client.set_data(z.REASSIGN, z.dumps(z.reassign_json(remaining)), stat.version)
+                client.set(z.REASSIGN, z.dumps(z.reassign_json(remaining)), stat.version)
             else:
                 client.delete(z.REASSIGN, version=stat.version)
         except (BadVersionError, NoNodeError):

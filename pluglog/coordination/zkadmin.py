@@ -208,7 +208,7 @@ class AdminMixin:
             current.update(added)
             body = z.topic_json(current, topic_id, internal, adding, removing)
             try:
-                self.client.set_data(z.topic_path(name), z.dumps(body), version=stat.version)
+                self.client.set(z.topic_path(name), z.dumps(body), version=stat.version)
             except BadVersionError:
                 raise InvalidPartitionsError(f"topic {name!r} changed meanwhile") from None
 
@@ -228,7 +228,7 @@ class AdminMixin:
         def write():
             body = z.dumps(z.config_json(configs))
             try:
-                self.client.set_data(z.config_path(name), body)
+                self.client.set(z.config_path(name), body)
             except NoNodeError:
                 self.client.create(z.config_path(name), body)
 
@@ -363,9 +363,7 @@ class AdminMixin:
                         continue
                 merged = {**z.reassign_from_json(z.loads(raw)), **entries}
                 try:
-                    self.client.set_data(
-                        z.REASSIGN, z.dumps(z.reassign_json(merged)), stat.version
-                    )
+                    self.client.set(z.REASSIGN, z.dumps(z.reassign_json(merged)), stat.version)
                     return
                 except (BadVersionError, NoNodeError):
                     continue

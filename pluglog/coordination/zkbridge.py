@@ -15,6 +15,7 @@ up with a ConfigError after ``zookeeper.connection.timeout.ms``.
 
 import time
 
+from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, SessionExpiredError
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python import failure
@@ -23,6 +24,9 @@ from twisted.python.threadpool import ThreadPool
 from pluglog.errors import ConfigError
 
 log = Logger()
+
+#: Errors of a job while the session is gone: the session restore redoes it.
+DISCONNECTED = (ConnectionLoss, SessionExpiredError, ConnectionClosedError)
 
 
 class SerialWorker:

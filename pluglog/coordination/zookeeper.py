@@ -18,14 +18,7 @@ another live broker has registered.
 
 import os
 
-from kazoo.exceptions import (
-    BadVersionError,
-    ConnectionClosedError,
-    ConnectionLoss,
-    NodeExistsError,
-    NoNodeError,
-    SessionExpiredError,
-)
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import EventType, KazooState
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -36,7 +29,7 @@ from pluglog.coordination.controller import Controller
 from pluglog.coordination.local import _new_cluster_id
 from pluglog.coordination.state import PartitionChange, StaleStateError, TopicMetadata
 from pluglog.coordination.zkadmin import AdminMixin
-from pluglog.coordination.zkbridge import SerialWorker, connect
+from pluglog.coordination.zkbridge import DISCONNECTED, SerialWorker, connect
 from pluglog.errors import ConfigError
 from pluglog.fileutil import atomic_write
 from pluglog.interfaces import ICoordinator
@@ -44,8 +37,6 @@ from pluglog.interfaces import ICoordinator
 log = Logger()
 
 META_PROPERTIES = "meta.properties"
-#: Errors of a refresh job while the session is gone: the restore redoes it.
-DISCONNECTED = (ConnectionLoss, SessionExpiredError, ConnectionClosedError)
 
 
 @implementer(ICoordinator)
@@ -254,6 +245,11 @@ class ZooKeeperCoordinator(AdminMixin):
         elif state == KazooState.CONNECTED and self._lost:
             self._lost = False
             self.io.post(self._restore)
+        elif state == KazooState.CONNECTED:
+            # Same session after a disconnection (e.g. a ZooKeeper restart):
+            # jobs cut off meanwhile are redone.
+            self.io.post(self._safely, self.refresh_all)
+            self.controller.post(self.controller.resync)
 
     def _session_lost(self):
         log.warn("broker {id}: ZooKeeper session lost", id=self.broker_id)
@@ -363,6 +359,8 @@ class ZooKeeperCoordinator(AdminMixin):
         )
         self.io.deliver(self._topic_update, meta, adding, removing)
         if states:
+            # Partitions added to an existing topic need their first states.
+            self.controller.post(self.controller.on_topics_changed)
             for p in sorted(assignment):
                 self.refresh_state(name, p)
 
@@ -480,7 +478,7 @@ class ZooKeeperCoordinator(AdminMixin):
 
         def write():
             try:
-                stat = self.client.set_data(
+                stat = self.client.set(
                     z.state_path(topic, partition), z.state_bytes(new), version=state.version
                 )
             except (BadVersionError, NoNodeError):
