@@ -195,4 +195,6 @@ def makeService(options):
     """Build the broker service from parsed Options."""
     from pluglog.service import BrokerService
 
-    return BrokerService(options.broker_config, options.plugin_manager)
+    broker_service = BrokerService(options.broker_config, options.plugin_manager)
+    broker_service.exit_nonzero_on_failure = True
+    return broker_service
