@@ -36,6 +36,10 @@ from pluglog.errors import (
 
 log = Logger()
 
+#: Attempts and pause between them when partitions cannot move yet.
+CONTROLLED_SHUTDOWN_ATTEMPTS = 3
+CONTROLLED_SHUTDOWN_BACKOFF = 0.5
+
 ELECTION_ERRORS = {
     0: None,
     3: UnknownTopicOrPartitionError,
@@ -303,23 +307,34 @@ class AdminMixin:
 
     @defer.inlineCallbacks
     def controlled_shutdown(self):
-        """Ask the controller to move leadership away; retried until no
-        partition is left or controlled.shutdown.timeout.ms has passed."""
+        """Ask the controller to move leadership away. Like Kafka's
+        controlled.shutdown.max.retries (3), a partition nobody else can lead
+        is retried a few times, not until the timeout; the whole thing ends
+        after controlled.shutdown.timeout.ms at the latest."""
         timeout = self.config.controlled_shutdown_timeout_ms / 1000.0
         deadline = self.reactor.seconds() + timeout
         body = {"type": "controlled_shutdown", "broker": self.broker_id}
-        while True:
+        for attempt in range(1, CONTROLLED_SHUTDOWN_ATTEMPTS + 1):
             left = deadline - self.reactor.seconds()
             if left <= 0:
-                log.warn("controlled shutdown timed out; stopping anyway")
-                return
+                break
             result = yield self._request(body, left)
-            if result is not None and result.get("remaining") == 0:
+            if result is None:
+                break
+            if result.get("remaining") == 0:
                 log.info("controlled shutdown done: no partition led here")
                 return
+            log.info(
+                "controlled shutdown attempt {n}: {left} partition(s) still led here",
+                n=attempt,
+                left=result.get("remaining"),
+            )
             pause = defer.Deferred()
-            self.reactor.callLater(min(0.5, max(left, 0)), pause.callback, None)
+            self.reactor.callLater(
+                min(CONTROLLED_SHUTDOWN_BACKOFF, max(left, 0)), pause.callback, None
+            )
             yield pause
+        log.warn("controlled shutdown incomplete; stopping anyway")
 
     # -- reassignment ----------------------------------------------------------
 
