@@ -20,6 +20,7 @@ from pluglog.coordination import assignment as assign
 from pluglog.coordination import zkdata as z
 from pluglog.coordination.local import validate_topic_name
 from pluglog.coordination.state import TopicMetadata
+from pluglog.coordination.zkbridge import DISCONNECTED
 from pluglog.errors import (
     ConfigError,
     ElectionNotNeededError,
@@ -279,7 +280,12 @@ class AdminMixin:
 
         @defer.inlineCallbacks
         def run():
-            path = yield self.io.submit(create)
+            # Bounded even while ZooKeeper is unreachable (kazoo would wait).
+            created = self.io.submit(create).addTimeout(timeout, self.reactor)
+            try:
+                path = yield created
+            except (defer.CancelledError, defer.TimeoutError, *DISCONNECTED):
+                return None
             self.io.post(self._safely, poll, path)
             yield self._wait(lambda: path in answers, timeout)
             self.io.post(self._safely, cleanup, path)

@@ -64,8 +64,12 @@ class SerialWorker:
             return defer.fail(ConfigError("the ZooKeeper coordinator is not running"))
         d = defer.Deferred()
 
+        def fire(ok, result):
+            if not d.called:  # a caller's timeout may have cancelled it
+                (d.callback if ok else d.errback)(result)
+
         def done(ok, result):
-            self.reactor.callFromThread(d.callback if ok else d.errback, result)
+            self.reactor.callFromThread(fire, ok, result)
 
         self.pool.callInThreadWithCallback(done, fn, *args, **kwargs)
         return d

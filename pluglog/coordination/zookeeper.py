@@ -20,7 +20,7 @@ import os
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import EventType, KazooState
-from twisted.internet import defer
+from twisted.internet import defer, threads
 from twisted.logger import Logger
 from zope.interface import implementer
 
@@ -220,11 +220,13 @@ class ZooKeeperCoordinator(AdminMixin):
         def close():
             if self.client is not None:
                 # Closing the session deletes our ephemerals at once, so the
-                # controller reacts now rather than after the session timeout.
+                # controller reacts now rather than after the session timeout;
+                # it also fails any job still waiting on ZooKeeper.
                 self.client.stop()
                 self.client.close()
 
-        d = self.io.submit(close)
+        # Not on the io worker: a job there may be waiting for ZooKeeper.
+        d = threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(), close)
 
         def stop_workers(result):
             self.controller.worker.stop()
@@ -296,13 +298,17 @@ class ZooKeeperCoordinator(AdminMixin):
 
     def refresh_controller(self):
         watch = self._watcher("controller", self.refresh_controller)
-        try:
-            raw, _ = self.client.get(z.CONTROLLER, watch=watch)
-            controller = int(z.loads(raw)["brokerid"])
-        except NoNodeError:
-            controller = -1
-            if not self.client.exists(z.CONTROLLER, watch=watch):
-                self.controller.post(self.controller.elect)
+        while True:
+            try:
+                raw, _ = self.client.get(z.CONTROLLER, watch=watch)
+                controller = int(z.loads(raw)["brokerid"])
+                break
+            except NoNodeError:
+                # Watch for its creation; if it appeared in between, read it.
+                if not self.client.exists(z.CONTROLLER, watch=watch):
+                    controller = -1
+                    self.controller.post(self.controller.elect)
+                    break
         self.io.deliver(self._set_controller, controller)
 
     def refresh_brokers(self):
@@ -343,11 +349,15 @@ class ZooKeeperCoordinator(AdminMixin):
         except NoNodeError:
             return  # deleted: refresh_topics announces it
         watch = self._watcher(("config", name), self.refresh_topic, name, False)
-        try:
-            raw_config, _ = self.client.get(z.config_path(name), watch=watch)
-        except NoNodeError:
-            raw_config = None
-            self.client.exists(z.config_path(name), watch=watch)
+        raw_config = None
+        for _ in range(3):
+            try:
+                raw_config, _ = self.client.get(z.config_path(name), watch=watch)
+                break
+            except NoNodeError:
+                # Watch for its creation; if it appeared in between, read it.
+                if not self.client.exists(z.config_path(name), watch=watch):
+                    break
         assignment, topic_id, internal, adding, removing = z.topic_from_json(z.loads(raw))
         meta = TopicMetadata(
             name,
@@ -372,9 +382,12 @@ class ZooKeeperCoordinator(AdminMixin):
         try:
             state = z.state_from_znode(*self.client.get(path, watch=watch))
         except NoNodeError:
-            if not self.client.exists(path, watch=watch):
-                return
-            state = z.state_from_znode(*self.client.get(path, watch=watch))
+            try:
+                if not self.client.exists(path, watch=watch):
+                    return
+                state = z.state_from_znode(*self.client.get(path, watch=watch))
+            except NoNodeError:
+                return  # created and deleted in between: the topic is going
         self.io.deliver(self._set_state, name, partition, state)
         self.controller.post(self.controller.on_state_changed, name, partition)
 
