@@ -41,4 +41,10 @@ def pluglog_register_serializers():
 def pluglog_register_coordinators():
     from pluglog.coordination.local import make_local
 
-    return {"local": make_local}
+    def make_zookeeper(config, reactor):
+        # kazoo is imported only when the zookeeper coordinator is chosen.
+        from pluglog.coordination.zookeeper import make_zookeeper
+
+        return make_zookeeper(config, reactor)
+
+    return {"local": make_local, "zookeeper": make_zookeeper}

@@ -182,3 +182,32 @@ KafkaStorageError = _kafka_error(
 PolicyViolationError = _kafka_error(
     "POLICY_VIOLATION", POLICY_VIOLATION, "Request refused by broker policy."
 )
+
+# Cluster coordination (issue 12, ZooKeeper controller).
+ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+ELECTION_NOT_NEEDED = 84
+NO_REASSIGNMENT_IN_PROGRESS = 85
+InvalidReplicaAssignmentError = _kafka_error(
+    "INVALID_REPLICA_ASSIGNMENT", INVALID_REPLICA_ASSIGNMENT, "Bad replica assignment."
+)
+PreferredLeaderNotAvailableError = _kafka_error(
+    "PREFERRED_LEADER_NOT_AVAILABLE",
+    PREFERRED_LEADER_NOT_AVAILABLE,
+    "The preferred leader is not alive or not in sync.",
+)
+EligibleLeadersNotAvailableError = _kafka_error(
+    "ELIGIBLE_LEADERS_NOT_AVAILABLE",
+    ELIGIBLE_LEADERS_NOT_AVAILABLE,
+    "No replica is eligible to lead.",
+)
+ElectionNotNeededError = _kafka_error(
+    "ELECTION_NOT_NEEDED", ELECTION_NOT_NEEDED, "The partition already has that leader."
+)
+NoReassignmentInProgressError = _kafka_error(
+    "NO_REASSIGNMENT_IN_PROGRESS",
+    NO_REASSIGNMENT_IN_PROGRESS,
+    "No reassignment of that partition is in progress.",
+)
+RequestTimedOutError = _kafka_error(
+    "REQUEST_TIMED_OUT", REQUEST_TIMED_OUT, "The request did not complete in time."
+)

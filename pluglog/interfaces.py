@@ -175,17 +175,22 @@ class ICoordinator(Interface):
     def topics():
         """Return a dict ``{topic: TopicMetadata}``."""
 
-    def create_topic(name, num_partitions, replication_factor, configs, validate_only=False):
+    def create_topic(
+        name, num_partitions, replication_factor, configs, validate_only=False, assignments=None
+    ):
         """Create a topic; returns a Deferred. Fails with TopicExistsError,
-        InvalidTopicError, InvalidPartitionsError, InvalidReplicationFactorError
-        or InvalidConfigError. ``validate_only`` checks without creating."""
+        InvalidTopicError, InvalidPartitionsError, InvalidReplicationFactorError,
+        InvalidReplicaAssignmentError or InvalidConfigError. ``validate_only``
+        checks without creating; ``assignments`` (``{partition: [broker ids]}``,
+        CreateTopics' explicit assignment) replaces the computed one."""
 
     def delete_topic(name):
         """Delete a topic; returns a Deferred."""
 
-    def create_partitions(name, total_count, validate_only=False):
+    def create_partitions(name, total_count, validate_only=False, assignments=None):
         """Grow a topic to ``total_count`` partitions; returns a Deferred.
-        ``validate_only`` checks without growing."""
+        ``validate_only`` checks without growing; ``assignments`` (a list of
+        broker-id lists, one per new partition) replaces the computed one."""
 
     def alter_topic_config(name, configs):
         """Replace the topic's overridden configs; returns a Deferred."""
@@ -206,6 +211,15 @@ class ICoordinator(Interface):
         """Elect the preferred (or, with ``preferred=False``, any live,
         unclean if needed) leader of ``[(topic, partition)]``; returns a
         Deferred of ``{(topic, partition): None | KafkaError}``."""
+
+    def reassign_partitions(targets):
+        """Start (``{(topic, partition): [broker ids]}``) or cancel (``None``
+        instead of the list) replica reassignments; returns a Deferred of
+        ``{(topic, partition): None | KafkaError}``."""
+
+    def list_reassignments():
+        """Return ``{(topic, partition): {"replicas", "adding_replicas",
+        "removing_replicas"}}`` of reassignments in progress."""
 
     def controlled_shutdown():
         """Move leadership away from this broker before it stops; returns a

@@ -9,7 +9,10 @@ clean-shutdown marker (``Broker.stop``). A failed start is logged and stops
 the reactor instead of leaving a half-started broker.
 """
 
+import atexit
 import gc
+import os
+import sys
 
 from twisted.application import service
 from twisted.internet import defer, endpoints, task
@@ -40,6 +43,13 @@ def tune_gc():
     gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
 
 
+def _exit_failed():
+    # Runs after twistd has stopped and cleaned up (pid file, logs).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
+
+
 class BrokerService(service.MultiService):
     """The broker process's root service."""
 
@@ -54,6 +64,8 @@ class BrokerService(service.MultiService):
         self.port = None
         self._timers = []
         self._started = None
+        #: Set by ``twistd pluglog`` (tap.makeService): exit 1 after a failed start.
+        self.exit_nonzero_on_failure = False
 
     def startService(self):
         super().startService()
@@ -126,6 +138,10 @@ class BrokerService(service.MultiService):
 
     def _start_failed(self, failure):
         log.failure("pluglog broker failed to start", failure)
+        if self.exit_nonzero_on_failure:
+            # twistd exits 0 after reactor.stop(); a broker that could not
+            # start must not look like one that stopped cleanly.
+            atexit.register(_exit_failed)
         # Start usually runs before reactor.run(); stop as soon as it runs.
         if self.reactor.running:
             self.reactor.stop()

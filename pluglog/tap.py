@@ -55,6 +55,21 @@ def listen_address(description):
         raise usage.UsageError(f"--listen: bad port in {description!r}") from None
 
 
+def check_zookeeper_connect(value):
+    """``--coordinator zookeeper`` needs a well-formed zookeeper.connect."""
+    from pluglog.coordination.zkdata import parse_connect
+
+    if not value:
+        raise usage.UsageError(
+            "--coordinator zookeeper needs zookeeper.connect "
+            "(--set zookeeper.connect=HOST:PORT[,HOST:PORT...][/chroot] or the INI file)"
+        )
+    try:
+        parse_connect(value)
+    except ValueError as exc:
+        raise usage.UsageError(str(exc)) from None
+
+
 class Options(usage.Options):
     """Options of ``twistd pluglog``."""
 
@@ -147,6 +162,8 @@ class Options(usage.Options):
             if changes["broker_id"] < 0:
                 raise usage.UsageError(f"--broker-id: must be >= 0, got {self['broker-id']!r}")
         config = config.replace(**changes)
+        if config.coordinator == "zookeeper":
+            check_zookeeper_connect(config.zookeeper_connect)
 
         from pluglog.plugins import make_plugin_manager
         from pluglog.registry import Registry
@@ -178,4 +195,6 @@ def makeService(options):
     """Build the broker service from parsed Options."""
     from pluglog.service import BrokerService
 
-    return BrokerService(options.broker_config, options.plugin_manager)
+    broker_service = BrokerService(options.broker_config, options.plugin_manager)
+    broker_service.exit_nonzero_on_failure = True
+    return broker_service

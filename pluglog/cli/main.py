@@ -44,7 +44,7 @@ def _config_pair(text):
 
 
 def build_parser():
-    from pluglog.cli import groups, topics, transfer
+    from pluglog.cli import devcluster, groups, topics, transfer
 
     parser = argparse.ArgumentParser(prog="pluglog", description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -58,12 +58,16 @@ def build_parser():
     topics.add_parser(sub, _positive, _config_pair)
     transfer.add_parsers(sub, _positive)
     groups.add_parser(sub)
+    devcluster.add_parser(sub, _positive)
     return parser
 
 
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "standalone", False):
+        # dev-cluster runs brokers; it does not talk to one.
+        return args.run(None, args) or 0
     try:
         with BlockingClient.from_bootstrap(
             args.bootstrap_server, client_id="pluglog-cli"

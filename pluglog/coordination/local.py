@@ -21,8 +21,10 @@ from pluglog.errors import (
     ConfigError,
     InvalidConfigError,
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidTopicError,
+    NoReassignmentInProgressError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -148,9 +150,12 @@ class LocalCoordinator:
         configs,
         internal=False,
         validate_only=False,
+        assignments=None,
     ):
         try:
             validate_topic_name(name)
+            if assignments:
+                num_partitions, replication_factor = self._check_assignment(assignments, 0)
             if name in self._topics:
                 raise TopicExistsError(f"topic {name!r} already exists")
             if num_partitions < 1:
@@ -193,10 +198,56 @@ class LocalCoordinator:
         self._notify("deleted", meta)
         return defer.succeed(meta)
 
-    def create_partitions(self, name, total_count, validate_only=False):
+    def _check_assignment(self, assignments, first):
+        """Explicit assignments can only name this broker, once per partition."""
+        rows = list(assignments.values() if isinstance(assignments, dict) else assignments)
+        node = self.config.broker_id
+        if isinstance(assignments, dict) and sorted(assignments) != list(
+            range(first, first + len(rows))
+        ):
+            raise InvalidReplicaAssignmentError(
+                f"partitions of the assignment must start at {first} without gaps"
+            )
+        for replicas in rows:
+            if list(replicas) != [node]:
+                raise InvalidReplicaAssignmentError(
+                    f"replicas {list(replicas)}: the only broker is {node}"
+                )
+        return len(rows), 1
+
+    def reassign_partitions(self, targets):
+        """One broker: the only valid target is the current replica list."""
+        results = {}
+        for (topic, partition), replicas in targets.items():
+            meta = self._topics.get(topic)
+            if meta is None or not 0 <= partition < meta.num_partitions:
+                results[(topic, partition)] = UnknownTopicOrPartitionError(
+                    f"no partition {topic}-{partition}"
+                )
+            elif replicas is None:
+                results[(topic, partition)] = NoReassignmentInProgressError(
+                    f"{topic}-{partition}: no reassignment in progress"
+                )
+            elif list(replicas) != [self.config.broker_id]:
+                results[(topic, partition)] = InvalidReplicaAssignmentError(
+                    f"replicas {list(replicas)}: the only broker is {self.config.broker_id}"
+                )
+            else:
+                results[(topic, partition)] = None
+        return defer.succeed(results)
+
+    def list_reassignments(self):
+        return {}
+
+    def create_partitions(self, name, total_count, validate_only=False, assignments=None):
         meta = self._topics.get(name)
         if meta is None:
             return defer.fail(UnknownTopicOrPartitionError(f"no topic {name!r}"))
+        if assignments:
+            try:
+                self._check_assignment(assignments, meta.num_partitions)
+            except InvalidReplicaAssignmentError:
+                return defer.fail()
         if total_count <= meta.num_partitions:
             return defer.fail(
                 InvalidPartitionsError(

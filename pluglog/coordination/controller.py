@@ -1,0 +1,473 @@
+"""The ZooKeeper-mode controller: leader election and partition state changes.
+
+One broker at a time is the controller: the one whose ephemeral
+``/controller`` znode exists. It wins in one ZooKeeper transaction that
+creates ``/controller`` and bumps ``/controller_epoch`` (Kafka's
+registerControllerAndIncrementControllerEpoch) and remembers that znode's
+version. Every state write it makes afterwards is a transaction that first
+``check``s ``/controller_epoch`` still has that version, so a controller
+that lost its session and was replaced cannot overwrite the new one's
+decisions: its transaction fails and it steps down.
+
+Work runs on the controller's own :class:`SerialWorker` thread, one event at
+a time (Kafka's controller event queue), with blocking kazoo calls that read
+the current znodes, so every decision is made on fresh data. Events come from
+the coordinator's watches (brokers, topics, partition states), the admin
+znodes (``/admin/delete_topics``, ``/admin/reassign_partitions``,
+``/admin/preferred_replica_election``) and our request znodes under
+``/pluglog/requests`` (elections and controlled shutdowns asked by any
+broker). Election rules: :mod:`pluglog.coordination.election`.
+"""
+
+import dataclasses
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.protocol.states import EventType
+from twisted.logger import Logger
+
+from pluglog.coordination import election
+from pluglog.coordination import zkdata as z
+from pluglog.coordination.reassignment import ReassignmentMixin
+from pluglog.coordination.state import PartitionState, StaleStateError
+from pluglog.coordination.zkbridge import DISCONNECTED, SerialWorker
+
+log = Logger()
+
+
+class ControllerMovedError(StaleStateError):
+    """Another controller bumped /controller_epoch: this one is stale."""
+
+
+@dataclasses.dataclass
+class TopicView:
+    assignment: dict
+    adding: dict
+    removing: dict
+    topic_id: str
+    internal: bool
+    version: int
+
+
+class Controller(ReassignmentMixin):
+    """Runs on every broker; acts only while it holds ``/controller``."""
+
+    def __init__(self, coordinator, reactor):
+        self.co = coordinator
+        self.broker_id = coordinator.config.broker_id
+        self.worker = SerialWorker(reactor, f"pluglog-controller-{self.broker_id}")
+        self.active = False
+        self.resigned = False
+        self.epoch = 0
+        self.epoch_version = -1
+        self.live = set()
+        self.shutting_down = set()
+        self.reassigning = set()
+        self._watchers = {}
+
+    @property
+    def client(self):
+        return self.co.client
+
+    def post(self, fn, *args):
+        self.worker.post(self._if_connected, fn, args)
+
+    def _if_connected(self, fn, args):
+        if self.client is None or not self.client.connected or self.co.stopping:
+            return
+        try:
+            fn(*args)
+        except DISCONNECTED:
+            # Cut off mid-way: resync() redoes the work from the znodes once
+            # the connection is back (or a new controller's failover does).
+            pass
+
+    def resync(self):
+        """After a reconnect with the same session: events may have been
+        missed while disconnected, so look at everything again."""
+        if self.active:
+            self.on_failover()
+        else:
+            self.elect()
+
+    def _watcher(self, handler):
+        """One watcher object per handler (kazoo keeps a set per path)."""
+        watcher = self._watchers.get(handler)
+        if watcher is None:
+
+            def watcher(event, handler=handler):
+                if event.type != EventType.NONE:
+                    self.post(handler)
+
+            self._watchers[handler] = watcher
+        return watcher
+
+    def say(self, message, **kw):
+        self.worker.deliver(log.info, "controller {id}: " + message, id=self.broker_id, **kw)
+
+    # -- election --------------------------------------------------------------
+
+    def elect(self):
+        """Try to become the controller (no-op if someone else is)."""
+        if self.active or self.resigned or self.co.stopping:
+            return
+        client = self.client
+        while True:
+            try:
+                raw, stat = client.get(z.CONTROLLER_EPOCH)
+            except NoNodeError:
+                try:
+                    client.create(z.CONTROLLER_EPOCH, b"0")
+                except NodeExistsError:
+                    pass
+                continue
+            epoch = int(raw or b"0")
+            tx = client.transaction()
+            tx.create(z.CONTROLLER, z.dumps(z.controller_json(self.broker_id)), ephemeral=True)
+            tx.set_data(z.CONTROLLER_EPOCH, str(epoch + 1).encode(), version=stat.version)
+            results = tx.commit()
+            if isinstance(results[0], NodeExistsError):
+                return
+            if isinstance(results[1], BadVersionError):
+                continue
+            if any(isinstance(r, Exception) for r in results):
+                raise results[0] if isinstance(results[0], Exception) else results[1]
+            break
+        self.active = True
+        self.epoch = epoch + 1
+        self.epoch_version = results[1].version
+        self.say("elected, controller epoch {epoch}", epoch=self.epoch)
+        self.on_failover()
+
+    def on_failover(self):
+        self.live = self.live_brokers()
+        self.shutting_down = set()
+        self.reconcile()
+        self.on_delete_topics()
+        self.on_reassign()
+        self.on_preferred_admin()
+        self.on_requests()
+
+    def stepped_down(self, reason):
+        if self.active:
+            self.active = False
+            self.say("stepping down: {reason}", reason=reason)
+
+    def resign(self):
+        """Give up the controller role (controlled shutdown of this broker)."""
+        self.resigned = True
+        if not self.active:
+            return
+        self.active = False
+        try:
+            _, stat = self.client.get(z.CONTROLLER)
+            if stat.ephemeralOwner == self.client.client_id[0]:
+                self.client.delete(z.CONTROLLER, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            pass
+        self.say("resigned")
+
+    # -- reads -----------------------------------------------------------------
+
+    def live_brokers(self):
+        return {int(c) for c in self.client.get_children(z.BROKER_IDS)}
+
+    def load(self):
+        """Fresh ``({topic: TopicView}, {(t, p): PartitionState or None})``,
+        skipping topics queued for deletion; reads are pipelined."""
+        client = self.client
+        deleting = set(client.get_children(z.DELETE_TOPICS))
+        pending = {
+            name: client.get_async(z.topic_path(name))
+            for name in client.get_children(z.TOPICS)
+            if name not in deleting
+        }
+        topics = {}
+        for name, result in pending.items():
+            try:
+                raw, stat = result.get()
+            except NoNodeError:
+                continue
+            assignment, tid, internal, adding, removing = z.topic_from_json(z.loads(raw) or {})
+            topics[name] = TopicView(assignment, adding, removing, tid, internal, stat.version)
+        reads = {
+            (name, p): client.get_async(z.state_path(name, p))
+            for name, view in topics.items()
+            for p in view.assignment
+        }
+        states = {}
+        for key, result in reads.items():
+            try:
+                states[key] = z.state_from_znode(*result.get())
+            except NoNodeError:
+                states[key] = None
+        return topics, states
+
+    def read_state(self, topic, partition):
+        try:
+            return z.state_from_znode(*self.client.get(z.state_path(topic, partition)))
+        except NoNodeError:
+            return None
+
+    def unclean_allowed(self, topic):
+        default = self.co.config.topic_defaults.unclean_leader_election_enable
+        try:
+            raw, _ = self.client.get(z.config_path(topic))
+        except NoNodeError:
+            return default
+        value = z.config_from_json(z.loads(raw)).get("unclean.leader.election.enable")
+        return default if value is None else value.strip().lower() == "true"
+
+    # -- fenced writes ---------------------------------------------------------
+
+    def _commit(self, tx):
+        results = tx.commit()
+        if isinstance(results[0], Exception):
+            self.stepped_down("controller epoch moved on")
+            self.co.io.post(self.co.refresh_controller)
+            raise ControllerMovedError(f"controller {self.broker_id} epoch {self.epoch} is stale")
+        return results[1:]
+
+    def write_state(self, topic, partition, new, version):
+        """Fenced conditional write; ``(ok, stat)``. Raises ControllerMovedError."""
+        tx = self.client.transaction()
+        tx.check(z.CONTROLLER_EPOCH, self.epoch_version)
+        tx.set_data(z.state_path(topic, partition), z.state_bytes(new), version=version)
+        (result,) = self._commit(tx)
+        if isinstance(result, Exception):
+            return False, None
+        return True, result
+
+    def create_state(self, topic, partition, replicas):
+        live = [r for r in replicas if r in self.live]
+        if not live:
+            return None
+        state = PartitionState(live[0], 0, tuple(live), self.epoch)
+        self.client.ensure_path(f"{z.partitions_path(topic)}/{partition}")
+        tx = self.client.transaction()
+        tx.check(z.CONTROLLER_EPOCH, self.epoch_version)
+        tx.create(z.state_path(topic, partition), z.state_bytes(state))
+        (result,) = self._commit(tx)
+        return None if isinstance(result, Exception) else state
+
+    def update(self, topic, partition, replicas, state, decide):
+        """Apply ``decide(replicas, state) -> new state | None`` with retries
+        when a leader's ISR write got in between; returns the final state."""
+        for _ in range(10):
+            if state is None:
+                return None
+            new = decide(replicas, state)
+            if new is None:
+                return state
+            new = dataclasses.replace(new, controller_epoch=self.epoch)
+            ok, stat = self.write_state(topic, partition, new, state.version)
+            if ok:
+                return dataclasses.replace(new, version=stat.version)
+            state = self.read_state(topic, partition)
+        return state
+
+    # -- events ----------------------------------------------------------------
+
+    def reconcile(self, excluded=()):
+        """Create missing states and elect for partitions without a live
+        leader; drop dead brokers from ISRs. Idempotent."""
+        if not self.active:
+            return
+        topics, states = self.load()
+        excluded = set(excluded) | self.shutting_down
+
+        def decide(topic):
+            return lambda replicas, state: election.offline(
+                replicas, state, self.live, excluded, lambda: self.unclean_allowed(topic)
+            )
+
+        for (topic, p), state in sorted(states.items()):
+            replicas = topics[topic].assignment[p]
+            if state is None:
+                self.create_state(topic, p, replicas)
+            else:
+                self.update(topic, p, replicas, state, decide(topic))
+
+    def on_brokers_changed(self):
+        if not self.active:
+            return
+        now = self.live_brokers()
+        returned = now - self.live
+        gone = self.live - now
+        self.live = now
+        self.shutting_down &= now
+        if gone or returned:
+            self.say(
+                "brokers {live} (gone {gone}, back {back})",
+                live=sorted(now),
+                gone=sorted(gone),
+                back=sorted(returned),
+            )
+        self.reconcile()
+        if returned and self.co.config.auto_leader_rebalance_enable:
+            self.rebalance()
+
+    def on_topics_changed(self):
+        if self.active:
+            self.reconcile()
+
+    def on_state_changed(self, topic, partition):
+        if self.active and (topic, partition) in self.reassigning:
+            self.on_reassign()
+
+    def rebalance(self):
+        """Kafka's auto leader rebalance: per preferred broker, if more than
+        10 % of its partitions are led elsewhere, move them back when it is
+        live and in sync."""
+        if not self.active:
+            return
+        topics, states = self.load()
+        by_preferred = {}
+        for (topic, p), state in states.items():
+            replicas = topics[topic].assignment[p]
+            if state is not None and replicas:
+                by_preferred.setdefault(replicas[0], []).append((topic, p))
+        for broker, tps in sorted(by_preferred.items()):
+            off = [tp for tp in tps if states[tp].leader != broker]
+            if broker not in self.live or len(off) / len(tps) <= 0.10:
+                continue
+            self.elect_partitions(off, preferred=True, loaded=(topics, states))
+
+    def elect_partitions(self, partitions, preferred, loaded=None):
+        """ElectLeaders: ``{(t, p): error code}`` (0 = elected)."""
+        topics, states = loaded or self.load()
+        result = {}
+        for topic, p in partitions:
+            view = topics.get(topic)
+            if view is None or p not in view.assignment or states.get((topic, p)) is None:
+                result[(topic, p)] = election.UNKNOWN
+                continue
+            replicas = view.assignment[p]
+            codes = {}
+
+            def decide(replicas, state, topic=topic, codes=codes):
+                if preferred:
+                    new, codes["c"] = election.preferred(
+                        replicas, state, self.live, self.shutting_down
+                    )
+                else:
+                    new, codes["c"] = election.unclean(replicas, state, self.live)
+                return new
+
+            self.update(topic, p, replicas, states[(topic, p)], decide)
+            result[(topic, p)] = codes.get("c", election.NOT_NEEDED)
+        return result
+
+    def controlled_shutdown(self, broker):
+        """Move leadership off ``broker`` and drop it from ISRs; returns how
+        many partitions it still leads."""
+        self.shutting_down.add(broker)
+        topics, states = self.load()
+        remaining = 0
+        for (topic, p), state in sorted(states.items()):
+            replicas = topics[topic].assignment[p]
+            if state is None or broker not in replicas:
+                continue
+            final = self.update(
+                topic,
+                p,
+                replicas,
+                state,
+                lambda r, s: election.shutdown(r, s, broker, self.live, self.shutting_down),
+            )
+            if final is not None and final.leader == broker:
+                remaining += 1
+        self.say(
+            "controlled shutdown of broker {b}: {n} partition(s) still led", b=broker, n=remaining
+        )
+        return remaining
+
+    # -- admin znodes ----------------------------------------------------------
+
+    def on_delete_topics(self):
+        if not self.active:
+            return
+        client = self.client
+        for topic in client.get_children(
+            z.DELETE_TOPICS, watch=self._watcher(self.on_delete_topics)
+        ):
+            paths = []
+            try:
+                for p in client.get_children(z.partitions_path(topic)):
+                    if client.exists(z.state_path(topic, p)):
+                        paths.append(z.state_path(topic, p))
+                    paths.append(f"{z.partitions_path(topic)}/{p}")
+                paths.append(z.partitions_path(topic))
+            except NoNodeError:
+                pass
+            for path in (z.topic_path(topic), z.config_path(topic)):
+                if client.exists(path):
+                    paths.append(path)
+            paths.append(f"{z.DELETE_TOPICS}/{topic}")
+            tx = client.transaction()
+            tx.check(z.CONTROLLER_EPOCH, self.epoch_version)
+            for path in paths:
+                tx.delete(path)
+            results = self._commit(tx)
+            failed = [r for r in results if isinstance(r, Exception)]
+            if failed:
+                self.say("deleting topic {t} failed: {e!r}; retrying", t=topic, e=failed[0])
+                self.post(self.on_delete_topics)
+            else:
+                self.say("deleted topic {t}", t=topic)
+
+    def on_preferred_admin(self):
+        """Kafka tooling's /admin/preferred_replica_election."""
+        if not self.active:
+            return
+        watch = self._watcher(self.on_preferred_admin)
+        try:
+            raw, stat = self.client.get(z.PREFERRED_ELECTION, watch=watch)
+        except NoNodeError:
+            self.client.exists(z.PREFERRED_ELECTION, watch=watch)
+            return
+        data = z.loads(raw) or {}
+        tps = [(e["topic"], int(e["partition"])) for e in data.get("partitions") or ()]
+        self.elect_partitions(tps, preferred=True)
+        try:
+            self.client.delete(z.PREFERRED_ELECTION, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            pass
+        self.client.exists(z.PREFERRED_ELECTION, watch=watch)
+
+    def on_requests(self):
+        """Answer request znodes under /pluglog/requests."""
+        if not self.active:
+            return
+        client = self.client
+        for child in sorted(
+            client.get_children(z.REQUESTS, watch=self._watcher(self.on_requests))
+        ):
+            path = f"{z.REQUESTS}/{child}"
+            try:
+                raw, stat = client.get(path)
+            except NoNodeError:
+                continue
+            request = z.loads(raw) or {}
+            if "result" in request:
+                continue
+            if request.get("type") == "elect":
+                codes = self.elect_partitions(
+                    [(t, int(p)) for t, p in request.get("partitions", ())],
+                    preferred=bool(request.get("preferred", True)),
+                )
+                request["result"] = [[t, p, c] for (t, p), c in sorted(codes.items())]
+            elif request.get("type") == "controlled_shutdown":
+                broker = int(request["broker"])
+                request["result"] = {"remaining": self.controlled_shutdown(broker)}
+            else:
+                request["result"] = {"error": f"unknown request type {request.get('type')!r}"}
+            try:
+                client.set(path, z.dumps(request), version=stat.version)
+            except (NoNodeError, BadVersionError):
+                pass
+            if (
+                request.get("type") == "controlled_shutdown"
+                and request["broker"] == self.broker_id
+            ):
+                self.resign()
+                return

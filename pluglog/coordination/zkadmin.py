@@ -1,0 +1,408 @@
+"""The admin operations of the ``zookeeper`` coordinator (any broker may call them).
+
+Topic creation writes ``/brokers/topics/<t>`` and ``/config/topics/<t>`` in
+one transaction and waits (bounded) until the controller has written every
+partition's state; deletion goes through ``/admin/delete_topics``; partition
+additions rewrite the topic znode under a version check; config changes
+rewrite ``/config/topics/<t>``; reassignments go through
+``/admin/reassign_partitions``. Elections and controlled shutdowns are
+request znodes under ``/pluglog/requests`` that the controller answers by
+writing a ``result`` into them. Methods run on the reactor thread; ZooKeeper
+calls run on the coordinator's io worker.
+"""
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from pluglog.config import validate_topic_overrides
+from pluglog.coordination import assignment as assign
+from pluglog.coordination import zkdata as z
+from pluglog.coordination.local import validate_topic_name
+from pluglog.coordination.state import TopicMetadata
+from pluglog.coordination.zkbridge import DISCONNECTED
+from pluglog.errors import (
+    ConfigError,
+    ElectionNotNeededError,
+    EligibleLeadersNotAvailableError,
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    NoReassignmentInProgressError,
+    PreferredLeaderNotAvailableError,
+    RequestTimedOutError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+
+log = Logger()
+
+#: Attempts and pause between them when partitions cannot move yet.
+CONTROLLED_SHUTDOWN_ATTEMPTS = 3
+CONTROLLED_SHUTDOWN_BACKOFF = 0.5
+
+ELECTION_ERRORS = {
+    0: None,
+    3: UnknownTopicOrPartitionError,
+    80: PreferredLeaderNotAvailableError,
+    83: EligibleLeadersNotAvailableError,
+    84: ElectionNotNeededError,
+}
+
+
+class AdminMixin:
+    """Methods of :class:`pluglog.coordination.zookeeper.ZooKeeperCoordinator`."""
+
+    def admin_timeout(self):
+        """Bound of waits for the controller (create, delete, requests)."""
+        return max(self.config.zookeeper_session_timeout_ms / 1000.0, 10.0)
+
+    # -- waiting for the cache -------------------------------------------------
+
+    def _wait(self, predicate, timeout):
+        """Deferred of True once ``predicate()`` holds, False after ``timeout``."""
+        if predicate():
+            return defer.succeed(True)
+        d = defer.Deferred()
+        waiter = [predicate, d, None]
+        waiter[2] = self.reactor.callLater(timeout, self._finish_waiter, waiter, False)
+        self._waiters.append(waiter)
+        return d
+
+    def _finish_waiter(self, waiter, value):
+        if waiter in self._waiters:
+            self._waiters.remove(waiter)
+            if waiter[2] is not None and waiter[2].active():
+                waiter[2].cancel()
+            waiter[1].callback(value)
+
+    def _check_waiters(self):
+        for waiter in list(self._waiters):
+            if waiter[0]():
+                self._finish_waiter(waiter, True)
+
+    # -- topics ----------------------------------------------------------------
+
+    def _live_brokers(self):
+        return [(b, rack) for b, _h, _p, rack in self.brokers()]
+
+    def create_topic(
+        self,
+        name,
+        num_partitions,
+        replication_factor,
+        configs,
+        internal=False,
+        validate_only=False,
+        assignments=None,
+    ):
+        try:
+            validate_topic_name(name)
+            if name in self._topics:
+                raise TopicExistsError(f"topic {name!r} already exists")
+            live = self._live_brokers()
+            if assignments:
+                replicas = assign.validate_assignment(
+                    {int(p): [int(b) for b in r] for p, r in assignments.items()},
+                    {b for b, _ in live},
+                )
+            else:
+                if num_partitions < 1:
+                    raise InvalidPartitionsError(
+                        f"number of partitions must be >= 1, got {num_partitions}"
+                    )
+                if internal:
+                    replication_factor = max(
+                        1, min(self.config.offsets_topic_replication_factor, len(live))
+                    )
+                replicas = assign.assign_replicas(live, num_partitions, replication_factor)
+            try:
+                configs = validate_topic_overrides(configs or {})
+            except ConfigError as exc:
+                raise InvalidConfigError(str(exc)) from None
+        except Exception:
+            return defer.fail()
+        meta = TopicMetadata(name, len(replicas), configs, z.new_topic_id(), internal, replicas)
+        if validate_only:
+            return defer.succeed(meta)
+
+        def write():
+            if self.client.exists(f"{z.DELETE_TOPICS}/{name}"):
+                raise TopicExistsError(f"topic {name!r} is marked for deletion")
+            tx = self.client.transaction()
+            tx.create(z.topic_path(name), z.dumps(z.topic_json(replicas, meta.topic_id, internal)))
+            tx.create(z.config_path(name), z.dumps(z.config_json(configs)))
+            results = tx.commit()
+            if isinstance(results[0], NodeExistsError):
+                raise TopicExistsError(f"topic {name!r} already exists")
+            for result in results:
+                if isinstance(result, Exception):
+                    raise result
+
+        d = self.io.submit(write)
+        d.addCallback(lambda _: self._wait_states(name, range(len(replicas))))
+        d.addCallback(lambda _: self._topics.get(name, meta))
+        return d
+
+    def _wait_states(self, name, partitions):
+        def ready():
+            return all((name, p) in self._states for p in partitions)
+
+        def timed(ok):
+            if not ok:
+                log.warn(
+                    "topic {t}: partition states not seen within {s}s",
+                    t=name,
+                    s=self.admin_timeout(),
+                )
+
+        return self._wait(ready, self.admin_timeout()).addCallback(timed)
+
+    def delete_topic(self, name):
+        meta = self._topics.get(name)
+        if meta is None:
+            return defer.fail(UnknownTopicOrPartitionError(f"no topic {name!r}"))
+
+        def write():
+            try:
+                self.client.create(f"{z.DELETE_TOPICS}/{name}")
+            except NodeExistsError:
+                pass
+
+        d = self.io.submit(write)
+        d.addCallback(lambda _: self._wait(lambda: name not in self._topics, self.admin_timeout()))
+        d.addCallback(lambda _: meta)
+        return d
+
+    def create_partitions(self, name, total_count, validate_only=False, assignments=None):
+        meta = self._topics.get(name)
+        if meta is None:
+            return defer.fail(UnknownTopicOrPartitionError(f"no topic {name!r}"))
+        if total_count <= meta.num_partitions:
+            return defer.fail(
+                InvalidPartitionsError(
+                    f"topic {name!r} has {meta.num_partitions} partitions; "
+                    f"the new count {total_count} must be larger"
+                )
+            )
+        try:
+            live = self._live_brokers()
+            if assignments:
+                added = assign.validate_assignment(
+                    {meta.num_partitions + i: list(r) for i, r in enumerate(assignments)},
+                    {b for b, _ in live},
+                    first_partition=meta.num_partitions,
+                )
+                if len(added) != total_count - meta.num_partitions:
+                    raise InvalidReplicaAssignmentError(
+                        f"{len(added)} assignments for {total_count - meta.num_partitions} "
+                        "new partitions"
+                    )
+            else:
+                added = assign.assign_new_partitions(live, meta.assignment, total_count)
+        except Exception:
+            return defer.fail()
+        if validate_only:
+            return defer.succeed(meta)
+
+        def write():
+            raw, stat = self.client.get(z.topic_path(name))
+            current, topic_id, internal, adding, removing = z.topic_from_json(z.loads(raw))
+            if len(current) != meta.num_partitions:
+                raise InvalidPartitionsError(f"topic {name!r} changed meanwhile")
+            current.update(added)
+            body = z.topic_json(current, topic_id, internal, adding, removing)
+            try:
+                self.client.set(z.topic_path(name), z.dumps(body), version=stat.version)
+            except BadVersionError:
+                raise InvalidPartitionsError(f"topic {name!r} changed meanwhile") from None
+
+        d = self.io.submit(write)
+        d.addCallback(lambda _: self._wait_states(name, range(total_count)))
+        d.addCallback(lambda _: self._topics[name])
+        return d
+
+    def alter_topic_config(self, name, configs):
+        if name not in self._topics:
+            return defer.fail(UnknownTopicOrPartitionError(f"no topic {name!r}"))
+        try:
+            configs = validate_topic_overrides(configs)
+        except ConfigError as exc:
+            return defer.fail(InvalidConfigError(str(exc)))
+
+        def write():
+            body = z.dumps(z.config_json(configs))
+            try:
+                self.client.set(z.config_path(name), body)
+            except NoNodeError:
+                self.client.create(z.config_path(name), body)
+
+        d = self.io.submit(write)
+        d.addCallback(
+            lambda _: self._wait(
+                lambda: self._topics.get(name) is None or self._topics[name].configs == configs,
+                self.admin_timeout(),
+            )
+        )
+        d.addCallback(lambda _: self._topics.get(name))
+        return d
+
+    # -- controller requests ---------------------------------------------------
+
+    def _request(self, body, timeout):
+        """Create a request znode; a Deferred of its ``result`` (None on timeout)."""
+        answers = {}
+
+        def create():
+            return self.client.create(f"{z.REQUESTS}/req-", z.dumps(body), sequence=True)
+
+        def poll(path):
+            def watch(event):
+                self.io.post(self._safely, poll, path)
+
+            try:
+                raw, _ = self.client.get(path, watch=watch)
+            except NoNodeError:
+                return
+            data = z.loads(raw) or {}
+            if "result" in data:
+                self.io.deliver(answered, path, data["result"])
+
+        def answered(path, result):
+            answers[path] = result
+            self._check_waiters()
+
+        def cleanup(path):
+            try:
+                self.client.delete(path)
+            except NoNodeError:
+                pass
+
+        @defer.inlineCallbacks
+        def run():
+            # Bounded even while ZooKeeper is unreachable (kazoo would wait).
+            created = self.io.submit(create).addTimeout(timeout, self.reactor)
+            try:
+                path = yield created
+            except (defer.CancelledError, defer.TimeoutError, *DISCONNECTED):
+                return None
+            self.io.post(self._safely, poll, path)
+            yield self._wait(lambda: path in answers, timeout)
+            self.io.post(self._safely, cleanup, path)
+            return answers.get(path)
+
+        return run()
+
+    def elect_leaders(self, partitions, preferred=True):
+        """ElectLeaders through the controller: ``{(t, p): None | KafkaError}``."""
+        partitions = list(partitions)
+        body = {"type": "elect", "preferred": bool(preferred), "partitions": partitions}
+
+        def answered(result):
+            if result is None:
+                return {
+                    tp: RequestTimedOutError("no answer from the controller") for tp in partitions
+                }
+            out = {}
+            for topic, p, code in result:
+                cls = ELECTION_ERRORS.get(code)
+                out[(topic, p)] = None if cls is None else cls(f"{topic}-{p}: {cls.name}")
+            return out
+
+        return self._request(body, self.admin_timeout()).addCallback(answered)
+
+    @defer.inlineCallbacks
+    def controlled_shutdown(self):
+        """Ask the controller to move leadership away. Like Kafka's
+        controlled.shutdown.max.retries (3), a partition nobody else can lead
+        is retried a few times, not until the timeout; the whole thing ends
+        after controlled.shutdown.timeout.ms at the latest."""
+        timeout = self.config.controlled_shutdown_timeout_ms / 1000.0
+        deadline = self.reactor.seconds() + timeout
+        body = {"type": "controlled_shutdown", "broker": self.broker_id}
+        for attempt in range(1, CONTROLLED_SHUTDOWN_ATTEMPTS + 1):
+            left = deadline - self.reactor.seconds()
+            if left <= 0:
+                break
+            result = yield self._request(body, left)
+            if result is None:
+                break
+            if result.get("remaining") == 0:
+                log.info("controlled shutdown done: no partition led here")
+                return
+            log.info(
+                "controlled shutdown attempt {n}: {left} partition(s) still led here",
+                n=attempt,
+                left=result.get("remaining"),
+            )
+            pause = defer.Deferred()
+            self.reactor.callLater(
+                min(CONTROLLED_SHUTDOWN_BACKOFF, max(left, 0)), pause.callback, None
+            )
+            yield pause
+        log.warn("controlled shutdown incomplete; stopping anyway")
+
+    # -- reassignment ----------------------------------------------------------
+
+    def reassign_partitions(self, targets):
+        """``{(t, p): [replicas] | None}`` (None cancels); a Deferred of
+        ``{(t, p): None | KafkaError}`` once the requests are written."""
+        results = {}
+        entries = {}
+        known = set(self._brokers)
+        for (topic, p), replicas in targets.items():
+            meta = self._topics.get(topic)
+            try:
+                if meta is None or p not in meta.assignment:
+                    raise UnknownTopicOrPartitionError(f"no partition {topic}-{p}")
+                adding, _removing = self._reassigning.get(topic, ({}, {}))
+                if replicas is None:
+                    if not adding.get(p) and not _removing.get(p):
+                        raise NoReassignmentInProgressError(f"{topic}-{p}: nothing to cancel")
+                    replicas = [r for r in meta.replicas(p) if r not in adding.get(p, [])]
+                replicas = [int(r) for r in replicas]
+                if not replicas or len(set(replicas)) != len(replicas):
+                    raise InvalidReplicaAssignmentError(f"{topic}-{p}: bad replicas {replicas}")
+                unknown = [r for r in replicas if r not in known]
+                if unknown:
+                    raise InvalidReplicaAssignmentError(f"{topic}-{p}: unknown brokers {unknown}")
+            except Exception as exc:
+                results[(topic, p)] = exc
+                continue
+            entries[(topic, p)] = replicas
+            results[(topic, p)] = None
+
+        def write():
+            while entries:
+                try:
+                    raw, stat = self.client.get(z.REASSIGN)
+                except NoNodeError:
+                    try:
+                        self.client.create(z.REASSIGN, z.dumps(z.reassign_json(entries)))
+                        return
+                    except NodeExistsError:
+                        continue
+                merged = {**z.reassign_from_json(z.loads(raw)), **entries}
+                try:
+                    self.client.set(z.REASSIGN, z.dumps(z.reassign_json(merged)), stat.version)
+                    return
+                except (BadVersionError, NoNodeError):
+                    continue
+
+        return self.io.submit(write).addCallback(lambda _: results)
+
+    def list_reassignments(self):
+        """``{(t, p): {"replicas", "adding_replicas", "removing_replicas"}}``."""
+        out = {}
+        for topic, (adding, removing) in self._reassigning.items():
+            meta = self._topics.get(topic)
+            if meta is None:
+                continue
+            for p in sorted(set(adding) | set(removing)):
+                if adding.get(p) or removing.get(p):
+                    out[(topic, p)] = {
+                        "replicas": list(meta.replicas(p)),
+                        "adding_replicas": list(adding.get(p, [])),
+                        "removing_replicas": list(removing.get(p, [])),
+                    }
+        return out

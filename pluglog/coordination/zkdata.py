@@ -1,0 +1,224 @@
+"""Kafka's ZooKeeper layout: paths, znode JSON bodies and ``zookeeper.connect``.
+
+Everything here is pure (no kazoo, no reactor) so tap.py can validate the
+connect string cheaply and tests can check the JSON byte for byte against
+what Kafka writes (``kafka.zk.ZkData``). Our own extras live in fields Kafka
+ignores (``pluglog`` in the topic znode) and under ``/pluglog``, which Kafka
+tooling never reads.
+"""
+
+import base64
+import json
+import re
+import time
+import uuid
+
+from pluglog.coordination.state import PartitionState
+
+CLUSTER_ID = "/cluster/id"
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+CONFIG_TOPICS = "/config/topics"
+DELETE_TOPICS = "/admin/delete_topics"
+REASSIGN = "/admin/reassign_partitions"
+PREFERRED_ELECTION = "/admin/preferred_replica_election"
+#: Our extras: requests to the controller (elections, controlled shutdown),
+#: each a sequential znode the controller answers by writing a result into it.
+REQUESTS = "/pluglog/requests"
+
+#: Paths every broker makes sure exist at start (Kafka's persistent paths).
+PERSISTENT_PATHS = (
+    BROKER_IDS,
+    TOPICS,
+    CONFIG_TOPICS,
+    DELETE_TOPICS,
+    "/admin",
+    "/config/changes",
+    "/isr_change_notification",
+    REQUESTS,
+)
+
+_HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
+_CHROOT = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
+
+
+def parse_connect(value):
+    """``HOST:PORT[,HOST:PORT...][/chroot]`` -> ``(hosts, chroot)``; ValueError
+    naming what is wrong."""
+    value = (value or "").strip()
+    if not value:
+        raise ValueError("zookeeper.connect is empty")
+    hosts, slash, chroot = value.partition("/")
+    chroot = slash + chroot
+    if chroot and chroot != "/" and not _CHROOT.match(chroot.rstrip("/")):
+        raise ValueError(f"zookeeper.connect {value!r}: bad chroot {chroot!r}")
+    for part in hosts.split(","):
+        match = _HOST_PORT.match(part.strip())
+        if not match or not 0 < int(match.group(2)) < 65536:
+            raise ValueError(f"zookeeper.connect {value!r}: {part.strip()!r} is not HOST:PORT")
+    return hosts, chroot.rstrip("/")
+
+
+def dumps(data):
+    return json.dumps(data, separators=(",", ":"), sort_keys=False).encode()
+
+
+def loads(raw):
+    return json.loads(raw.decode()) if raw else None
+
+
+def now_ms_str():
+    return str(int(time.time() * 1000))
+
+
+def broker_path(broker_id):
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic):
+    return f"{TOPICS}/{topic}"
+
+
+def partitions_path(topic):
+    return f"{TOPICS}/{topic}/partitions"
+
+
+def state_path(topic, partition):
+    return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def config_path(topic):
+    return f"{CONFIG_TOPICS}/{topic}"
+
+
+def broker_json(host, port, rack=None):
+    """Kafka's BrokerIdZNode version 5 body for one PLAINTEXT listener."""
+    return {
+        "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+        "endpoints": [f"PLAINTEXT://{host}:{port}"],
+        "rack": rack or None,
+        "jmx_port": -1,
+        "features": {},
+        "host": host,
+        "timestamp": now_ms_str(),
+        "port": port,
+        "version": 5,
+    }
+
+
+def broker_from_json(broker_id, data):
+    """-> ``(id, host, port, rack)``; endpoints win over the legacy host/port."""
+    host, port = data.get("host"), data.get("port")
+    for endpoint in data.get("endpoints") or ():
+        _scheme, _, address = endpoint.partition("://")
+        h, _, p = address.rpartition(":")
+        host, port = h.strip("[]"), int(p)
+        break
+    return (int(broker_id), host, int(port), data.get("rack") or None)
+
+
+def controller_json(broker_id):
+    return {"version": 1, "brokerid": broker_id, "timestamp": now_ms_str()}
+
+
+def new_topic_id():
+    """A topic id: 16 random bytes; stored as Kafka's URL-safe base64."""
+    return uuid.uuid4().hex
+
+
+def topic_id_to_zk(hex_id):
+    return base64.urlsafe_b64encode(bytes.fromhex(hex_id)).decode().rstrip("=")
+
+
+def topic_id_from_zk(value):
+    if not value:
+        return ""
+    return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
+
+
+def topic_json(assignment, topic_id, internal=False, adding=None, removing=None):
+    """Kafka's TopicZNode (version 2, with topic_id) plus our ``pluglog`` extras."""
+    data = {
+        "version": 2,
+        "partitions": {str(p): list(r) for p, r in sorted(assignment.items())},
+        "adding_replicas": {str(p): list(r) for p, r in sorted((adding or {}).items())},
+        "removing_replicas": {str(p): list(r) for p, r in sorted((removing or {}).items())},
+    }
+    if topic_id:
+        data["topic_id"] = topic_id_to_zk(topic_id)
+    if internal:
+        data["pluglog"] = {"internal": True}
+    return data
+
+
+def topic_from_json(data):
+    """-> ``(assignment, topic_id, internal, adding, removing)``."""
+
+    def intmap(key):
+        return {int(p): [int(b) for b in r] for p, r in (data.get(key) or {}).items()}
+
+    return (
+        intmap("partitions"),
+        topic_id_from_zk(data.get("topic_id")),
+        bool((data.get("pluglog") or {}).get("internal", False)),
+        intmap("adding_replicas"),
+        intmap("removing_replicas"),
+    )
+
+
+def config_json(configs):
+    return {"version": 1, "config": {k: str(v) for k, v in configs.items()}}
+
+
+def config_from_json(data):
+    return dict((data or {}).get("config") or {})
+
+
+def state_from_znode(raw, stat):
+    data = loads(raw)
+    if not data:
+        return None
+    return PartitionState.from_json(data, stat.version)
+
+
+def state_bytes(state):
+    return dumps(state.to_json())
+
+
+def reassign_json(entries):
+    """``{(t, p): [replicas]}`` -> Kafka's /admin/reassign_partitions body."""
+    return {
+        "version": 1,
+        "partitions": [
+            {"topic": t, "partition": p, "replicas": list(r)}
+            for (t, p), r in sorted(entries.items())
+        ],
+    }
+
+
+def reassign_from_json(data):
+    return {
+        (e["topic"], int(e["partition"])): [int(b) for b in e["replicas"]]
+        for e in (data or {}).get("partitions") or ()
+    }
+
+
+def meta_properties(cluster_id, broker_id):
+    """Kafka's ``meta.properties`` (version 0, ZooKeeper mode)."""
+    return (
+        f"#\n#{time.strftime('%a %b %d %H:%M:%S UTC %Y', time.gmtime())}\n"
+        f"cluster.id={cluster_id}\nversion=0\nbroker.id={broker_id}\n"
+    )
+
+
+def parse_properties(text):
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, _, value = line.partition("=")
+        out[key.strip()] = value.strip()
+    return out

@@ -1,0 +1,513 @@
+"""The ``zookeeper`` coordinator: cluster metadata in Kafka's ZooKeeper layout.
+
+Every broker keeps a reactor-side cache of the cluster (live brokers, topics
+with their replica assignment and configs, every partition's state, the
+controller id), filled by one-shot ZooKeeper watches whose refresh jobs run
+on the ``io`` :class:`SerialWorker` and deliver their results to the reactor
+thread, where listeners get the events of :mod:`pluglog.coordination.state`.
+Writes any broker may make (registration, topic creation, config changes,
+deletion and reassignment requests, ISR changes of partitions it leads)
+are made from the same worker; the controller's decisions are made by
+:class:`pluglog.coordination.controller.Controller` on its own thread.
+
+Start-up refuses, with a ConfigError the broker exits on: an unreachable
+ZooKeeper (after ``zookeeper.connection.timeout.ms``), a data dir whose
+``meta.properties`` names another cluster id or broker id, and a broker id
+another live broker has registered.
+"""
+
+import os
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.protocol.states import EventType, KazooState
+from twisted.internet import defer, threads
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from pluglog.coordination import zkdata as z
+from pluglog.coordination.controller import Controller
+from pluglog.coordination.local import _new_cluster_id
+from pluglog.coordination.state import PartitionChange, StaleStateError, TopicMetadata
+from pluglog.coordination.zkadmin import AdminMixin
+from pluglog.coordination.zkbridge import DISCONNECTED, SerialWorker, connect
+from pluglog.errors import ConfigError
+from pluglog.fileutil import atomic_write
+from pluglog.interfaces import ICoordinator
+
+log = Logger()
+
+META_PROPERTIES = "meta.properties"
+
+
+@implementer(ICoordinator)
+class ZooKeeperCoordinator(AdminMixin):
+    """Brokers, controller, topics and partition states kept in ZooKeeper."""
+
+    def __init__(self, config, reactor):
+        self.config = config
+        self.reactor = reactor
+        self.broker_id = config.broker_id
+        try:
+            self.hosts, self.chroot = z.parse_connect(config.zookeeper_connect)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        self.client = None
+        self.stopping = False
+        self.io = SerialWorker(reactor, f"pluglog-zk-{self.broker_id}")
+        self.controller = Controller(self, reactor)
+        self._listeners = []
+        self._brokers = {}
+        self._topics = {}
+        self._reassigning = {}
+        self._states = {}
+        self._controller_id = -1
+        self._cluster_id = ""
+        self._waiters = []
+        # io-thread only: topics whose znodes are watched, and watcher objects.
+        self._io_topics = set()
+        self._watchers = {}
+        self._lost = False
+        self._rebalance = None
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self):
+        self.io.start()
+        self.controller.worker.start()
+        d = self.io.submit(self._start_blocking)
+        d.addCallback(self._started)
+        d.addErrback(self._start_failed)
+        return d
+
+    def _say(self, message):
+        self.io.deliver(log.info, "{message}", message=message)
+
+    def _start_blocking(self):
+        if self.chroot:
+            # Kafka creates a missing chroot itself; kazoo cannot through a
+            # chrooted client, so make it with a short-lived plain one.
+            root = connect(
+                self.hosts,
+                self.config.zookeeper_session_timeout_ms,
+                self.config.zookeeper_connection_timeout_ms,
+                self._say,
+            )
+            try:
+                root.ensure_path(self.chroot)
+            finally:
+                root.stop()
+                root.close()
+        self.client = connect(
+            self.hosts + self.chroot,
+            self.config.zookeeper_session_timeout_ms,
+            self.config.zookeeper_connection_timeout_ms,
+            self._say,
+        )
+        try:
+            for path in z.PERSISTENT_PATHS:
+                self.client.ensure_path(path)
+            cluster_id = self._cluster_id_blocking()
+            self._check_meta_properties(cluster_id)
+            self._register(wait=0)
+        except Exception:
+            self.client.stop()
+            self.client.close()
+            raise
+        self.client.add_listener(self._on_connection_state)
+        self.refresh_all()
+        return cluster_id
+
+    def _started(self, cluster_id):
+        self._cluster_id = cluster_id
+        interval = self.config.leader_imbalance_check_interval_seconds
+        if self.config.auto_leader_rebalance_enable and interval > 0:
+            from twisted.internet import task
+
+            self._rebalance = task.LoopingCall(self.controller.post, self.controller.rebalance)
+            self._rebalance.clock = self.reactor
+            self._rebalance.start(interval, now=False)
+        log.info(
+            "broker {id} registered in ZooKeeper {zk} (cluster {cluster}); controller {ctl}",
+            id=self.broker_id,
+            zk=self.hosts + self.chroot,
+            cluster=cluster_id,
+            ctl=self._controller_id,
+        )
+
+    def _start_failed(self, failure):
+        self.controller.worker.stop()
+        self.io.stop()
+        return failure
+
+    def _cluster_id_blocking(self):
+        wanted = self.config.cluster_id or _new_cluster_id()
+        try:
+            self.client.create(
+                z.CLUSTER_ID, z.dumps({"version": "1", "id": wanted}), makepath=True
+            )
+        except NodeExistsError:
+            pass
+        raw, _ = self.client.get(z.CLUSTER_ID)
+        cluster_id = z.loads(raw)["id"]
+        if self.config.cluster_id and self.config.cluster_id != cluster_id:
+            raise ConfigError(
+                f"cluster.id={self.config.cluster_id} does not match the cluster id "
+                f"{cluster_id} stored in ZooKeeper at {self.hosts + self.chroot}"
+            )
+        return cluster_id
+
+    def _check_meta_properties(self, cluster_id):
+        """Kafka's meta.properties: a data dir belongs to one cluster and broker."""
+        os.makedirs(self.config.data_dir, exist_ok=True)
+        path = os.path.join(self.config.data_dir, META_PROPERTIES)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as handle:
+                props = z.parse_properties(handle.read())
+            if props.get("cluster.id") and props["cluster.id"] != cluster_id:
+                raise ConfigError(
+                    f"data dir {self.config.data_dir} belongs to cluster {props['cluster.id']}, "
+                    f"but ZooKeeper at zookeeper.connect={self.hosts + self.chroot} holds "
+                    f"cluster {cluster_id}"
+                )
+            if props.get("broker.id") and int(props["broker.id"]) != self.broker_id:
+                raise ConfigError(
+                    f"data dir {self.config.data_dir} belongs to broker.id={props['broker.id']}, "
+                    f"not broker.id={self.broker_id}"
+                )
+            return
+        atomic_write(path, z.meta_properties(cluster_id, self.broker_id).encode())
+
+    def _register(self, wait):
+        """Create our ephemeral /brokers/ids/<id>; an id held by another live
+        session is refused (after up to ``wait`` seconds for it to expire)."""
+        import time
+
+        body = z.dumps(
+            z.broker_json(
+                self.config.advertised_host, self.config.advertised_port, self.config.broker_rack
+            )
+        )
+        deadline = time.monotonic() + wait
+        path = z.broker_path(self.broker_id)
+        while True:
+            try:
+                self.client.create(path, body, ephemeral=True)
+                return
+            except NodeExistsError:
+                try:
+                    _, stat = self.client.get(path)
+                except NoNodeError:
+                    continue
+                if stat.ephemeralOwner == self.client.client_id[0]:
+                    return
+                if time.monotonic() >= deadline:
+                    raise ConfigError(
+                        f"broker.id={self.broker_id} is already registered in ZooKeeper at "
+                        f"{self.hosts + self.chroot} by another live broker "
+                        f"(session 0x{stat.ephemeralOwner:x})"
+                    ) from None
+                time.sleep(0.2)
+
+    def stop(self):
+        self.stopping = True
+        if self._rebalance is not None and self._rebalance.running:
+            self._rebalance.stop()
+        for waiter in list(self._waiters):
+            self._finish_waiter(waiter, None)
+        if not self.io.started:
+            return defer.succeed(None)
+
+        def close():
+            if self.client is not None:
+                # Closing the session deletes our ephemerals at once, so the
+                # controller reacts now rather than after the session timeout;
+                # it also fails any job still waiting on ZooKeeper.
+                self.client.stop()
+                self.client.close()
+
+        # Not on the io worker: a job there may be waiting for ZooKeeper.
+        d = threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(), close)
+
+        def stop_workers(result):
+            self.controller.worker.stop()
+            self.io.stop()
+            return result
+
+        return d.addBoth(stop_workers)
+
+    # -- connection state ------------------------------------------------------
+
+    def _on_connection_state(self, state):
+        # kazoo's connection thread: never block here.
+        if self.stopping:
+            return
+        if state == KazooState.LOST:
+            self._lost = True
+            self.io.deliver(self._session_lost)
+        elif state == KazooState.CONNECTED and self._lost:
+            self._lost = False
+            self.io.post(self._restore)
+        elif state == KazooState.CONNECTED:
+            # Same session after a disconnection (e.g. a ZooKeeper restart):
+            # jobs cut off meanwhile are redone.
+            self.io.post(self._safely, self.refresh_all)
+            self.controller.post(self.controller.resync)
+
+    def _session_lost(self):
+        log.warn("broker {id}: ZooKeeper session lost", id=self.broker_id)
+        self.controller.worker.post(self.controller.stepped_down, "session lost")
+        self._notify("session", "lost")
+
+    def _restore(self):
+        if self.stopping:
+            return
+        self._register(wait=self.config.zookeeper_session_timeout_ms / 1000.0)
+        self._io_topics = set()
+        self.refresh_all()
+        self.io.deliver(self._restored)
+
+    def _restored(self):
+        log.info("broker {id}: ZooKeeper session restored, registered again", id=self.broker_id)
+        self._notify("session", "restored")
+        for (topic, p), state in sorted(self._states.items()):
+            self._announce(topic, p, state)
+
+    # -- watches and refresh jobs (io thread) ----------------------------------
+
+    def _watcher(self, key, job, *args):
+        watcher = self._watchers.get(key)
+        if watcher is None:
+
+            def watcher(event):
+                if event.type != EventType.NONE and not self.stopping:
+                    self.io.post(self._safely, job, *args)
+
+            self._watchers[key] = watcher
+        return watcher
+
+    def _safely(self, job, *args):
+        try:
+            job(*args)
+        except DISCONNECTED:
+            pass  # the session restore refreshes everything
+
+    def refresh_all(self):
+        self.refresh_controller()
+        self.refresh_brokers()
+        self.refresh_topics()
+
+    def refresh_controller(self):
+        watch = self._watcher("controller", self.refresh_controller)
+        while True:
+            try:
+                raw, _ = self.client.get(z.CONTROLLER, watch=watch)
+                controller = int(z.loads(raw)["brokerid"])
+                break
+            except NoNodeError:
+                # Watch for its creation; if it appeared in between, read it.
+                if not self.client.exists(z.CONTROLLER, watch=watch):
+                    controller = -1
+                    self.controller.post(self.controller.elect)
+                    break
+        self.io.deliver(self._set_controller, controller)
+
+    def refresh_brokers(self):
+        children = self.client.get_children(
+            z.BROKER_IDS, watch=self._watcher("brokers", self.refresh_brokers)
+        )
+        pending = {c: self.client.get_async(f"{z.BROKER_IDS}/{c}") for c in children}
+        brokers = {}
+        for child, result in pending.items():
+            try:
+                raw, _ = result.get()
+            except NoNodeError:
+                continue
+            info = z.broker_from_json(child, z.loads(raw))
+            brokers[info[0]] = info
+        self.io.deliver(self._set_brokers, brokers)
+        self.controller.post(self.controller.on_brokers_changed)
+
+    def refresh_topics(self):
+        names = set(
+            self.client.get_children(z.TOPICS, watch=self._watcher("topics", self.refresh_topics))
+        )
+        for name in sorted(names - self._io_topics):
+            self._io_topics.add(name)
+            self.refresh_topic(name)
+        for name in sorted(self._io_topics - names):
+            self._io_topics.discard(name)
+            self.io.deliver(self._topic_deleted, name)
+        self.controller.post(self.controller.on_topics_changed)
+
+    def refresh_topic(self, name, states=True):
+        if name not in self._io_topics:
+            return
+        try:
+            raw, _ = self.client.get(
+                z.topic_path(name), watch=self._watcher(("topic", name), self.refresh_topic, name)
+            )
+        except NoNodeError:
+            return  # deleted: refresh_topics announces it
+        watch = self._watcher(("config", name), self.refresh_topic, name, False)
+        raw_config = None
+        for _ in range(3):
+            try:
+                raw_config, _ = self.client.get(z.config_path(name), watch=watch)
+                break
+            except NoNodeError:
+                # Watch for its creation; if it appeared in between, read it.
+                if not self.client.exists(z.config_path(name), watch=watch):
+                    break
+        assignment, topic_id, internal, adding, removing = z.topic_from_json(z.loads(raw))
+        meta = TopicMetadata(
+            name,
+            len(assignment),
+            z.config_from_json(z.loads(raw_config)),
+            topic_id,
+            internal,
+            assignment,
+        )
+        self.io.deliver(self._topic_update, meta, adding, removing)
+        if states:
+            # Partitions added to an existing topic need their first states.
+            self.controller.post(self.controller.on_topics_changed)
+            for p in sorted(assignment):
+                self.refresh_state(name, p)
+
+    def refresh_state(self, name, partition):
+        if name not in self._io_topics:
+            return
+        path = z.state_path(name, partition)
+        watch = self._watcher(("state", name, partition), self.refresh_state, name, partition)
+        try:
+            state = z.state_from_znode(*self.client.get(path, watch=watch))
+        except NoNodeError:
+            try:
+                if not self.client.exists(path, watch=watch):
+                    return
+                state = z.state_from_znode(*self.client.get(path, watch=watch))
+            except NoNodeError:
+                return  # created and deleted in between: the topic is going
+        self.io.deliver(self._set_state, name, partition, state)
+        self.controller.post(self.controller.on_state_changed, name, partition)
+
+    # -- the cache (reactor thread) --------------------------------------------
+
+    def _notify(self, event, payload):
+        for listener in list(self._listeners):
+            try:
+                listener(event, payload)
+            except Exception:
+                log.failure("coordinator listener failed on {event}", event=event)
+        self._check_waiters()
+
+    def _set_controller(self, controller):
+        self._controller_id = controller
+        self._check_waiters()
+
+    def _set_brokers(self, brokers):
+        if brokers != self._brokers:
+            self._brokers = brokers
+            self._notify("brokers", self.brokers())
+
+    def _topic_update(self, meta, adding, removing):
+        old = self._topics.get(meta.name)
+        self._reassigning[meta.name] = (adding, removing)
+        if old is None:
+            self._topics[meta.name] = meta
+            self._notify("created", meta)
+        elif (old.assignment, old.configs, old.num_partitions) != (
+            meta.assignment,
+            meta.configs,
+            meta.num_partitions,
+        ):
+            self._topics[meta.name] = meta
+            self._notify("changed", meta)
+            for p in meta.assignment:
+                if old.replicas(p) != meta.replicas(p) and (meta.name, p) in self._states:
+                    self._announce(meta.name, p, self._states[(meta.name, p)])
+
+    def _topic_deleted(self, name):
+        meta = self._topics.pop(name, None)
+        self._reassigning.pop(name, None)
+        for key in [k for k in self._states if k[0] == name]:
+            del self._states[key]
+        if meta is not None:
+            self._notify("deleted", meta)
+
+    def _set_state(self, topic, partition, state):
+        if topic not in self._topics:
+            return
+        old = self._states.get((topic, partition))
+        if old is not None and (old.leader_epoch, old.version) > (
+            state.leader_epoch,
+            state.version,
+        ):
+            return
+        if old == state:
+            return
+        self._states[(topic, partition)] = state
+        self._announce(topic, partition, state)
+        self._check_waiters()
+
+    def _announce(self, topic, partition, state):
+        meta = self._topics.get(topic)
+        if meta is not None and self.broker_id in meta.replicas(partition):
+            change = PartitionChange(topic, partition, tuple(meta.replicas(partition)), state)
+            self._notify("partition", change)
+
+    # -- ICoordinator reads ----------------------------------------------------
+
+    def add_listener(self, listener):
+        self._listeners.append(listener)
+
+    def brokers(self):
+        return [self._brokers[b] for b in sorted(self._brokers)]
+
+    def controller_id(self):
+        return self._controller_id
+
+    def cluster_id(self):
+        return self._cluster_id
+
+    def topics(self):
+        return dict(self._topics)
+
+    def partition_state(self, topic, partition):
+        return self._states.get((topic, partition))
+
+    # -- the leader's ISR write ------------------------------------------------
+
+    def alter_isr(self, topic, partition, state, new_isr):
+        current = self._states.get((topic, partition))
+        if current is not None and (current.version, current.leader_epoch) != (
+            state.version,
+            state.leader_epoch,
+        ):
+            return defer.fail(StaleStateError(f"{topic}-{partition}: state moved on"))
+        new = type(state)(
+            state.leader, state.leader_epoch, tuple(new_isr), state.controller_epoch, -1
+        )
+
+        def write():
+            try:
+                stat = self.client.set(
+                    z.state_path(topic, partition), z.state_bytes(new), version=state.version
+                )
+            except (BadVersionError, NoNodeError):
+                raise StaleStateError(
+                    f"{topic}-{partition}: state changed since version {state.version}"
+                ) from None
+            return type(new)(
+                new.leader, new.leader_epoch, new.isr, new.controller_epoch, stat.version
+            )
+
+        def stored(result):
+            self._set_state(topic, partition, result)
+            return result
+
+        return self.io.submit(write).addCallback(stored)
+
+
+def make_zookeeper(config, reactor):
+    return ZooKeeperCoordinator(config, reactor)

@@ -1,0 +1,95 @@
+"""``twistd pluglog --coordinator zookeeper`` broker processes on a real ZooKeeper."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from kazoo.client import KazooClient
+
+from tests.broker_process import ROOT, TWISTD, BrokerProcess, free_port
+
+
+def zk_broker(tmp_path, zk_connect, broker_id, **settings):
+    return BrokerProcess(
+        tmp_path / f"data-{broker_id}",
+        settings={
+            "zookeeper.connect": zk_connect,
+            "zookeeper.session.timeout.ms": "4000",
+            "offsets.topic.replication.factor": "2",
+            **settings,
+        },
+        extra_args=["--coordinator", "zookeeper", "--broker-id", str(broker_id)],
+    )
+
+
+@pytest.fixture
+def zk(zookeeper, zk_connect):
+    chroot = zk_connect[len(zookeeper.hosts) :]
+    root = KazooClient(hosts=zookeeper.hosts)
+    root.start(10)
+    root.ensure_path(chroot)
+    root.stop()
+    client = KazooClient(hosts=zk_connect)
+    client.start(10)
+    yield client
+    client.stop()
+    client.close()
+
+
+def test_brokers_register_and_leave(tmp_path, zk, zk_connect):
+    brokers = [zk_broker(tmp_path, zk_connect, i) for i in (1, 2)]
+    try:
+        for broker in brokers:
+            broker.start()
+        assert sorted(zk.get_children("/brokers/ids")) == ["1", "2"]
+        for broker, broker_id in zip(brokers, (1, 2)):
+            body = json.loads(zk.get(f"/brokers/ids/{broker_id}")[0])
+            assert body["endpoints"] == [f"PLAINTEXT://127.0.0.1:{broker.port}"]
+            assert body["port"] == broker.port
+        assert json.loads(zk.get("/controller")[0])["brokerid"] in (1, 2)
+        cluster_id = json.loads(zk.get("/cluster/id")[0])["id"]
+        meta = (tmp_path / "data-1" / "meta.properties").read_text()
+        assert f"cluster.id={cluster_id}" in meta and "broker.id=1" in meta
+        # A third broker with a taken id exits non-zero with a clear line.
+        dup = zk_broker(tmp_path, zk_connect, 2)
+        with pytest.raises(RuntimeError, match="broker.id=2 is already registered"):
+            dup.start()
+        assert dup.proc.returncode != 0
+        # SIGTERM: the broker deregisters (its session closes).
+        assert brokers[0].stop() in (0, -15)
+        assert zk.get_children("/brokers/ids") == ["2"]
+    finally:
+        for broker in brokers:
+            broker.stop()
+
+
+def test_unreachable_zookeeper_exits_nonzero(tmp_path):
+    broker = zk_broker(
+        tmp_path,
+        f"127.0.0.1:{free_port()}",
+        1,
+        **{"zookeeper.connection.timeout.ms": "1500"},
+    )
+    with pytest.raises(RuntimeError, match="could not connect to ZooKeeper"):
+        broker.start(timeout=30)
+    assert broker.proc.returncode != 0
+    assert "not reachable yet (attempt 1" in broker.log()
+
+
+def test_usage_errors_on_the_command_line(tmp_path):
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, "-c", TWISTD, "-n", "pluglog", "--data-dir", str(tmp_path), *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+        )
+
+    result = run("--coordinator", "zookeeper", "--broker-id", "1")
+    assert result.returncode != 0
+    assert "zookeeper.connect" in result.stdout + result.stderr
+    result = run("--coordinator", "zookeeper", "--set", "zookeeper.connect=host-without-port")
+    assert result.returncode != 0
+    assert "not HOST:PORT" in result.stdout + result.stderr

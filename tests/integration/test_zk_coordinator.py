@@ -1,0 +1,391 @@
+"""The zookeeper coordinator against a real ZooKeeper: several brokers' coordinators
+in this process (each its own kazoo session), on a private reactor thread."""
+
+import json
+import os
+import time
+
+import pytest
+from kazoo.client import KazooClient
+from zope.interface.verify import verifyObject
+
+from pluglog.coordination import zkdata as z
+from pluglog.coordination.controller import ControllerMovedError
+from pluglog.coordination.state import NO_LEADER, StaleStateError
+from pluglog.errors import (
+    ConfigError,
+    ElectionNotNeededError,
+    InvalidReplicationFactorError,
+    TopicExistsError,
+)
+from pluglog.interfaces import ICoordinator
+from tests.broker_process import free_port
+from tests.zk_cluster import CoordinatorNode, ReactorThread
+
+
+@pytest.fixture(scope="module")
+def rt():
+    thread = ReactorThread()
+    yield thread
+    thread.stop()
+
+
+@pytest.fixture
+def zk(zookeeper, zk_connect):
+    """A plain kazoo client on this test's chroot, for asserting znodes."""
+    root = KazooClient(hosts=zookeeper.hosts)
+    root.start(10)
+    root.ensure_path(zk_connect[len(zookeeper.hosts) :])
+    root.stop()
+    client = KazooClient(hosts=zk_connect)
+    client.start(10)
+    yield client
+    client.stop()
+    client.close()
+
+
+@pytest.fixture
+def cluster(rt, zk_connect, tmp_path):
+    """``cluster(1, 2, 3, **settings)`` -> started nodes; all stopped afterwards."""
+    made = []
+
+    def make(*ids, start=True, **settings):
+        nodes = []
+        for broker_id in ids:
+            node = CoordinatorNode(rt, zk_connect, broker_id, tmp_path, **settings)
+            made.append(node)
+            nodes.append(node.start() if start else node)
+        return nodes
+
+    yield make
+    for node in made:
+        try:
+            node.stop()
+        except Exception:
+            pass
+
+
+def controller_of(rt, nodes):
+    rt.wait(lambda: all(n.co.controller_id() != -1 for n in nodes))
+    ids = {n.co.controller_id() for n in nodes}
+    assert len(ids) == 1
+    (cid,) = ids
+    return next(n for n in nodes if n.broker_id == cid)
+
+
+def zget(zk, path):
+    raw, stat = zk.get(path)
+    return json.loads(raw), stat
+
+
+def test_registration_layout_and_interface(cluster, zk, tmp_path):
+    (node,) = cluster(1, broker_rack="r1")
+    assert verifyObject(ICoordinator, node.co)
+    body, stat = zget(zk, "/brokers/ids/1")
+    assert stat.ephemeralOwner != 0
+    assert body["version"] == 5 and body["endpoints"] == ["PLAINTEXT://127.0.0.1:19001"]
+    assert (body["host"], body["port"], body["rack"], body["jmx_port"]) == (
+        "127.0.0.1",
+        19001,
+        "r1",
+        -1,
+    )
+    assert body["listener_security_protocol_map"] == {"PLAINTEXT": "PLAINTEXT"}
+    cluster_id = zget(zk, "/cluster/id")[0]["id"]
+    assert node.co.cluster_id() == cluster_id
+    controller, cstat = zget(zk, "/controller")
+    assert controller["brokerid"] == 1 and controller["version"] == 1 and cstat.ephemeralOwner
+    assert int(zk.get("/controller_epoch")[0]) >= 1
+    props = z.parse_properties((tmp_path / "broker-1" / "meta.properties").read_text())
+    assert props == {"cluster.id": cluster_id, "version": "0", "broker.id": "1"}
+    assert node.co.brokers() == [(1, "127.0.0.1", 19001, "r1")]
+
+
+def test_duplicate_broker_id_refused(cluster, zk, tmp_path):
+    (first,) = cluster(1)
+    (dup,) = cluster(1, start=False, data_dir=str(tmp_path / "dup"))
+    with pytest.raises(ConfigError, match="broker.id=1 is already registered"):
+        dup.start()
+    # The first registration is untouched.
+    assert zk.get("/brokers/ids/1")[1].ephemeralOwner == first.co.client.client_id[0]
+
+
+def test_unreachable_zookeeper_gives_up(rt, tmp_path):
+    node = CoordinatorNode(
+        rt,
+        f"127.0.0.1:{free_port()}",
+        1,
+        tmp_path,
+        zookeeper_connection_timeout_ms=1500,
+    )
+    began = time.monotonic()
+    with pytest.raises(ConfigError, match="could not connect to ZooKeeper.*within"):
+        node.start()
+    assert time.monotonic() - began < 6
+
+
+def test_data_dir_of_another_cluster_refused(cluster, tmp_path):
+    data = tmp_path / "broker-1"
+    data.mkdir()
+    (data / "meta.properties").write_text(z.meta_properties("someOtherCluster", 1))
+    (node,) = cluster(1, start=False)
+    with pytest.raises(ConfigError, match="belongs to cluster someOtherCluster"):
+        node.start()
+
+
+def test_controller_failover(rt, cluster, zk):
+    nodes = cluster(1, 2, 3)
+    first = controller_of(rt, nodes)
+    epoch = int(zk.get("/controller_epoch")[0])
+    first.stop()
+    rest = [n for n in nodes if n is not first]
+    rt.wait(lambda: rest[0].co.controller_id() not in (-1, first.broker_id))
+    second = controller_of(rt, rest)
+    assert int(zk.get("/controller_epoch")[0]) == epoch + 1
+    assert zget(zk, "/controller")[0]["brokerid"] == second.broker_id
+    rt.wait(lambda: [b[0] for b in rest[0].co.brokers()] == sorted(n.broker_id for n in rest))
+
+
+def expire(zk_connect, node):
+    """Kazoo's client_id trick: a second client on the same session, closed."""
+    sid, pwd = node.co.client.client_id
+    twin = KazooClient(hosts=zk_connect, client_id=(sid, pwd))
+    twin.start(10)
+    twin.stop()
+    twin.close()
+
+
+def test_controller_session_expiry_fences_stale_writes(rt, cluster, zk, zk_connect):
+    nodes = cluster(1, 2, 3)
+    nodes[0].call("create_topic", "fenced", 1, 3, {})
+    old = controller_of(rt, nodes)
+    stale_version = old.co.controller.epoch_version
+    expire(zk_connect, old)
+    others = [n for n in nodes if n is not old]
+    rt.wait(lambda: others[0].co.controller_id() not in (-1, old.broker_id))
+    new = controller_of(rt, others)
+    rt.wait(lambda: ("session", "restored") in old.events)
+    assert ("session", "lost") in old.events
+    assert old.events.index(("session", "lost")) < old.events.index(("session", "restored"))
+    rt.wait(lambda: old.broker_id in [b[0] for b in new.co.brokers()])
+    # The expired broker is registered again, and is not the controller.
+    assert zget(zk, "/controller")[0]["brokerid"] == new.broker_id
+    before, stat = zk.get(z.state_path("fenced", 0))
+    state = z.state_from_znode(before, stat)
+    # The old controller's epoch-checked write, made with the epoch it won, is refused.
+    ctl = old.co.controller
+    ctl.epoch_version = stale_version
+    forged = type(state)(old.broker_id, state.leader_epoch + 5, (old.broker_id,), ctl.epoch)
+    with pytest.raises(ControllerMovedError):
+        rt.call(lambda: ctl.worker.submit(ctl.write_state, "fenced", 0, forged, state.version))
+    assert zk.get(z.state_path("fenced", 0))[0] == before
+    assert not ctl.active
+
+
+def test_topic_creation_states_and_errors(rt, cluster, zk):
+    nodes = cluster(1, 2, 3)
+    meta = nodes[1].call("create_topic", "t", 6, 3, {"retention.ms": "1000"})
+    assert sorted(r[0] for r in meta.assignment.values()) == [1, 1, 2, 2, 3, 3]
+    body, _ = zget(zk, "/brokers/topics/t")
+    assert body["partitions"] == {str(p): r for p, r in meta.assignment.items()}
+    assert zget(zk, "/config/topics/t")[0] == {"version": 1, "config": {"retention.ms": "1000"}}
+    for p, replicas in meta.assignment.items():
+        state = nodes[0].state("t", p)
+        assert (state.leader, state.leader_epoch, state.isr) == (replicas[0], 0, tuple(replicas))
+        assert zget(zk, z.state_path("t", p))[0]["leader"] == replicas[0]
+    # Every broker hears "created" and a "partition" event per replica it holds.
+    for node in nodes:
+        rt.wait(lambda node=node: len([e for e, _ in node.events if e == "partition"]) == 6)
+        assert [m.name for m in node.events_of("created")] == ["t"]
+    with pytest.raises(TopicExistsError):
+        nodes[2].call("create_topic", "t", 1, 1, {})
+    with pytest.raises(InvalidReplicationFactorError, match="larger than the 3"):
+        nodes[0].call("create_topic", "big", 1, 4, {})
+    explicit = nodes[0].call("create_topic", "ex", 2, -1, {}, assignments={0: [3, 1], 1: [1, 3]})
+    assert explicit.assignment == {0: [3, 1], 1: [1, 3]}
+    assert nodes[0].state("ex", 0).leader == 3
+    internal = nodes[0].call("create_topic", "__consumer_offsets", 3, 1, {}, internal=True)
+    assert internal.internal and all(len(r) == 3 for r in internal.assignment.values())
+    assert zget(zk, "/brokers/topics/__consumer_offsets")[0]["pluglog"] == {"internal": True}
+
+
+def test_rack_aware_creation(rt, cluster):
+    nodes = cluster(1, 2, 3, 4, broker_rack="x")
+    rt.wait(lambda: len(nodes[0].co.brokers()) == 4)
+    # Give the brokers two racks: restart 3 and 4 on rack "y".
+    for node in nodes[2:]:
+        node.stop()
+    racked = cluster(3, 4, broker_rack="y")
+    rt.wait(lambda: {b[3] for b in nodes[0].co.brokers()} == {"x", "y"})
+    meta = racked[0].call("create_topic", "racks", 8, 2, {})
+    racks = {1: "x", 2: "x", 3: "y", 4: "y"}
+    for replicas in meta.assignment.values():
+        assert {racks[b] for b in replicas} == {"x", "y"}
+
+
+def test_leader_election_on_broker_loss(rt, cluster):
+    nodes = cluster(1, 2, 3)
+    by_id = {n.broker_id: n for n in nodes}
+    nodes[0].call("create_topic", "clean", 1, 3, {}, assignments={0: [2, 3, 1]})
+    nodes[0].call(
+        "create_topic",
+        "dirty",
+        1,
+        -1,
+        {"unclean.leader.election.enable": "true"},
+        assignments={0: [2, 3]},
+    )
+    nodes[0].call("create_topic", "strict", 1, -1, {}, assignments={0: [2, 3]})
+    watcher = by_id[1] if controller_of(rt, nodes).broker_id != 1 else by_id[3]
+    # Shrink the ISRs of "dirty" and "strict" to their leader 2 (as a leader would).
+    for topic in ("dirty", "strict"):
+        state = by_id[2].state(topic, 0)
+        by_id[2].call("alter_isr", topic, 0, state, (2,))
+    by_id[2].stop()
+    # Clean: the next replica in assignment order that is in the ISR and alive.
+    rt.wait(lambda: watcher.co.partition_state("clean", 0).leader == 3)
+    state = watcher.state("clean", 0)
+    assert (state.leader_epoch, state.isr) == (1, (3, 1))
+    # No ISR member alive: unclean only where the topic allows it.
+    rt.wait(lambda: watcher.co.partition_state("dirty", 0).leader == 3)
+    assert watcher.state("dirty", 0).isr == (3,)
+    rt.wait(lambda: watcher.co.partition_state("strict", 0).leader == NO_LEADER)
+    assert watcher.state("strict", 0).isr == (2,)
+
+
+def test_alter_isr_success_and_conflict(rt, cluster):
+    nodes = cluster(1, 2)
+    nodes[0].call("create_topic", "isr", 1, 2, {}, assignments={0: [1, 2]})
+    state = nodes[0].state("isr", 0)
+    new = nodes[0].call("alter_isr", "isr", 0, state, (1,))
+    assert new.isr == (1,) and new.version == state.version + 1
+    rt.wait(lambda: nodes[1].co.partition_state("isr", 0).isr == (1,))
+    with pytest.raises(StaleStateError):
+        nodes[0].call("alter_isr", "isr", 0, state, (1, 2))
+    assert nodes[0].state("isr", 0).isr == (1,)
+
+
+def test_preferred_election_and_auto_rebalance(rt, cluster):
+    nodes = cluster(1, 2, 3, leader_imbalance_check_interval_seconds=1)
+    nodes[0].call("create_topic", "pref", 1, 3, {}, assignments={0: [1, 2, 3]})
+    watcher = next(n for n in nodes if n.broker_id != 1)
+    nodes[0].stop()
+    rt.wait(lambda: watcher.co.partition_state("pref", 0).leader == 2)
+    (back,) = cluster(1, leader_imbalance_check_interval_seconds=1)
+    # Not yet in sync: the preferred leader is not available.
+    result = watcher.call("elect_leaders", [("pref", 0)], preferred=True)
+    assert result[("pref", 0)].name == "PREFERRED_LEADER_NOT_AVAILABLE"
+    # The leader adds it back to the ISR once it caught up; then it can lead again.
+    state = watcher.state("pref", 0)
+    leader = next(n for n in nodes if n.broker_id == state.leader)
+    leader.call("alter_isr", "pref", 0, state, (2, 3, 1))
+    rt.wait(lambda: back.co.partition_state("pref", 0).leader == 1, timeout=20)
+    result = back.call("elect_leaders", [("pref", 0)], preferred=True)
+    assert isinstance(result[("pref", 0)], ElectionNotNeededError)
+
+
+def test_explicit_preferred_election(rt, cluster):
+    nodes = cluster(1, 2, auto_leader_rebalance_enable=False)
+    nodes[0].call("create_topic", "e", 1, 2, {}, assignments={0: [1, 2]})
+    nodes[0].stop()
+    rt.wait(lambda: nodes[1].co.partition_state("e", 0).leader == 2)
+    (back,) = cluster(1, auto_leader_rebalance_enable=False)
+    # The leader (2) takes broker 1 back into the ISR; no automatic move.
+    state = nodes[1].state("e", 0)
+    nodes[1].call("alter_isr", "e", 0, state, (2, 1))
+    rt.wait(lambda: back.co.partition_state("e", 0).isr == (2, 1))
+    assert back.state("e", 0).leader == 2
+    result = back.call("elect_leaders", [("e", 0), ("nope", 0)], preferred=True)
+    assert result[("e", 0)] is None
+    assert result[("nope", 0)].name == "UNKNOWN_TOPIC_OR_PARTITION"
+    rt.wait(lambda: nodes[1].co.partition_state("e", 0).leader == 1)
+    assert back.state("e", 0).leader_epoch == state.leader_epoch + 1
+
+
+def test_controlled_shutdown_moves_leadership(rt, cluster):
+    nodes = cluster(
+        1, 2, 3, auto_leader_rebalance_enable=False, controlled_shutdown_timeout_ms=3000
+    )
+    meta = nodes[0].call("create_topic", "cs", 6, 2, {})
+    ctl = controller_of(rt, nodes)
+    follower = next(n for n in nodes if n is not ctl)
+    # A non-controller: every partition it led has another live ISR member.
+    follower.call("controlled_shutdown")
+    for p, replicas in meta.assignment.items():
+        state = follower.state("cs", p)
+        assert state.leader != follower.broker_id and state.leader in replicas
+        assert follower.broker_id not in state.isr
+    follower.stop()
+    # The controller: partitions whose other replica is gone cannot move, so
+    # it gives up after controlled.shutdown.timeout.ms; it resigns the role.
+    began = time.monotonic()
+    ctl.call("controlled_shutdown")
+    assert time.monotonic() - began < 8
+    survivor = next(n for n in nodes if n not in (ctl, follower))
+    rt.wait(lambda: survivor.co.controller_id() == survivor.broker_id)
+    for p, replicas in meta.assignment.items():
+        state = survivor.state("cs", p)
+        if survivor.broker_id in replicas and ctl.broker_id in replicas:
+            assert state.leader == survivor.broker_id
+            assert ctl.broker_id not in state.isr
+
+
+def test_reassignment(rt, cluster, zk):
+    nodes = cluster(1, 2, 3)
+    by_id = {n.broker_id: n for n in nodes}
+    nodes[0].call("create_topic", "move", 1, -1, {}, assignments={0: [1]})
+    result = nodes[2].call("reassign_partitions", {("move", 0): [2, 3]})
+    assert result == {("move", 0): None}
+    rt.wait(lambda: nodes[2].co.topics()["move"].replicas(0) == [2, 3, 1])
+    assert nodes[2].call("list_reassignments") == {
+        ("move", 0): {"replicas": [2, 3, 1], "adding_replicas": [2, 3], "removing_replicas": [1]}
+    }
+    assert by_id[2].events_of("changed")[-1].replicas(0) == [2, 3, 1]
+    # The leader (1) sees the new replicas catch up and adds them to the ISR.
+    state = by_id[1].state("move", 0)
+    by_id[1].call("alter_isr", "move", 0, state, (1, 2, 3))
+    rt.wait(lambda: nodes[2].co.topics()["move"].replicas(0) == [2, 3])
+    state = nodes[2].state("move", 0)
+    assert state.leader == 2 and state.isr == (2, 3)
+    assert nodes[2].call("list_reassignments") == {}
+    assert not zk.exists("/admin/reassign_partitions")
+    body = zget(zk, "/brokers/topics/move")[0]
+    assert body["partitions"] == {"0": [2, 3]} and body["adding_replicas"] == {}
+
+
+def test_deletion_partitions_and_config_events(rt, cluster, zk):
+    nodes = cluster(1, 2)
+    nodes[0].call("create_topic", "ev", 2, 2, {})
+    grown = nodes[1].call("create_partitions", "ev", 4)
+    assert grown.num_partitions == 4 and nodes[1].state("ev", 3) is not None
+    rt.wait(lambda: nodes[0].co.topics()["ev"].num_partitions == 4)
+    assert nodes[0].events_of("changed")[-1].num_partitions == 4
+    nodes[1].call("alter_topic_config", "ev", {"retention.ms": "5"})
+    rt.wait(lambda: nodes[0].co.topics()["ev"].configs == {"retention.ms": "5"})
+    assert nodes[0].events_of("changed")[-1].configs == {"retention.ms": "5"}
+    nodes[0].call("delete_topic", "ev")
+    rt.wait(lambda: "ev" not in nodes[1].co.topics())
+    assert [m.name for m in nodes[1].events_of("deleted")] == ["ev"]
+    assert not zk.exists("/brokers/topics/ev") and not zk.exists("/config/topics/ev")
+    assert zk.get_children("/admin/delete_topics") == []
+    assert nodes[0].state("ev", 0) is None
+    # The name can be used again.
+    nodes[1].call("create_topic", "ev", 1, 1, {})
+
+
+def test_zookeeper_restart_loses_nothing(rt, cluster, zookeeper):
+    nodes = cluster(1, 2)
+    nodes[0].call("create_topic", "durable", 3, 2, {"retention.ms": "77"})
+    before = {p: nodes[0].state("durable", p) for p in range(3)}
+    zookeeper.restart()
+    # Both brokers come back registered (same or new session) and see the same data.
+    rt.wait(lambda: len(nodes[1].co.brokers()) == 2, timeout=30)
+    rt.wait(lambda: nodes[0].co.controller_id() != -1, timeout=30)
+    after = {p: nodes[1].state("durable", p) for p in range(3)}
+    assert {p: (s.leader, s.isr) for p, s in after.items()} == {
+        p: (s.leader, s.isr) for p, s in before.items()
+    }
+    assert nodes[1].co.topics()["durable"].configs == {"retention.ms": "77"}
+    nodes[1].call("create_topic", "after", 1, 2, {})
+    rt.wait(lambda: nodes[0].co.partition_state("after", 0) is not None)
+    assert os.path.isdir(zookeeper.data_dir)
