@@ -145,21 +145,21 @@ class LeaderFetcher:
 
     # -- truncation ------------------------------------------------------------------
 
-    @defer.inlineCallbacks
-    def _truncate(self, conn, keys):
+    def _topics(self, keys, fields):
+        """Request ``topics`` entries: ``fields(part)`` per partition, grouped by topic."""
         topics = {}
         for key in keys:
             part = self.partitions[key][0]
-            topics.setdefault(key[0], []).append(
-                {
-                    "partition": key[1],
-                    "current_leader_epoch": part.leader_epoch,
-                    "leader_epoch": part.epochs.latest_epoch(),
-                }
-            )
+            entry = {"partition": key[1], "current_leader_epoch": part.leader_epoch}
+            entry.update(fields(part))
+            topics.setdefault(key[0], []).append(entry)
+        return [{"topic": t, "partitions": ps} for t, ps in topics.items()]
+
+    @defer.inlineCallbacks
+    def _truncate(self, conn, keys):
         body = {
             "replica_id": self.broker.node_id,
-            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+            "topics": self._topics(keys, lambda p: {"leader_epoch": p.epochs.latest_epoch()}),
         }
         response = yield conn.request(codec.OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, body)
         for topic in response["topics"]:
@@ -201,18 +201,15 @@ class LeaderFetcher:
 
     @defer.inlineCallbacks
     def _fetch(self, conn, keys):
-        topics = {}
-        for key in keys:
-            part = self.partitions[key][0]
-            topics.setdefault(key[0], []).append(
-                {
-                    "partition": key[1],
-                    "current_leader_epoch": part.leader_epoch,
-                    "fetch_offset": part.log.log_end_offset,
-                    "log_start_offset": part.log.log_start_offset,
-                    "partition_max_bytes": self.config.replica_fetch_max_bytes,
-                }
-            )
+        max_bytes = self.config.replica_fetch_max_bytes
+
+        def fields(part):
+            return {
+                "fetch_offset": part.log.log_end_offset,
+                "log_start_offset": part.log.log_start_offset,
+                "partition_max_bytes": max_bytes,
+            }
+
         body = {
             "replica_id": self.broker.node_id,
             "max_wait_ms": self.config.replica_fetch_wait_max_ms,
@@ -221,7 +218,7 @@ class LeaderFetcher:
             "isolation_level": 0,
             "session_id": 0,
             "session_epoch": -1,
-            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+            "topics": self._topics(keys, fields),
             "forgotten_topics_data": [],
             "rack_id": "",
         }
