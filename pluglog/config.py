@@ -265,6 +265,7 @@ BROKER_KEYS = {
         _int_parser(1),
     ),
     "offsets.topic.replication.factor": ("offsets_topic_replication_factor", _int_parser(1)),
+    "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", _int_parser(1)),
 }
 
 
@@ -312,6 +313,8 @@ class BrokerConfig:
     #: Kafka's default is 3; creation caps it at the number of live brokers so a
     #: single broker (and the local coordinator) still gets its offsets topic.
     offsets_topic_replication_factor: int = 3
+    #: How long a __consumer_offsets write waits for min.insync.replicas.
+    offsets_commit_timeout_ms: int = 5000
     topic_defaults: TopicConfig = field(default_factory=TopicConfig)
     plugin_sections: dict = field(default_factory=dict)
 

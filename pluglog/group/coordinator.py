@@ -2,22 +2,29 @@
 
 Kafka's ``ClassicGroup`` state machine (kafka-protocol.md §5): Empty ->
 PreparingRebalance -> CompletingRebalance -> Stable, plus Dead for deleted
-groups. Timers run on the broker's reactor clock (``callLater``), one session
-timer per member and one rebalance timer per group; tests drive a
-``task.Clock``. A JoinGroup or SyncGroup that must wait for other members is
-parked as a Deferred on its member and fired when the phase completes.
+(or unloaded) groups. Timers run on the broker's reactor clock
+(``callLater``), one session timer per member and one rebalance timer per
+group; tests drive a ``task.Clock``. A JoinGroup or SyncGroup that must wait
+for other members is parked as a Deferred on its member and fired when the
+phase completes.
 
-Lifecycle: :meth:`GroupCoordinator.start` loads ``__consumer_offsets``
-(one read chunk per reactor turn, answering COORDINATOR_LOAD_IN_PROGRESS
-meanwhile) and returns a Deferred that fires when loading is done;
-:meth:`stop` cancels every timer and answers parked requests with
-NOT_COORDINATOR. SyncGroup, Heartbeat, LeaveGroup and sessions live in
-:mod:`.members`, offsets and the admin APIs in :mod:`.offsets`.
+This broker coordinates the groups of the ``__consumer_offsets`` partitions
+it leads (:mod:`.ownership`): group requests for other groups get
+NOT_COORDINATOR, those of a partition still loading
+COORDINATOR_LOAD_IN_PROGRESS, and a partition whose leadership moves away
+takes its groups with it.
+
+Lifecycle: :meth:`GroupCoordinator.start` loads the offsets partitions this
+broker leads (one read chunk per reactor turn, answering
+COORDINATOR_LOAD_IN_PROGRESS meanwhile) and returns a Deferred that fires
+when that is done; :meth:`stop` cancels every timer and answers parked
+requests with NOT_COORDINATOR. SyncGroup, Heartbeat, LeaveGroup and sessions
+live in :mod:`.members`, offsets and the admin APIs in :mod:`.offsets`.
 """
 
 import uuid
 
-from twisted.internet import defer
+from twisted.internet import defer, task
 from twisted.logger import Logger
 
 from pluglog.errors import (
@@ -32,8 +39,8 @@ from pluglog.errors import (
     NOT_COORDINATOR,
     REBALANCE_IN_PROGRESS,
     UNKNOWN_MEMBER_ID,
+    UNKNOWN_SERVER_ERROR,
 )
-from pluglog.group.loader import Loader
 from pluglog.group.members import MemberOperations, fire_once, join_result, sync_result
 from pluglog.group.model import (
     COMPLETING_REBALANCE,
@@ -45,13 +52,14 @@ from pluglog.group.model import (
     Member,
 )
 from pluglog.group.offsets import OffsetOperations
-from pluglog.group.store import OffsetStore, group_key, group_value
+from pluglog.group.ownership import PartitionOwnership
+from pluglog.group.store import OffsetStore, coordinator_error, group_key, group_value
 
 log = Logger()
 
 
-class GroupCoordinator(MemberOperations, OffsetOperations):
-    """Every consumer group of this broker."""
+class GroupCoordinator(MemberOperations, OffsetOperations, PartitionOwnership):
+    """The consumer groups of the offsets partitions this broker leads."""
 
     def __init__(self, broker):
         self.broker = broker
@@ -63,59 +71,47 @@ class GroupCoordinator(MemberOperations, OffsetOperations):
         self.offsets_retention_ms = config.offsets_retention_minutes * 60000
         self.store = OffsetStore(broker)
         self.groups = {}
+        #: offsets partition index -> OwnedPartition (see :mod:`.ownership`)
+        self.owned = {}
         self.active = False
+        #: True until the partitions led at start are loaded.
         self.loading = False
         self._expiry_call = None
 
     # -- lifecycle ---------------------------------------------------------------
 
     def start(self):
-        """Load ``__consumer_offsets``; the Deferred fires when groups are served."""
+        """Load the offsets partitions led here; the Deferred fires (with
+        this coordinator) when their groups are served."""
         self.active = True
         self.loading = True
-        loader = Loader(self)
-        d = loader.run()
+        loads = [self._ensure_owned(part).loaded for part in self.led_offsets_partitions()]
+        # Start-up always ends on a later reactor turn, so the first requests
+        # see COORDINATOR_LOAD_IN_PROGRESS as they would with data to read.
+        loads.append(task.deferLater(self.reactor, 0, lambda: None))
 
-        def loaded(groups):
+        def loaded(_):
             if not self.active:
                 return self
-            self.groups.update(groups)
             self.loading = False
-            for group in groups.values():
-                for member in group.members.values():
-                    self._schedule_session(group, member)
             self._schedule_expiry()
-            log.info("group coordinator loaded {n} group(s)", n=len(groups))
+            log.info(
+                "group coordinator serving {n} group(s) of {p} offsets partition(s)",
+                n=len(self.groups),
+                p=len(self.owned),
+            )
             return self
 
-        def failed(failure):
-            self.loading = False
-            self.active = False
-            log.failure("loading __consumer_offsets failed; group APIs are off", failure)
-            return failure
-
-        return d.addCallbacks(loaded, failed)
+        return defer.gatherResults(loads).addCallback(loaded)
 
     def stop(self):
         self.active = False
         if self._expiry_call is not None and self._expiry_call.active():
             self._expiry_call.cancel()
+        self.owned.clear()
         for group in self.groups.values():
-            self._cancel(group.rebalance_call)
-            self._cancel(group.sync_call)
-            for call in group.pending_members.values():
-                self._cancel(call)
-            group.pending_members.clear()
-            for member in group.members.values():
-                self._cancel(member.heartbeat_call)
-                join, member.join_deferred = member.join_deferred, None
-                sync, member.sync_deferred = member.sync_deferred, None
-                fire_once(join, join_result(NOT_COORDINATOR, member.member_id))
-                fire_once(sync, sync_result(NOT_COORDINATOR))
+            self.release_group(group, NOT_COORDINATOR)
         return defer.succeed(None)
-
-    def leadership_changed(self, part):
-        """A partition of this broker gained or lost leadership."""
 
     @staticmethod
     def _cancel(call):
@@ -133,7 +129,7 @@ class GroupCoordinator(MemberOperations, OffsetOperations):
             return COORDINATOR_NOT_AVAILABLE
         if self.loading:
             return COORDINATOR_LOAD_IN_PROGRESS
-        return NONE
+        return self.partition_error(group_id)
 
     def ensure_offsets_topic(self):
         return self.store.ensure_topic()
@@ -308,10 +304,15 @@ class GroupCoordinator(MemberOperations, OffsetOperations):
                 )
 
             def not_stored(failure):
-                log.failure("persisting static member {id} failed", failure, id=new_id)
+                code = coordinator_error(failure, UNKNOWN_SERVER_ERROR)
+                log.warn(
+                    "persisting static member {id} failed: {why}",
+                    id=new_id,
+                    why=failure.getErrorMessage(),
+                )
                 group.replace_member_id(new_id, old_id)
                 member.protocols = old_protocols
-                d.callback(join_result(COORDINATOR_NOT_AVAILABLE, new_id))
+                d.callback(join_result(code, new_id))
 
             self._store_group(group).addCallbacks(stored, not_stored)
             return

@@ -1,16 +1,21 @@
-"""Rebuilds groups and committed offsets from ``__consumer_offsets`` at start.
+"""Rebuilds the groups and committed offsets of one ``__consumer_offsets`` partition.
 
-Reads every partition of the topic from its log start to its end, one read
-chunk (at most 8 MiB) per reactor turn so the reactor keeps answering other
-requests (group APIs say COORDINATOR_LOAD_IN_PROGRESS until the Deferred of
-:meth:`Loader.run` fires). Records are applied in log order, so the last value
-of a key wins and a null value (tombstone) removes it, which is exactly what
-compaction would have left.
+The coordinator starts a :class:`Loader` when this broker becomes the leader
+of an offsets partition (Kafka's GroupMetadataManager.loadGroupsAndOffsets).
+It reads that partition from its log start to its end, one read chunk (at
+most 8 MiB) per reactor turn so the reactor keeps answering other requests
+(group APIs of that partition say COORDINATOR_LOAD_IN_PROGRESS until the
+Deferred of :meth:`Loader.run` fires). Records are applied in log order, so
+the last value of a key wins and a null value (tombstone) removes it, which
+is exactly what compaction would have left. A load whose partition was
+unloaded meanwhile (leadership moved on, the coordinator stopped) stops at
+its next chunk and fires with None.
 
 Loaded groups with members come back Stable with their generation,
 assignments and static members; their session timers start when the
-coordinator installs them, so members that vanished while the broker was down
-expire after one session timeout. Groups with no members come back Empty.
+coordinator installs them, so members that vanished while the group had no
+coordinator expire after one session timeout. Groups with no members come
+back Empty.
 """
 
 import struct
@@ -25,12 +30,17 @@ log = Logger()
 
 
 class Loader:
-    """One load of the whole topic for a :class:`GroupCoordinator`."""
+    """One load of one offsets partition for a :class:`GroupCoordinator`.
 
-    def __init__(self, coordinator):
+    ``current()`` says whether the load is still wanted; it is asked before
+    every chunk.
+    """
+
+    def __init__(self, coordinator, partition, current):
         self.coordinator = coordinator
         self.reactor = coordinator.reactor
-        self.store = coordinator.store
+        self.partition = partition
+        self.current = current
         self.offsets = {}  # group -> {(topic, partition): OffsetAndMetadata}
         self.metadata = {}  # group -> GroupRecord, or None once deleted
         self.skipped = 0
@@ -38,15 +48,15 @@ class Loader:
         self._chunks = None
 
     def run(self):
-        parts = self.store.partitions_to_load()
-        self._chunks = (chunk for part in parts for chunk in self.store.read_chunks(part))
+        self._chunks = self.coordinator.store.read_chunks(self.partition)
         self.reactor.callLater(0, self._step)
         return self.deferred
 
     def _step(self):
-        if not self.coordinator.active:
-            # Stopped while loading: the storage may be closing under us.
-            self.deferred.callback({})
+        if not self.current():
+            # Unloaded or stopped while loading: the log may be changing or
+            # closing under us, and nobody wants the result.
+            self.deferred.callback(None)
             return
         try:
             chunk = next(self._chunks, None)
@@ -60,7 +70,12 @@ class Loader:
             self.deferred.errback()
             return
         if self.skipped:
-            log.warn("skipped {n} unreadable record(s) in __consumer_offsets", n=self.skipped)
+            log.warn(
+                "skipped {n} unreadable record(s) in {topic}-{index}",
+                n=self.skipped,
+                topic=self.partition.topic,
+                index=self.partition.index,
+            )
         self.deferred.callback(groups)
 
     def _apply(self, key, value):

@@ -18,8 +18,10 @@ from pluglog.errors import (
     NONE,
     REBALANCE_IN_PROGRESS,
     UNKNOWN_MEMBER_ID,
+    UNKNOWN_SERVER_ERROR,
 )
 from pluglog.group.model import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE
+from pluglog.group.store import coordinator_error
 
 log = Logger()
 
@@ -88,9 +90,16 @@ class MemberOperations:
                 fire_once(d, sync_result(NONE, member.assignment))
 
         def not_stored(failure):
-            log.failure("persisting group {g} failed", failure, g=group.group_id)
+            # Kafka's storeGroup translation; a group unloaded meanwhile is
+            # Dead and its members were already told NOT_COORDINATOR.
+            code = coordinator_error(failure, UNKNOWN_SERVER_ERROR)
+            log.warn(
+                "persisting group {g} failed: {why}",
+                g=group.group_id,
+                why=failure.getErrorMessage(),
+            )
             if group.state == COMPLETING_REBALANCE and group.generation_id == generation:
-                self._reset_assignments(group, COORDINATOR_NOT_AVAILABLE)
+                self._reset_assignments(group, code)
                 self._prepare_rebalance(group, "its metadata could not be stored")
 
         self._store_group(group).addCallbacks(stored, not_stored)

@@ -17,6 +17,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from pluglog.errors import (
+    COORDINATOR_LOAD_IN_PROGRESS,
     COORDINATOR_NOT_AVAILABLE,
     FENCED_INSTANCE_ID,
     GROUP_ID_NOT_FOUND,
@@ -29,10 +30,9 @@ from pluglog.errors import (
     REBALANCE_IN_PROGRESS,
     UNKNOWN_MEMBER_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
-    MessageTooLargeError,
 )
 from pluglog.group.model import COMPLETING_REBALANCE, DEAD, EMPTY, STABLE, Group, OffsetAndMetadata
-from pluglog.group.store import group_key, offset_key, offset_value
+from pluglog.group.store import coordinator_error, group_key, offset_key, offset_value
 
 log = Logger()
 
@@ -44,10 +44,7 @@ RETENTION_CHECK_INTERVAL_MS = 600000
 
 def _store_error(failure):
     """Kafka's mapping of a failed __consumer_offsets append to a commit error."""
-    if failure.check(MessageTooLargeError):
-        return INVALID_COMMIT_OFFSET_SIZE
-    log.failure("writing to __consumer_offsets failed", failure)
-    return COORDINATOR_NOT_AVAILABLE
+    return coordinator_error(failure, INVALID_COMMIT_OFFSET_SIZE)
 
 
 def _topic_results(topics, code_of):
@@ -98,7 +95,7 @@ class OffsetOperations:
             for p in topic["partitions"]:
                 index = p["partition_index"]
                 metadata = p.get("committed_metadata") or ""
-                if (name, index) not in self.broker.partitions:
+                if not self._partition_exists(name, index):
                     codes[(name, index)] = UNKNOWN_TOPIC_OR_PARTITION
                 elif len(metadata.encode("utf-8")) > OFFSET_METADATA_MAX_BYTES:
                     codes[(name, index)] = OFFSET_METADATA_TOO_LARGE
@@ -116,8 +113,8 @@ class OffsetOperations:
         def answer(code):
             for key in staged:
                 codes[key] = code
-            if group.is_empty_shell():
-                self.groups.pop(group_id, None)
+            if group.is_empty_shell() and self.groups.get(group_id) is group:
+                del self.groups[group_id]
             return _topic_results(topics, lambda name, p: codes[(name, p["partition_index"])])
 
         if not entries:
@@ -131,6 +128,12 @@ class OffsetOperations:
         d = self.store.append(group_id, entries)
         d.addCallbacks(stored, _store_error)
         return d.addCallback(answer)
+
+    def _partition_exists(self, topic, index):
+        # Cluster metadata, not this broker's partitions: in a cluster the
+        # coordinator takes commits for partitions other brokers host.
+        meta = self.broker.coordinator.topics().get(topic)
+        return meta is not None and 0 <= index < meta.num_partitions
 
     def _commit_error(self, group, generation_id, member_id, instance_id):
         if group.state == DEAD:
@@ -291,8 +294,10 @@ class OffsetOperations:
         """Returns ``(error, [(group_id, protocol_type)])``."""
         if not self.active:
             return COORDINATOR_NOT_AVAILABLE, []
-        if self.loading:
-            return self.group_error("-"), []
+        self.sweep_ownership()
+        if self.loading or self.any_loading():
+            return COORDINATOR_LOAD_IN_PROGRESS, []
+        # Only groups of the offsets partitions this broker leads are loaded.
         return NONE, [
             (g.group_id, g.protocol_type or "") for g in self.groups.values() if g.state != DEAD
         ]

@@ -23,21 +23,55 @@ docs/groups.rst for the table:
   subscription bytes, assignment bytes]`` (v0-v2 are read too)
 * a null value (tombstone) deletes the key; compaction keeps the newest value.
 
-Contract: runs on the reactor thread. Appends are synchronous once the topic
-exists; the topic is created on first need, so writes return Deferreds.
-Loading is O(records in the topic) and happens once, at start.
+Durability (Kafka's ``offsets.commit.required.acks=-1``): a write is
+appended with acks=all semantics on the partition's leader and its Deferred
+fires only once the partition's high watermark covers the batch, i.e. once
+``min.insync.replicas`` replicas hold it; on a single broker that is at once.
+A failed write errbacks with the log's KafkaError (:class:`UnacknowledgedWriteError` for
+the codes the HW wait reports); :func:`coordinator_error` translates it into
+what group clients expect (Kafka's GroupMetadataManager mapping).
+
+The topic is created on first need with replication factor
+min(``offsets.topic.replication.factor``, live brokers). Loading reads one
+partition, when this broker becomes its leader (:mod:`.loader`).
+
+Contract: runs on the reactor thread.
 """
 
 import struct
 
 from twisted.internet import defer
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from pluglog.errors import (
+    COORDINATOR_NOT_AVAILABLE,
+    INVALID_FETCH_SIZE,
+    KAFKA_STORAGE_ERROR,
+    MESSAGE_TOO_LARGE,
+    NONE,
+    NOT_COORDINATOR,
+    NOT_ENOUGH_REPLICAS,
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    NOT_LEADER_OR_FOLLOWER,
+    RECORD_LIST_TOO_LARGE,
+    REQUEST_TIMED_OUT,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    KafkaError,
+)
 from pluglog.group.model import OffsetAndMetadata
 from pluglog.protocol import records as batches
 
+log = Logger()
+
 OFFSETS_TOPIC = "__consumer_offsets"
-OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
+#: Kafka's GroupMetadataManager.offsetsTopicConfigs (min.insync.replicas is
+#: the broker default, as in Kafka).
+OFFSETS_TOPIC_CONFIGS = {
+    "cleanup.policy": "compact",
+    "segment.bytes": "104857600",
+    "compression.type": "producer",
+}
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
@@ -246,16 +280,63 @@ def parse_group_value(value):
 # -- the store -----------------------------------------------------------------
 
 
+class UnacknowledgedWriteError(KafkaError):
+    """A write that is in the leader's log but was not acknowledged: the HW
+    wait answered NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT or
+    NOT_LEADER_OR_FOLLOWER (``error_code``)."""
+
+    def __init__(self, error_code, message):
+        super().__init__(message)
+        self.error_code = error_code
+
+
+_UNAVAILABLE = frozenset(
+    (
+        UNKNOWN_TOPIC_OR_PARTITION,
+        NOT_ENOUGH_REPLICAS,
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        REQUEST_TIMED_OUT,
+    )
+)
+_MOVED = frozenset((NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR))
+_TOO_LARGE = frozenset((MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_FETCH_SIZE))
+
+
+def coordinator_error(failure, too_large=COORDINATOR_NOT_AVAILABLE):
+    """The group error for a failed ``__consumer_offsets`` write (Kafka's
+    GroupMetadataManager/GroupCoordinatorService translation): the partition
+    is short of replicas or timed out -> COORDINATOR_NOT_AVAILABLE, it moved
+    -> NOT_COORDINATOR, both make clients look the coordinator up again; an
+    oversized batch -> ``too_large`` (INVALID_COMMIT_OFFSET_SIZE for commits).
+    """
+    code = failure.value.error_code if failure.check(KafkaError) else None
+    if code in _UNAVAILABLE:
+        return COORDINATOR_NOT_AVAILABLE
+    if code in _MOVED:
+        return NOT_COORDINATOR
+    if code in _TOO_LARGE:
+        return too_large
+    log.failure("writing to __consumer_offsets failed", failure)
+    return COORDINATOR_NOT_AVAILABLE
+
+
 class OffsetStore:
-    """Appends key/value records for groups and reads the topic back."""
+    """Appends key/value records for groups and reads a partition back."""
 
     def __init__(self, broker):
         self.broker = broker
         self.num_partitions = broker.config.offsets_topic_num_partitions
+        self.commit_timeout_s = broker.config.offsets_commit_timeout_ms / 1000.0
         self._waiters = []
 
     def topic_exists(self):
         return self.broker.num_partitions(OFFSETS_TOPIC) is not None
+
+    def replication_factor(self):
+        """offsets.topic.replication.factor, capped at the live brokers so a
+        small (or single-broker) cluster still gets its offsets topic."""
+        live = len(self.broker.coordinator.brokers())
+        return max(1, min(self.broker.config.offsets_topic_replication_factor, live))
 
     def ensure_topic(self):
         """A Deferred that fires once ``__consumer_offsets`` exists."""
@@ -265,7 +346,11 @@ class OffsetStore:
         self._waiters.append(waiter)
         if len(self._waiters) == 1:
             self.broker.create_topic(
-                OFFSETS_TOPIC, self.num_partitions, 1, dict(OFFSETS_TOPIC_CONFIGS), internal=True
+                OFFSETS_TOPIC,
+                self.num_partitions,
+                self.replication_factor(),
+                dict(OFFSETS_TOPIC_CONFIGS),
+                internal=True,
             ).addBoth(self._created)
         return waiter
 
@@ -289,8 +374,11 @@ class OffsetStore:
     def append(self, group_id, entries):
         """Append ``[(key, value or None)]`` for one group as a single batch.
 
-        Returns a Deferred firing when the batch is in the log (errbacks with
-        the storage's KafkaError, e.g. MessageTooLargeError).
+        Returns a Deferred firing once the batch is acknowledged: in the log
+        of the leader and covered by the partition's high watermark. It
+        errbacks with the log's KafkaError (NotLeaderOrFollowerError,
+        NotEnoughReplicasError, MessageTooLargeError, ...) or UnacknowledgedWriteError;
+        :func:`coordinator_error` turns either into a group error code.
         """
 
         def write(_):
@@ -300,13 +388,19 @@ class OffsetStore:
                 [batches.Record(key, value, (), now) for key, value in entries],
                 base_timestamp=now,
             )
-            part.append(batch, now)
+            info = part.append(batch, now, acks=-1)
+            wait = part.wait_for_hw(
+                info.last_offset + 1, self.commit_timeout_s, self.broker.reactor
+            )
+            return wait.addCallback(acknowledged, part)
+
+        def acknowledged(code, part):
+            if code != NONE:
+                raise UnacknowledgedWriteError(
+                    code, f"{part.topic}-{part.index}: write not acknowledged"
+                )
 
         return self.ensure_topic().addCallback(write)
-
-    def partitions_to_load(self):
-        count = self.broker.num_partitions(OFFSETS_TOPIC) or 0
-        return [self.broker.partitions[(OFFSETS_TOPIC, i)] for i in range(count)]
 
     @staticmethod
     def read_chunks(partition, chunk_bytes=8 << 20):

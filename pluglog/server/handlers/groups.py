@@ -4,8 +4,10 @@ and OffsetDelete.
 
 They only translate between request/response bodies of each version and the
 calls of :class:`pluglog.group.GroupCoordinator` (``broker.group_coordinator``);
-the state machine and the offset store live in :mod:`pluglog.group`. This
-single broker coordinates every group, so FindCoordinator always names it.
+the state machine and the offset store live in :mod:`pluglog.group`.
+FindCoordinator names the broker that leads the group's partition of
+``__consumer_offsets`` (creating the topic on first use, as Kafka does), or
+answers COORDINATOR_NOT_AVAILABLE while that partition has no leader.
 """
 
 from twisted.logger import Logger
@@ -45,34 +47,37 @@ def _throttled(body):
 
 
 def handle_find_coordinator(ctx, request):
-    broker = ctx.broker
-
-    def answer(error, message=None):
-        host, port = broker.advertised
-        ok = error == NONE
+    def answer(error, message=None, node=None):
+        node_id, host, port = node if node is not None else (-1, "", -1)
         return {
             "throttle_time_ms": 0,
             "error_code": error,
             "error_message": message,
-            "node_id": broker.node_id if ok else -1,
-            "host": host if ok else "",
-            "port": port if ok else -1,
+            "node_id": node_id,
+            "host": host,
+            "port": port,
         }
 
     if request.get("key_type", _KEY_TYPE_GROUP) != _KEY_TYPE_GROUP:
         return answer(COORDINATOR_NOT_AVAILABLE, "transactions are not supported")
-    gc = coordinator(broker)
+    gc = coordinator(ctx.broker)
     if not gc.active:
         return answer(COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running")
     # Kafka creates __consumer_offsets when the first client looks for a
     # coordinator, so the first commit does not pay for it.
     d = gc.ensure_offsets_topic()
 
+    def created(_):
+        node = gc.coordinator_node(request["key"])
+        if node is None:
+            return answer(COORDINATOR_NOT_AVAILABLE, "the group's offsets partition has no leader")
+        return answer(NONE, node=node)
+
     def failed(failure):
         log.failure("creating __consumer_offsets failed", failure)
         return answer(COORDINATOR_NOT_AVAILABLE, "__consumer_offsets could not be created")
 
-    return d.addCallbacks(lambda _: answer(NONE), failed)
+    return d.addCallbacks(created, failed)
 
 
 def handle_join_group(ctx, request):
