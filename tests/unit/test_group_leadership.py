@@ -10,9 +10,11 @@ three offsets partitions, group "c" lives in partition 0, "g" in 1, "b" in 2.
 import dataclasses
 
 import pytest
+from twisted.internet import defer
 
 from pluglog import errors
 from pluglog import protocol as codec
+from pluglog.coordination.state import TopicMetadata
 from pluglog.group import OFFSETS_TOPIC, GroupCoordinator
 from pluglog.group.model import DEAD, PREPARING_REBALANCE, STABLE, OffsetAndMetadata
 from pluglog.group.store import group_key, offset_key, offset_value, partition_for
@@ -233,9 +235,20 @@ class ClusterView:
     """The coordinator's answers a three-broker cluster would give, on top of
     the local coordinator (a twin for FindCoordinator's lookups)."""
 
-    def __init__(self, local, leaders):
+    def __init__(self, local, leaders, remote_topics=()):
         self.local = local
         self.leaders = leaders  # offsets partition -> leader id (or -1)
+        self.remote = {meta.name: meta for meta in remote_topics}  # hosted elsewhere
+        self.creating = []
+
+    def topics(self):
+        return {**self.local.topics(), **self.remote}
+
+    def create_topic(self, name, *args, **kwargs):
+        # Creation through ZooKeeper completes later.
+        partitions, replication_factor = args[:2]
+        self.creating.append((name, partitions, replication_factor))
+        return defer.Deferred()
 
     def brokers(self):
         return [(0, "h0", 9090, None), (1, "h1", 9091, None), (2, "h2", 9092, None)]
@@ -292,6 +305,26 @@ def test_the_offsets_topic_is_created_with_kafkas_configs(env):
         "segment.bytes": "104857600",
         "compression.type": "producer",
     }
+
+
+def test_commits_for_partitions_hosted_on_other_brokers_are_accepted(env):
+    remote = TopicMetadata("remote", 2, assignment={0: [1, 2], 1: [2, 1]})
+    env.broker.coordinator = ClusterView(env.broker.coordinator, {}, [remote])
+    assert ("remote", 0) not in env.broker.partitions
+    assert commit(env, {("remote", 1): 8, ("remote", 2): 9}, group="g") == {
+        ("remote", 1): 0,
+        ("remote", 2): errors.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+    assert fetch(env, None, group="g") == (0, {("remote", 1): (8, "", -1)})
+
+
+def test_group_requests_before_the_offsets_topic_exists_create_it(tmp_path):
+    env = Env(tmp_path, offsets_topic_replication_factor=3)
+    env.broker.coordinator = ClusterView(env.broker.coordinator, {})
+    assert result_of(join(env, "g"))["error_code"] == errors.COORDINATOR_NOT_AVAILABLE
+    assert env.heartbeat("m", 1, group="g") == errors.COORDINATOR_NOT_AVAILABLE
+    # One creation, with the replication factor three live brokers allow.
+    assert env.broker.coordinator.creating == [(OFFSETS_TOPIC, 3, 3)]
 
 
 # -- durable writes ---------------------------------------------------------------
