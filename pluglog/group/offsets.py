@@ -90,12 +90,16 @@ class OffsetOperations:
         codes = {}
         entries = []
         staged = {}
+        # Cluster metadata, not this broker's partitions: in a cluster the
+        # coordinator takes commits for partitions other brokers host.
+        cluster = self.broker.coordinator.topics()
         for topic in topics:
             name = topic["name"]
+            meta = cluster.get(name)
             for p in topic["partitions"]:
                 index = p["partition_index"]
                 metadata = p.get("committed_metadata") or ""
-                if not self._partition_exists(name, index):
+                if meta is None or not 0 <= index < meta.num_partitions:
                     codes[(name, index)] = UNKNOWN_TOPIC_OR_PARTITION
                 elif len(metadata.encode("utf-8")) > OFFSET_METADATA_MAX_BYTES:
                     codes[(name, index)] = OFFSET_METADATA_TOO_LARGE
@@ -128,12 +132,6 @@ class OffsetOperations:
         d = self.store.append(group_id, entries)
         d.addCallbacks(stored, _store_error)
         return d.addCallback(answer)
-
-    def _partition_exists(self, topic, index):
-        # Cluster metadata, not this broker's partitions: in a cluster the
-        # coordinator takes commits for partitions other brokers host.
-        meta = self.broker.coordinator.topics().get(topic)
-        return meta is not None and 0 <= index < meta.num_partitions
 
     def _commit_error(self, group, generation_id, member_id, instance_id):
         if group.state == DEAD:

@@ -78,15 +78,17 @@ class PartitionOwnership:
 
     def partition_error(self, group_id):
         """NONE when this broker coordinates ``group_id`` and has its groups."""
-        if not self.store.topic_exists():
+        count = self.broker.num_partitions(OFFSETS_TOPIC)
+        if count is None:
             # Kafka creates the topic on FindCoordinator; a group request that
             # comes first (a tool, a client with a cached coordinator) does too.
             self.store.ensure_topic().addErrback(
                 lambda f: log.failure("creating __consumer_offsets failed", f)
             )
-            if not self.store.topic_exists():
+            count = self.broker.num_partitions(OFFSETS_TOPIC)
+            if count is None:
                 return COORDINATOR_NOT_AVAILABLE
-        index = self.store.partition_of(group_id)
+        index = self.store.partition_of(group_id, count)
         part = self.broker.partitions.get((OFFSETS_TOPIC, index))
         if part is None or not part.is_leader:
             if index in self.owned:

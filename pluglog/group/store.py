@@ -38,6 +38,7 @@ partition, when this broker becomes its leader (:mod:`.loader`).
 Contract: runs on the reactor thread.
 """
 
+import functools
 import struct
 
 from twisted.internet import defer
@@ -90,8 +91,12 @@ def java_string_hashcode(text):
     return h - 0x100000000 if h & 0x80000000 else h
 
 
+@functools.lru_cache(maxsize=8192)
 def partition_for(group_id, num_partitions):
-    """Kafka's ``Utils.abs(groupId.hashCode) % n`` (abs(MIN_VALUE) is 0)."""
+    """Kafka's ``Utils.abs(groupId.hashCode) % n`` (abs(MIN_VALUE) is 0).
+
+    Cached: every group request asks, and hashing is a Python loop per character.
+    """
     h = java_string_hashcode(group_id)
     return (0 if h == -(2**31) else abs(h)) % num_partitions
 
@@ -320,6 +325,11 @@ def coordinator_error(failure, too_large=COORDINATOR_NOT_AVAILABLE):
     return COORDINATOR_NOT_AVAILABLE
 
 
+def _acknowledged(code, part):
+    if code != NONE:
+        raise UnacknowledgedWriteError(code, f"{part.topic}-{part.index}: write not acknowledged")
+
+
 class OffsetStore:
     """Appends key/value records for groups and reads a partition back."""
 
@@ -364,11 +374,11 @@ class OffsetStore:
             else:
                 waiter.callback(None)
 
-    def partition_of(self, group_id):
+    def partition_of(self, group_id, count=None):
         # The topic's real partition count wins over the config: a broker
         # restarted with another offsets.topic.num.partitions must keep
         # finding groups where it wrote them.
-        count = self.broker.num_partitions(OFFSETS_TOPIC) or self.num_partitions
+        count = count or self.broker.num_partitions(OFFSETS_TOPIC) or self.num_partitions
         return partition_for(group_id, count)
 
     def append(self, group_id, entries):
@@ -377,30 +387,25 @@ class OffsetStore:
         Returns a Deferred firing once the batch is acknowledged: in the log
         of the leader and covered by the partition's high watermark. It
         errbacks with the log's KafkaError (NotLeaderOrFollowerError,
-        NotEnoughReplicasError, MessageTooLargeError, ...) or UnacknowledgedWriteError;
-        :func:`coordinator_error` turns either into a group error code.
+        NotEnoughReplicasError, MessageTooLargeError, ...) or
+        UnacknowledgedWriteError; :func:`coordinator_error` turns either into
+        a group error code.
         """
+        count = self.broker.num_partitions(OFFSETS_TOPIC)
+        if count is None:
+            return self.ensure_topic().addCallback(lambda _: self._write(group_id, entries, None))
+        return defer.maybeDeferred(self._write, group_id, entries, count)
 
-        def write(_):
-            now = self.broker.now_ms()
-            part = self.broker.partition(OFFSETS_TOPIC, self.partition_of(group_id))
-            batch = batches.build_batch(
-                [batches.Record(key, value, (), now) for key, value in entries],
-                base_timestamp=now,
-            )
-            info = part.append(batch, now, acks=-1)
-            wait = part.wait_for_hw(
-                info.last_offset + 1, self.commit_timeout_s, self.broker.reactor
-            )
-            return wait.addCallback(acknowledged, part)
-
-        def acknowledged(code, part):
-            if code != NONE:
-                raise UnacknowledgedWriteError(
-                    code, f"{part.topic}-{part.index}: write not acknowledged"
-                )
-
-        return self.ensure_topic().addCallback(write)
+    def _write(self, group_id, entries, count):
+        now = self.broker.now_ms()
+        part = self.broker.partition(OFFSETS_TOPIC, self.partition_of(group_id, count))
+        batch = batches.build_batch(
+            [batches.Record(key, value, (), now) for key, value in entries],
+            base_timestamp=now,
+        )
+        info = part.append(batch, now, acks=-1)
+        wait = part.wait_for_hw(info.last_offset + 1, self.commit_timeout_s, self.broker.reactor)
+        return wait.addCallback(_acknowledged, part)
 
     @staticmethod
     def read_chunks(partition, chunk_bytes=8 << 20):
