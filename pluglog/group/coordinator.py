@@ -85,6 +85,7 @@ class GroupCoordinator(MemberOperations, OffsetOperations, PartitionOwnership):
         this coordinator) when their groups are served."""
         self.active = True
         self.loading = True
+        self.broker.coordinator.add_listener(self.cluster_event)
         loads = [self._ensure_owned(part).loaded for part in self.led_offsets_partitions()]
         # Start-up always ends on a later reactor turn, so the first requests
         # see COORDINATOR_LOAD_IN_PROGRESS as they would with data to read.

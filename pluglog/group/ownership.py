@@ -17,6 +17,8 @@ partition (Kafka's GroupMetadataManager ``ownedPartitions`` /
   notification (a ZooKeeper session lost and restored, a coordinator built
   after the partitions were opened) heals on the next request instead of
   serving stale groups.
+* A lost coordination (ZooKeeper) session unloads everything at once; the
+  re-announced states load the partitions still led here again.
 * An ownership is tied to the leader epoch it was loaded in: led again in a
   newer epoch, the partition is unloaded and read again, because another
   broker may have written to it in between.
@@ -75,6 +77,13 @@ class PartitionOwnership:
             self._ensure_owned(part)
         elif part.index in self.owned:
             self._unload(part.index, "this broker no longer leads it")
+
+    def cluster_event(self, event, payload):
+        """Coordinator listener: a lost ZooKeeper session means this broker
+        leads nothing until its states are re-announced (which reload)."""
+        if event == "session" and payload == "lost" and self.active:
+            for index in list(self.owned):
+                self._unload(index, "the coordination session was lost")
 
     def partition_error(self, group_id):
         """NONE when this broker coordinates ``group_id`` and has its groups."""

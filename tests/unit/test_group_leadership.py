@@ -150,6 +150,23 @@ def test_a_missed_notification_heals_on_the_next_request(env):
     assert "g" not in env.gc.groups
 
 
+def test_a_lost_session_unloads_everything_and_the_restored_one_reloads(env):
+    member, gen = stable(env, "g")
+    assert commit(env, {("t", 0): 4}, group="c") == {("t", 0): 0}
+    parked = pending(join(env, "g"))
+    env.broker.coordinator._notify("session", "lost")
+    assert result_of(parked)["error_code"] == errors.NOT_COORDINATOR
+    assert env.gc.groups == {} and env.gc.owned == {}
+    assert env.heartbeat(member, gen, group="g") == errors.NOT_COORDINATOR
+    # Registered again: the replica manager re-applies the states, leading again.
+    env.broker.coordinator._notify("session", "restored")
+    env.clock.advance(0)
+    assert fetch(env, [("t", [0])], group="c") == (0, {("t", 0): (4, "", -1)})
+    # The group comes back as last stored: Stable, the unfinished rebalance gone.
+    assert env.heartbeat(member, gen, group="g") == errors.NONE
+    assert list(env.gc.groups["g"].members) == [member]
+
+
 # -- loading on becoming leader ---------------------------------------------------
 
 
