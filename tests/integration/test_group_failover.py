@@ -1,11 +1,13 @@
-"""A consumer group keeps consuming across a group-coordinator failover.
+"""A consumer group keeps consuming across a group-coordinator failover and back.
 
 Three broker processes coordinated by a real ZooKeeper (tests/cluster.py), a
 topic with replication factor 3 and min.insync.replicas=2 written
 continuously by an acks=all producer, and one group with a confluent-kafka
 member and a kafka-python member. The broker leading the group's
 ``__consumer_offsets`` partition (the coordinator) is SIGKILLed: the
-partition's new leader loads the group and the members carry on.
+partition's new leader loads the group and the members carry on. When the
+killed broker returns and is elected back as the partition's preferred
+leader, the group moves back to it and the interim coordinator lets go.
 
 Members note every record before committing it (at-least-once), so "no record
 skipped" is: every acknowledged record was consumed. "Committed offsets
@@ -161,6 +163,15 @@ def describe(cluster, node):
     return out["groups"][0]
 
 
+def keeps_consuming(cluster, members, when):
+    counts = [len(m.seen) for m in members]
+    cluster.wait_for(
+        lambda: all(len(m.seen) > c + 100 for m, c in zip(members, counts)),
+        timeout=90,
+        what=f"both members consuming {when}",
+    )
+
+
 def test_group_keeps_consuming_across_a_coordinator_failover(tmp_path, zk_connect):
     cluster = Cluster(tmp_path, zk_connect, brokers=3).start()
     producer = None
@@ -198,12 +209,29 @@ def test_group_keeps_consuming_across_a_coordinator_failover(tmp_path, zk_connec
         # Failover within 2 x the ZooKeeper session timeout (4 s) plus loading.
         assert failover_s < 2 * 4.0 + 5.0, failover_s
 
-        counts = [len(m.seen) for m in members]
-        cluster.wait_for(
-            lambda: all(len(m.seen) > c + 100 for m, c in zip(members, counts)),
-            timeout=90,
-            what="both members consuming after the failover",
-        )
+        keeps_consuming(cluster, members, "after the failover")
+
+        # The old coordinator returns, catches up and is elected back as the
+        # preferred leader: the group moves back, the interim one unloads it.
+        moved_back = (time.monotonic(), committed(cluster, new))
+        assert moved_back[1] is not None
+        cluster.restart(old)
+        cluster.wait_for(lambda: find_coordinator(cluster) == old, timeout=90, what="move back")
+        back = cluster.wait_for(lambda: committed(cluster, old), timeout=30, what="offsets")
+        assert all(back[p] >= moved_back[1][p] for p in range(PARTITIONS)), (moved_back, back)
+        with BlockingClient("127.0.0.1", cluster.brokers[new].port, timeout=5) as client:
+            out = client.request(
+                codec.HEARTBEAT,
+                3,
+                {
+                    "group_id": GROUP,
+                    "generation_id": 1,
+                    "member_id": "x",
+                    "group_instance_id": None,
+                },
+            )
+        assert out["error_code"] == errors.NOT_COORDINATOR
+        keeps_consuming(cluster, members, "after the move back")
         producer.stop()
         acked = dict(producer.acked)
         ends = {p: 0 for p in range(PARTITIONS)}
@@ -237,4 +265,5 @@ def test_group_keeps_consuming_across_a_coordinator_failover(tmp_path, zk_connec
     assert not skipped, f"{len(skipped)} acknowledged records never consumed, e.g. {skipped[:3]}"
     # No member went back below what the old coordinator had acknowledged.
     reread = [(p, o) for t, p, o, _v in seen if t > killed and o < before[p]]
+    reread += [(p, o) for t, p, o, _v in seen if t > moved_back[0] and o < moved_back[1][p]]
     assert not reread, f"{len(reread)} records below the committed offsets read again"
