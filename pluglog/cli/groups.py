@@ -4,14 +4,27 @@ The equivalent of kafka-consumer-groups.sh. Offsets are reset with an
 OffsetCommit of generation -1, which the coordinator accepts only while the
 group has no members — resetting under a live consumer would be overwritten
 by its next commit anyway, so that is refused with a clear message.
+
+In a cluster each group has its own coordinator (the leader of its
+``__consumer_offsets`` partition): group requests go to the broker
+FindCoordinator names, ``list`` asks every broker, and log end offsets come
+from each partition's leader.
 """
 
+import contextlib
 import struct
+import time
 from datetime import datetime
 
+from pluglog import errors
 from pluglog import protocol as codec
-from pluglog.cli.common import check, error_name, partitions_of
+from pluglog.cli.common import check, error_name, metadata, partitions_of
 from pluglog.cli.topics import end_offsets
+from pluglog.client.blocking import BlockingClient
+
+#: How long a command waits for a coordinator that is moving or loading.
+COORDINATOR_WAIT_S = 15.0
+_RETRIABLE = (errors.COORDINATOR_NOT_AVAILABLE, errors.COORDINATOR_LOAD_IN_PROGRESS)
 
 
 def add_parser(sub):
@@ -48,11 +61,53 @@ def _datetime_ms(text):
     return int(moment.timestamp() * 1000)
 
 
+@contextlib.contextmanager
+def _connected(client, host, port):
+    """``client`` if it is connected to ``host:port``, else a new connection."""
+    if (host, port) == client.address:
+        yield client
+        return
+    with BlockingClient(host, port, client_id=client.client_id) as other:
+        yield other
+
+
+def _retry(call, what):
+    """Run ``call()`` -> (error code, result) until the coordinator is ready."""
+    deadline = time.monotonic() + COORDINATOR_WAIT_S
+    while True:
+        code, result = call()
+        if code not in _RETRIABLE or time.monotonic() >= deadline:
+            check(code, what)
+            return result
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def coordinator(client, group):
+    """A client connected to ``group``'s coordinator."""
+
+    def find():
+        resp = client.request(codec.FIND_COORDINATOR, 2, {"key": group, "key_type": 0})
+        return resp["error_code"], resp
+
+    found = _retry(find, f"FindCoordinator {group}")
+    with _connected(client, found["host"], found["port"]) as other:
+        yield other
+
+
 def list_groups(client, args):
-    resp = client.request(codec.LIST_GROUPS, 2, {})
-    check(resp["error_code"], "ListGroups")
-    for group in sorted(resp["groups"], key=lambda g: g["group_id"]):
-        print(f"{group['group_id']}\t{group['protocol_type']}")
+    groups = {}
+    for broker in metadata(client, [])["brokers"]:
+        with _connected(client, broker["host"], broker["port"]) as other:
+
+            def ask(other=other):
+                resp = other.request(codec.LIST_GROUPS, 2, {})
+                return resp["error_code"], resp
+
+            resp = _retry(ask, f"ListGroups on broker {broker['node_id']}")
+        groups.update((g["group_id"], g["protocol_type"]) for g in resp["groups"])
+    for group_id in sorted(groups):
+        print(f"{group_id}\t{groups[group_id]}")
 
 
 def _assignment(data):
@@ -76,8 +131,11 @@ def _assignment(data):
 
 
 def committed(client, group):
-    resp = client.request(codec.OFFSET_FETCH, 5, {"group_id": group, "topics": None})
-    check(resp["error_code"], group)
+    def fetch():
+        resp = client.request(codec.OFFSET_FETCH, 5, {"group_id": group, "topics": None})
+        return resp["error_code"], resp
+
+    resp = _retry(fetch, group)
     out = {}
     for topic in resp["topics"]:
         for part in topic["partitions"]:
@@ -86,22 +144,44 @@ def committed(client, group):
     return out
 
 
+def leader_end_offsets(client, topic, partitions, timestamp):
+    """ListOffsets of ``partitions`` from each one's leader."""
+    meta = metadata(client, [topic])
+    check(meta["topics"][0]["error_code"], topic)
+    brokers = {b["node_id"]: (b["host"], b["port"]) for b in meta["brokers"]}
+    by_leader = {}
+    for part in meta["topics"][0]["partitions"]:
+        if part["partition_index"] in partitions:
+            by_leader.setdefault(part["leader_id"], []).append(part["partition_index"])
+    out = {}
+    for leader, parts in sorted(by_leader.items()):
+        if leader not in brokers:
+            check(errors.LEADER_NOT_AVAILABLE, f"{topic}-{parts[0]}")
+        with _connected(client, *brokers[leader]) as other:
+            out.update(end_offsets(other, topic, sorted(parts), timestamp))
+    return out
+
+
 def describe_group(client, args):
-    resp = client.request(codec.DESCRIBE_GROUPS, 4, {"groups": [args.group]})
-    group = resp["groups"][0]
-    check(group["error_code"], args.group)
+    with coordinator(client, args.group) as coord:
+
+        def describe():
+            group = coord.request(codec.DESCRIBE_GROUPS, 4, {"groups": [args.group]})["groups"][0]
+            return group["error_code"], group
+
+        group = _retry(describe, args.group)
+        offsets = committed(coord, args.group)
     owners = {}
     for member in group["members"]:
         for tp in _assignment(member["member_assignment"]):
             owners[tp] = f"{member['member_id']} ({member['client_id']}@{member['client_host']})"
-    offsets = committed(client, args.group)
     print(f"Group: {args.group}\tState: {group['group_state']}\tMembers: {len(group['members'])}")
     print("TOPIC\tPARTITION\tCURRENT-OFFSET\tLOG-END-OFFSET\tLAG\tCONSUMER")
     by_topic = {}
     for topic, partition in set(offsets) | set(owners):
         by_topic.setdefault(topic, set()).add(partition)
     for topic in sorted(by_topic):
-        ends = end_offsets(client, topic, sorted(by_topic[topic]), -1)
+        ends = leader_end_offsets(client, topic, sorted(by_topic[topic]), -1)
         for partition in sorted(by_topic[topic]):
             current = offsets.get((topic, partition), -1)
             end = ends[partition]
@@ -117,39 +197,37 @@ def reset_offsets(client, args):
         targets = dict.fromkeys(partitions, args.to_offset)
     else:
         timestamp = -2 if args.to_earliest else -1 if args.to_latest else args.to_datetime
-        targets = end_offsets(client, args.topic, partitions, timestamp)
+        targets = leader_end_offsets(client, args.topic, partitions, timestamp)
         if args.to_datetime is not None:
-            latest = end_offsets(client, args.topic, partitions, -1)
+            latest = leader_end_offsets(client, args.topic, partitions, -1)
             targets = {p: o if o >= 0 else latest[p] for p, o in targets.items()}
     for partition in partitions:
         print(f"{args.topic}\t{partition}\t{targets[partition]}")
     if not args.execute:
         print("(dry run: add --execute to commit these offsets)")
         return
-    resp = client.request(
-        codec.OFFSET_COMMIT,
-        7,
-        {
-            "group_id": args.group,
-            "generation_id_or_member_epoch": -1,
-            "member_id": "",
-            "group_instance_id": None,
-            "topics": [
-                {
-                    "name": args.topic,
-                    "partitions": [
-                        {
-                            "partition_index": p,
-                            "committed_offset": targets[p],
-                            "committed_leader_epoch": -1,
-                            "committed_metadata": "",
-                        }
-                        for p in partitions
-                    ],
-                }
-            ],
-        },
-    )
+    body = {
+        "group_id": args.group,
+        "generation_id_or_member_epoch": -1,
+        "member_id": "",
+        "group_instance_id": None,
+        "topics": [
+            {
+                "name": args.topic,
+                "partitions": [
+                    {
+                        "partition_index": p,
+                        "committed_offset": targets[p],
+                        "committed_leader_epoch": -1,
+                        "committed_metadata": "",
+                    }
+                    for p in partitions
+                ],
+            }
+        ],
+    }
+    with coordinator(client, args.group) as coord:
+        resp = coord.request(codec.OFFSET_COMMIT, 7, body)
     for part in resp["topics"][0]["partitions"]:
         code = part["error_code"]
         if code in (25, 27, 22):  # UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION
@@ -164,6 +242,7 @@ def reset_offsets(client, args):
 
 
 def delete_group(client, args):
-    resp = client.request(codec.DELETE_GROUPS, 1, {"groups_names": [args.group]})
+    with coordinator(client, args.group) as coord:
+        resp = coord.request(codec.DELETE_GROUPS, 1, {"groups_names": [args.group]})
     check(resp["results"][0]["error_code"], args.group)
     print(f"Deleted group {args.group}.")

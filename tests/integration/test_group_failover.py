@@ -15,7 +15,9 @@ intact" is: what the old coordinator acknowledged before it died is what the
 new one serves, and no member went back below it.
 """
 
+import contextlib
 import importlib.util
+import io
 import threading
 import time
 
@@ -26,6 +28,7 @@ from kafka.coordinator.assignors.range import RangePartitionAssignor
 
 from pluglog import errors
 from pluglog import protocol as codec
+from pluglog.cli.main import main as cli_main
 from pluglog.client.blocking import BlockingClient
 from tests.chaos import ProducerThread, create_topic
 from tests.cluster import Cluster
@@ -163,6 +166,14 @@ def describe(cluster, node):
     return out["groups"][0]
 
 
+def cli(cluster, node, *argv):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli_main(["--bootstrap-server", cluster.brokers[node].bootstrap, *argv])
+    assert code == 0, out.getvalue()
+    return out.getvalue()
+
+
 def keeps_consuming(cluster, members, when):
     counts = [len(m.seen) for m in members]
     cluster.wait_for(
@@ -249,6 +260,14 @@ def test_group_keeps_consuming_across_a_coordinator_failover(tmp_path, zk_connec
             "confluent-member",
             "kafka-python-member",
         ]
+        # The CLI finds the coordinator (and each partition's leader) itself.
+        elsewhere = next(n for n in cluster.live() if n != find_coordinator(cluster))
+        out = cli(cluster, elsewhere, "groups", "describe", GROUP)
+        assert "State: Stable" in out and "Members: 2" in out
+        rows = [line.split("\t") for line in out.splitlines() if line.startswith(TOPIC + "\t")]
+        assert sorted(int(r[1]) for r in rows) == [0, 1, 2]
+        assert [r[4] for r in rows] == ["0", "0", "0"]  # no lag: all committed
+        assert f"{GROUP}\tconsumer" in cli(cluster, elsewhere, "groups", "list")
     finally:
         for member in members:
             member.stopping.set()
