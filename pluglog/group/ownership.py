@@ -63,9 +63,8 @@ class OwnedPartition:
 class PartitionOwnership:
     """Loading and unloading per offsets partition; needs the coordinator's
     ``broker``, ``store``, ``groups``, ``active``, ``_schedule_session`` and
-    ``_cancel``."""
-
-    owned = None
+    ``_cancel``; the coordinator's ``owned`` maps offsets partition index to
+    :class:`OwnedPartition`."""
 
     # -- leadership ----------------------------------------------------------------
 
