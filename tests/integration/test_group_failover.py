@@ -16,7 +16,6 @@ new one serves, and no member went back below it.
 """
 
 import contextlib
-import importlib.util
 import io
 import threading
 import time
@@ -33,14 +32,7 @@ from pluglog.client.blocking import BlockingClient
 from tests.chaos import ProducerThread, create_topic
 from tests.cluster import Cluster
 
-pytestmark = [
-    pytest.mark.integration,
-    # Until the zookeeper coordinator (issue 12, branch wip/h12zk) is merged.
-    pytest.mark.skipif(
-        importlib.util.find_spec("pluglog.coordination.zookeeper") is None,
-        reason="needs the zookeeper coordinator plugin",
-    ),
-]
+pytestmark = pytest.mark.integration
 
 TOPIC = "gf"
 PARTITIONS = 3
