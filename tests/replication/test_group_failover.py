@@ -22,7 +22,6 @@ import time
 
 import confluent_kafka
 import kafka
-import pytest
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 
 from pluglog import errors
@@ -30,9 +29,6 @@ from pluglog import protocol as codec
 from pluglog.cli.main import main as cli_main
 from pluglog.client.blocking import BlockingClient
 from tests.chaos import ProducerThread, create_topic
-from tests.cluster import Cluster
-
-pytestmark = pytest.mark.integration
 
 TOPIC = "gf"
 PARTITIONS = 3
@@ -175,8 +171,8 @@ def keeps_consuming(cluster, members, when):
     )
 
 
-def test_group_keeps_consuming_across_a_coordinator_failover(tmp_path, zk_connect):
-    cluster = Cluster(tmp_path, zk_connect, brokers=3).start()
+def test_group_keeps_consuming_across_a_coordinator_failover(cluster):
+    cluster = cluster(3)
     producer = None
     members = []
     try:
@@ -267,7 +263,6 @@ def test_group_keeps_consuming_across_a_coordinator_failover(tmp_path, zk_connec
             member.join(30)
         if producer is not None and producer.is_alive():
             producer.stop()
-        cluster.stop()
 
     assert [m.failure for m in members] == [None, None]
     seen = [entry for m in members for entry in m.seen]
