@@ -1,5 +1,9 @@
 """KafkaClientProtocol against the real broker process on the real reactor."""
 
+import os
+import shutil
+import tempfile
+
 from twisted.internet import defer, reactor
 from twisted.trial import unittest
 
@@ -14,7 +18,10 @@ class ConnectionAgainstBroker(unittest.TestCase):
     timeout = 60
 
     def setUp(self):
-        self.broker = BrokerProcess(self.mktemp()).start()
+        # Not self.mktemp(): under pytest that is relative to the checkout.
+        root = tempfile.mkdtemp(prefix="pluglog-conn-")
+        self.addCleanup(shutil.rmtree, root, True)
+        self.broker = BrokerProcess(os.path.join(root, "data")).start()
         self.addCleanup(self.broker.stop)
 
     @defer.inlineCallbacks
