@@ -60,6 +60,7 @@ class Controller(ReassignmentMixin):
         self.epoch = 0
         self.epoch_version = -1
         self.live = set()
+        self.epochs = {}
         self.shutting_down = set()
         self.reassigning = set()
         self._watchers = {}
@@ -169,7 +170,21 @@ class Controller(ReassignmentMixin):
     # -- reads -----------------------------------------------------------------
 
     def live_brokers(self):
-        return {int(c) for c in self.client.get_children(z.BROKER_IDS)}
+        """Live broker ids; ``self.epochs`` gets each registration's czxid
+        (Kafka's broker epoch), which tells a restarted broker from one
+        that never left."""
+        client = self.client
+        pending = {
+            int(c): client.exists_async(f"{z.BROKER_IDS}/{c}")
+            for c in client.get_children(z.BROKER_IDS)
+        }
+        epochs = {}
+        for broker, result in pending.items():
+            stat = result.get()
+            if stat is not None:
+                epochs[broker] = stat.czxid
+        self.epochs = epochs
+        return set(epochs)
 
     def load(self):
         """Fresh ``({topic: TopicView}, {(t, p): PartitionState or None})``,
@@ -290,11 +305,14 @@ class Controller(ReassignmentMixin):
     def on_brokers_changed(self):
         if not self.active:
             return
+        before = dict(self.epochs)
         now = self.live_brokers()
-        returned = now - self.live
-        gone = self.live - now
-        self.live = now
-        self.shutting_down &= now
+        # Re-registered since we last looked (a quick restart): handled as a
+        # failure and a return, like Kafka's broker epochs.
+        bounced = {b for b in now & self.live if before.get(b) != self.epochs[b]}
+        gone = (self.live - now) | bounced
+        returned = (now - self.live) | bounced
+        self.shutting_down -= gone
         if gone or returned:
             self.say(
                 "brokers {live} (gone {gone}, back {back})",
@@ -302,6 +320,10 @@ class Controller(ReassignmentMixin):
                 gone=sorted(gone),
                 back=sorted(returned),
             )
+        if bounced:
+            self.live = now - bounced
+            self.reconcile()
+        self.live = now
         self.reconcile()
         if returned and self.co.config.auto_leader_rebalance_enable:
             self.rebalance()

@@ -389,3 +389,61 @@ def test_zookeeper_restart_loses_nothing(rt, cluster, zookeeper):
     nodes[1].call("create_topic", "after", 1, 2, {})
     rt.wait(lambda: nodes[0].co.partition_state("after", 0) is not None)
     assert os.path.isdir(zookeeper.data_dir)
+
+
+def test_unclean_election_on_request_and_kafka_admin_znode(rt, cluster, zk):
+    nodes = cluster(1, 2, 3, auto_leader_rebalance_enable=False)
+    by_id = {n.broker_id: n for n in nodes}
+    by_id[1].call("create_topic", "u", 1, -1, {}, assignments={0: [2, 3]})
+    by_id[1].call("create_topic", "k", 1, -1, {}, assignments={0: [1, 3]})
+    state = by_id[2].state("u", 0)
+    by_id[2].call("alter_isr", "u", 0, state, (2,))
+    by_id[2].stop()
+    rt.wait(lambda: by_id[1].co.partition_state("u", 0).leader == NO_LEADER)
+    # Brokers hear about the loss.
+    rt.wait(lambda: [b[0] for b in by_id[1].co.brokers()] == [1, 3])
+    assert [b[0] for b in by_id[1].events_of("brokers")[-1]] == [1, 3]
+    # A preferred election cannot help; an unclean one elects the live replica.
+    result = by_id[1].call("elect_leaders", [("u", 0)], preferred=True)
+    assert result[("u", 0)].name == "PREFERRED_LEADER_NOT_AVAILABLE"
+    result = by_id[1].call("elect_leaders", [("u", 0)], preferred=False)
+    assert result[("u", 0)] is None
+    state = by_id[1].state("u", 0)
+    assert (state.leader, state.isr) == (3, (3,))
+    result = by_id[1].call("elect_leaders", [("u", 0)], preferred=False)
+    assert isinstance(result[("u", 0)], ElectionNotNeededError)
+    # Kafka tooling's /admin/preferred_replica_election works too.
+    by_id[1].call("controlled_shutdown")
+    rt.wait(lambda: by_id[3].co.partition_state("k", 0).leader == 3)
+    by_id[1].stop()
+    (back,) = cluster(1, auto_leader_rebalance_enable=False)
+    state = by_id[3].state("k", 0)
+    assert state.isr == (3,)
+    by_id[3].call("alter_isr", "k", 0, state, (3, 1))
+    rt.wait(lambda: back.co.partition_state("k", 0).isr == (3, 1))
+    assert back.state("k", 0).leader == 3
+    zk.create(
+        "/admin/preferred_replica_election",
+        json.dumps({"version": 1, "partitions": [{"topic": "k", "partition": 0}]}).encode(),
+    )
+    rt.wait(lambda: back.co.partition_state("k", 0).leader == 1)
+    rt.wait(lambda: not zk.exists("/admin/preferred_replica_election"))
+
+
+def test_reassignment_cancel(rt, cluster):
+    nodes = cluster(1, 2, 3)
+    nodes[0].call("create_topic", "c", 1, -1, {}, assignments={0: [1, 2]})
+    nodes[0].call("reassign_partitions", {("c", 0): [3, 2]})
+    rt.wait(lambda: ("c", 0) in nodes[1].co.list_reassignments())
+    assert nodes[1].call("list_reassignments")[("c", 0)]["adding_replicas"] == [3]
+    # 3 never catches up; cancel: back to the original replicas.
+    result = nodes[1].call("reassign_partitions", {("c", 0): None, ("c", 5): [1]})
+    assert result[("c", 0)] is None
+    assert result[("c", 5)].name == "UNKNOWN_TOPIC_OR_PARTITION"
+    # Like Kafka, the original set is RS minus adding_replicas, in RS order.
+    rt.wait(lambda: nodes[2].co.topics()["c"].replicas(0) == [2, 1])
+    assert nodes[2].call("list_reassignments") == {}
+    result = nodes[1].call("reassign_partitions", {("c", 0): None})
+    assert result[("c", 0)].name == "NO_REASSIGNMENT_IN_PROGRESS"
+    result = nodes[1].call("reassign_partitions", {("c", 0): [1, 9]})
+    assert result[("c", 0)].name == "INVALID_REPLICA_ASSIGNMENT"
