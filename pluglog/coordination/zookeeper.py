@@ -16,9 +16,7 @@ ZooKeeper (after ``zookeeper.connection.timeout.ms``), a data dir whose
 another live broker has registered.
 """
 
-import os
-
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NoNodeError
 from kazoo.protocol.states import EventType, KazooState
 from twisted.internet import defer, threads
 from twisted.logger import Logger
@@ -26,21 +24,19 @@ from zope.interface import implementer
 
 from pluglog.coordination import zkdata as z
 from pluglog.coordination.controller import Controller
-from pluglog.coordination.local import _new_cluster_id
 from pluglog.coordination.state import PartitionChange, StaleStateError, TopicMetadata
 from pluglog.coordination.zkadmin import AdminMixin
 from pluglog.coordination.zkbridge import DISCONNECTED, SerialWorker, connect
+from pluglog.coordination.zkregister import RegistrationMixin
 from pluglog.errors import ConfigError
-from pluglog.fileutil import atomic_write
 from pluglog.interfaces import ICoordinator
 
 log = Logger()
 
-META_PROPERTIES = "meta.properties"
 
 
 @implementer(ICoordinator)
-class ZooKeeperCoordinator(AdminMixin):
+class ZooKeeperCoordinator(RegistrationMixin, AdminMixin):
     """Brokers, controller, topics and partition states kept in ZooKeeper."""
 
     def __init__(self, config, reactor):
@@ -138,75 +134,6 @@ class ZooKeeperCoordinator(AdminMixin):
         self.controller.worker.stop()
         self.io.stop()
         return failure
-
-    def _cluster_id_blocking(self):
-        wanted = self.config.cluster_id or _new_cluster_id()
-        try:
-            self.client.create(
-                z.CLUSTER_ID, z.dumps({"version": "1", "id": wanted}), makepath=True
-            )
-        except NodeExistsError:
-            pass
-        raw, _ = self.client.get(z.CLUSTER_ID)
-        cluster_id = z.loads(raw)["id"]
-        if self.config.cluster_id and self.config.cluster_id != cluster_id:
-            raise ConfigError(
-                f"cluster.id={self.config.cluster_id} does not match the cluster id "
-                f"{cluster_id} stored in ZooKeeper at {self.hosts + self.chroot}"
-            )
-        return cluster_id
-
-    def _check_meta_properties(self, cluster_id):
-        """Kafka's meta.properties: a data dir belongs to one cluster and broker."""
-        os.makedirs(self.config.data_dir, exist_ok=True)
-        path = os.path.join(self.config.data_dir, META_PROPERTIES)
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as handle:
-                props = z.parse_properties(handle.read())
-            if props.get("cluster.id") and props["cluster.id"] != cluster_id:
-                raise ConfigError(
-                    f"data dir {self.config.data_dir} belongs to cluster {props['cluster.id']}, "
-                    f"but ZooKeeper at zookeeper.connect={self.hosts + self.chroot} holds "
-                    f"cluster {cluster_id}"
-                )
-            if props.get("broker.id") and int(props["broker.id"]) != self.broker_id:
-                raise ConfigError(
-                    f"data dir {self.config.data_dir} belongs to broker.id={props['broker.id']}, "
-                    f"not broker.id={self.broker_id}"
-                )
-            return
-        atomic_write(path, z.meta_properties(cluster_id, self.broker_id).encode())
-
-    def _register(self, wait):
-        """Create our ephemeral /brokers/ids/<id>; an id held by another live
-        session is refused (after up to ``wait`` seconds for it to expire)."""
-        import time
-
-        body = z.dumps(
-            z.broker_json(
-                self.config.advertised_host, self.config.advertised_port, self.config.broker_rack
-            )
-        )
-        deadline = time.monotonic() + wait
-        path = z.broker_path(self.broker_id)
-        while True:
-            try:
-                self.client.create(path, body, ephemeral=True)
-                return
-            except NodeExistsError:
-                try:
-                    _, stat = self.client.get(path)
-                except NoNodeError:
-                    continue
-                if stat.ephemeralOwner == self.client.client_id[0]:
-                    return
-                if time.monotonic() >= deadline:
-                    raise ConfigError(
-                        f"broker.id={self.broker_id} is already registered in ZooKeeper at "
-                        f"{self.hosts + self.chroot} by another live broker "
-                        f"(session 0x{stat.ephemeralOwner:x})"
-                    ) from None
-                time.sleep(0.2)
 
     def stop(self):
         self.stopping = True

@@ -1,0 +1,91 @@
+"""Start-up checks and registration of a broker in ZooKeeper.
+
+The cluster id is created once in ``/cluster/id``; the data dir's Kafka
+``meta.properties`` ties it to one cluster id and broker id; the broker's
+ephemeral ``/brokers/ids/<id>`` is refused while another live session holds
+it. Each failure is a ConfigError naming the values, which stops the broker.
+These run on the coordinator's io worker (blocking kazoo calls).
+"""
+
+import os
+import time
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from pluglog.coordination import zkdata as z
+from pluglog.coordination.local import _new_cluster_id
+from pluglog.errors import ConfigError
+from pluglog.fileutil import atomic_write
+
+META_PROPERTIES = "meta.properties"
+
+
+class RegistrationMixin:
+    """Methods of :class:`pluglog.coordination.zookeeper.ZooKeeperCoordinator`."""
+
+    def _cluster_id_blocking(self):
+        wanted = self.config.cluster_id or _new_cluster_id()
+        try:
+            self.client.create(
+                z.CLUSTER_ID, z.dumps({"version": "1", "id": wanted}), makepath=True
+            )
+        except NodeExistsError:
+            pass
+        raw, _ = self.client.get(z.CLUSTER_ID)
+        cluster_id = z.loads(raw)["id"]
+        if self.config.cluster_id and self.config.cluster_id != cluster_id:
+            raise ConfigError(
+                f"cluster.id={self.config.cluster_id} does not match the cluster id "
+                f"{cluster_id} stored in ZooKeeper at {self.hosts + self.chroot}"
+            )
+        return cluster_id
+
+    def _check_meta_properties(self, cluster_id):
+        """Kafka's meta.properties: a data dir belongs to one cluster and broker."""
+        os.makedirs(self.config.data_dir, exist_ok=True)
+        path = os.path.join(self.config.data_dir, META_PROPERTIES)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as handle:
+                props = z.parse_properties(handle.read())
+            if props.get("cluster.id") and props["cluster.id"] != cluster_id:
+                raise ConfigError(
+                    f"data dir {self.config.data_dir} belongs to cluster {props['cluster.id']}, "
+                    f"but ZooKeeper at zookeeper.connect={self.hosts + self.chroot} holds "
+                    f"cluster {cluster_id}"
+                )
+            if props.get("broker.id") and int(props["broker.id"]) != self.broker_id:
+                raise ConfigError(
+                    f"data dir {self.config.data_dir} belongs to broker.id={props['broker.id']}, "
+                    f"not broker.id={self.broker_id}"
+                )
+            return
+        atomic_write(path, z.meta_properties(cluster_id, self.broker_id).encode())
+
+    def _register(self, wait):
+        """Create our ephemeral /brokers/ids/<id>; an id held by another live
+        session is refused (after up to ``wait`` seconds for it to expire)."""
+        body = z.dumps(
+            z.broker_json(
+                self.config.advertised_host, self.config.advertised_port, self.config.broker_rack
+            )
+        )
+        deadline = time.monotonic() + wait
+        path = z.broker_path(self.broker_id)
+        while True:
+            try:
+                self.client.create(path, body, ephemeral=True)
+                return
+            except NodeExistsError:
+                try:
+                    _, stat = self.client.get(path)
+                except NoNodeError:
+                    continue
+                if stat.ephemeralOwner == self.client.client_id[0]:
+                    return
+                if time.monotonic() >= deadline:
+                    raise ConfigError(
+                        f"broker.id={self.broker_id} is already registered in ZooKeeper at "
+                        f"{self.hosts + self.chroot} by another live broker "
+                        f"(session 0x{stat.ephemeralOwner:x})"
+                    ) from None
+                time.sleep(0.2)
