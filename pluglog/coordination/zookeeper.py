@@ -339,6 +339,10 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin):
 
     def _topic_update(self, meta, adding, removing):
         old = self._topics.get(meta.name)
+        if old is not None and old.topic_id != meta.topic_id:
+            # Deleted and created again between two looks: a new topic.
+            self._topic_deleted(meta.name)
+            old = None
         self._reassigning[meta.name] = (adding, removing)
         if old is None:
             self._topics[meta.name] = meta

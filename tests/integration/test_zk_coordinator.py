@@ -369,8 +369,11 @@ def test_deletion_partitions_and_config_events(rt, cluster, zk):
     assert not zk.exists("/brokers/topics/ev") and not zk.exists("/config/topics/ev")
     assert zk.get_children("/admin/delete_topics") == []
     assert nodes[0].state("ev", 0) is None
-    # The name can be used again.
-    nodes[1].call("create_topic", "ev", 1, 1, {})
+    # The name can be used again; every broker sees the new topic and its state.
+    again = nodes[1].call("create_topic", "ev", 1, 1, {})
+    rt.wait(lambda: nodes[0].co.topics().get("ev", again).topic_id == again.topic_id)
+    rt.wait(lambda: nodes[0].co.partition_state("ev", 0) is not None)
+    assert nodes[0].state("ev", 0).leader_epoch == 0
 
 
 def test_zookeeper_restart_loses_nothing(rt, cluster, zookeeper):
