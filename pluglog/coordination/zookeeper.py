@@ -34,7 +34,6 @@ from pluglog.interfaces import ICoordinator
 log = Logger()
 
 
-
 @implementer(ICoordinator)
 class ZooKeeperCoordinator(RegistrationMixin, AdminMixin):
     """Brokers, controller, topics and partition states kept in ZooKeeper."""
