@@ -317,6 +317,9 @@ class BrokerConfig:
     offsets_commit_timeout_ms: int = 5000
     topic_defaults: TopicConfig = field(default_factory=TopicConfig)
     plugin_sections: dict = field(default_factory=dict)
+    #: Broker-level Kafka keys set in the config file or with --set
+    #: (DescribeConfigs reports them as STATIC_BROKER_CONFIG).
+    explicit_keys: frozenset = frozenset()
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
@@ -348,6 +351,9 @@ def parse_settings(settings, base=None):
             raise ConfigError(f"unknown config key {key!r}")
     if topic_overrides:
         broker_changes["topic_defaults"] = base.topic_defaults.with_overrides(topic_overrides)
+    explicit = {k for k in settings if k in BROKER_KEYS}
+    explicit |= {TOPIC_KEYS[k][3] for k in topic_overrides}
+    broker_changes["explicit_keys"] = base.explicit_keys | explicit
     return dataclasses.replace(base, **broker_changes)
 
 

@@ -83,6 +83,7 @@ class BrokerService(service.MultiService):
         factory = KafkaServerFactory(broker)
         self.port = yield endpoint.listen(factory)
         bound = self.port.getHost().port
+        broker.bound_port = bound  # DescribeConfigs' listeners when listening on tcp:0
         if not self.config.advertised_port:
             broker.advertised = (self.config.advertised_host, bound)
             broker.config = broker.config.replace(advertised_port=bound)

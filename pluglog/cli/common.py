@@ -10,14 +10,16 @@ _ERROR_NAMES = {
 }
 
 
+class CliError(Exception):
+    """A failure worth one line on stderr and exit status 1."""
+
+
 def error_name(code):
     return _ERROR_NAMES.get(code, f"error {code}")
 
 
 def check(code, what, message=None):
     """Raise CliError unless ``code`` is 0."""
-    from pluglog.cli.main import CliError
-
     if code:
         detail = f": {message}" if message else ""
         raise CliError(f"{what}: {error_name(code)} ({code}){detail}")

@@ -1,4 +1,4 @@
-"""``pluglog``: the operator command line (topics, produce, consume, groups).
+"""``pluglog``: the operator command line (topics, produce, consume, groups, cluster).
 
 Like Kafka's kafka-topics.sh / console producer and consumer /
 kafka-consumer-groups.sh, over the Kafka protocol with pluglog's blocking
@@ -10,12 +10,16 @@ error.
 import argparse
 import sys
 
+from pluglog.cli import cluster as cluster_cli
+from pluglog.cli.common import CliError
 from pluglog.client.blocking import BlockingClient, ProtocolError
 from pluglog.config import split_host_port
 
-
-class CliError(Exception):
-    """A failure worth one line on stderr and exit status 1."""
+# CliError lives in pluglog.cli.common: run as ``python -m pluglog.cli.main``
+# this module is ``__main__``, and a class defined here would not be the one
+# the commands raise (they import pluglog.cli.main), so it would escape as a
+# traceback instead of one line.
+__all__ = ["CliError", "build_parser", "main"]
 
 
 def _positive(text):
@@ -55,6 +59,7 @@ def build_parser():
         help="broker host:port (default localhost:9092)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    cluster_cli.add_parser(sub)
     topics.add_parser(sub, _positive, _config_pair)
     transfer.add_parsers(sub, _positive)
     groups.add_parser(sub)

@@ -1,7 +1,12 @@
-"""``pluglog topics``: list, describe, create, delete, alter-config."""
+"""``pluglog topics``: list, describe (with kafka-topics.sh's health filters),
+create, delete, alter-config."""
+
+import sys
 
 from pluglog import protocol as codec
+from pluglog.cli import cluster
 from pluglog.cli.common import check, metadata
+from pluglog.cli.routing import router
 
 
 def add_parser(sub, positive, config_pair):
@@ -9,7 +14,8 @@ def add_parser(sub, positive, config_pair):
     actions = parser.add_subparsers(dest="action", required=True)
     actions.add_parser("list", help="list topic names").set_defaults(run=list_topics)
     describe = actions.add_parser("describe", help="partitions, offsets and configs")
-    describe.add_argument("topic")
+    describe.add_argument("topic", nargs="?", help="required unless a health filter is given")
+    cluster.add_topic_filters(describe)
     describe.set_defaults(run=describe_topic)
     create = actions.add_parser("create", help="create a topic")
     create.add_argument("topic")
@@ -31,42 +37,54 @@ def list_topics(client, args):
         print(topic["name"])
 
 
-def end_offsets(client, topic, partitions, timestamp):
-    resp = client.request(
-        codec.LIST_OFFSETS,
-        5,
-        {
-            "replica_id": -1,
-            "isolation_level": 0,
-            "topics": [
-                {
-                    "name": topic,
-                    "partitions": [
-                        {"partition_index": p, "timestamp": timestamp} for p in partitions
-                    ],
-                }
-            ],
-        },
-    )
+def end_offsets(client, topic, partitions, timestamp, skip_leaderless=False):
+    """``{partition: offset}`` for ``timestamp`` (-2 earliest, -1 latest),
+    asked of each partition's leader; ``skip_leaderless`` leaves out
+    partitions that have none instead of failing."""
     out = {}
-    for entry in resp["topics"][0]["partitions"]:
-        check(entry["error_code"], f"{topic}-{entry['partition_index']}")
-        out[entry["partition_index"]] = entry["offset"]
+    for leader, parts in router(client).by_leader(topic, partitions, skip_leaderless):
+        wanted = [{"partition_index": p, "timestamp": timestamp} for p in parts]
+        resp = leader.request(
+            codec.LIST_OFFSETS,
+            5,
+            {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "name": topic,
+                        "partitions": wanted,
+                    }
+                ],
+            },
+        )
+        for entry in resp["topics"][0]["partitions"]:
+            check(entry["error_code"], f"{topic}-{entry['partition_index']}")
+            out[entry["partition_index"]] = entry["offset"]
     return out
 
 
 def describe_topic(client, args):
+    if args.under_replicated or args.unavailable:
+        return cluster.print_unhealthy(client, args)
+    if args.topic is None:  # a usage error: exit 2 like argparse's
+        print(
+            "pluglog: topics describe: name a topic, or give --under-replicated/--unavailable",
+            file=sys.stderr,
+        )
+        return 2
     topic = metadata(client, [args.topic], allow_create=False)["topics"][0]
     check(topic["error_code"], args.topic)
     parts = sorted(p["partition_index"] for p in topic["partitions"])
-    start = end_offsets(client, args.topic, parts, -2)
-    end = end_offsets(client, args.topic, parts, -1)
+    # A partition without a live leader shows "-" instead of failing the command.
+    start = end_offsets(client, args.topic, parts, -2, skip_leaderless=True)
+    end = end_offsets(client, args.topic, parts, -1, skip_leaderless=True)
     print(f"Topic: {args.topic}\tPartitionCount: {len(parts)}")
     for p in topic["partitions"]:
         index = p["partition_index"]
         print(
             f"\tPartition: {index}\tLeader: {p['leader_id']}\tReplicas: {p['replica_nodes']}\t"
-            f"Isr: {p['isr_nodes']}\tStart: {start[index]}\tEnd: {end[index]}"
+            f"Isr: {p['isr_nodes']}\tStart: {start.get(index, '-')}\tEnd: {end.get(index, '-')}"
         )
     resp = client.request(
         codec.DESCRIBE_CONFIGS,

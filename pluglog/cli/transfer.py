@@ -13,6 +13,7 @@ import time
 
 from pluglog import protocol as codec
 from pluglog.cli.common import check, partitions_of
+from pluglog.cli.routing import router
 from pluglog.cli.topics import end_offsets
 from pluglog.protocol.records import CODEC_NAMES, Record, build_batch, iter_records
 
@@ -60,30 +61,34 @@ def _partitioner(name):
 
 
 def _send(client, topic, pending, args):
-    topic_data = [
-        {
-            "name": topic,
-            "partition_data": [
-                {
-                    "index": partition,
-                    "records": build_batch(
-                        records, compression=args.compression, base_timestamp=records[0].timestamp
-                    ),
-                }
-                for partition, records in sorted(pending.items())
-            ],
+    """One Produce request per leader of the pending partitions."""
+    for leader, partitions in router(client).by_leader(topic, sorted(pending)):
+        topic_data = [
+            {
+                "name": topic,
+                "partition_data": [
+                    {
+                        "index": partition,
+                        "records": build_batch(
+                            pending[partition],
+                            compression=args.compression,
+                            base_timestamp=pending[partition][0].timestamp,
+                        ),
+                    }
+                    for partition in partitions
+                ],
+            }
+        ]
+        body = {
+            "transactional_id": None,
+            "acks": args.acks,
+            "timeout_ms": 30000,
+            "topic_data": topic_data,
         }
-    ]
-    body = {
-        "transactional_id": None,
-        "acks": args.acks,
-        "timeout_ms": 30000,
-        "topic_data": topic_data,
-    }
-    resp = client.request(codec.PRODUCE, 8, body, expect_response=args.acks != 0)
-    if resp is not None:
-        for part in resp["responses"][0]["partition_responses"]:
-            check(part["error_code"], f"{topic}-{part['index']}", part["error_message"])
+        resp = leader.request(codec.PRODUCE, 8, body, expect_response=args.acks != 0)
+        if resp is not None:
+            for part in resp["responses"][0]["partition_responses"]:
+                check(part["error_code"], f"{topic}-{part['index']}", part["error_message"])
     pending.clear()
 
 
@@ -132,12 +137,14 @@ def consume_records(client, args):
         active = [p for p in partitions if stop_at is None or positions[p] < stop_at[p]]
         if not active:
             break
-        fetched = client.fetch(
-            args.topic,
-            {p: positions[p] for p in active},
-            max_wait_ms=500,
-            partition_max_bytes=1_048_576,
-        )
+        fetched = []
+        for leader, parts in router(client).by_leader(args.topic, active):
+            fetched += leader.fetch(
+                args.topic,
+                {p: positions[p] for p in parts},
+                max_wait_ms=500,
+                partition_max_bytes=1_048_576,
+            )
         got_any = False
         for part in fetched:
             index = part["partition_index"]

@@ -129,9 +129,9 @@ class LocalCoordinator:
         return defer.succeed(None)
 
     def brokers(self):
-        return [
-            (self.config.broker_id, self.config.advertised_host, self.config.advertised_port, None)
-        ]
+        config = self.config
+        rack = config.broker_rack or None
+        return [(config.broker_id, config.advertised_host, config.advertised_port, rack)]
 
     def controller_id(self):
         return self.config.broker_id

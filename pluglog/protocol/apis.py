@@ -38,11 +38,16 @@ SUPPORTED = {
     23: (2, 3),  # OffsetForLeaderEpoch
     32: (0, 2),  # DescribeConfigs
     33: (0, 1),  # AlterConfigs
+    35: (0, 4),  # DescribeLogDirs; v5 would make kafka-python infer Kafka 4.3
     37: (0, 1),  # CreatePartitions
     42: (0, 1),  # DeleteGroups
+    43: (0, 2),  # ElectLeaders (librdkafka and kafka-python send 2)
     44: (0, 1),  # IncrementalAlterConfigs
+    45: (0, 1),  # AlterPartitionReassignments (flexible from v0)
+    46: (0, 0),  # ListPartitionReassignments (flexible from v0)
     47: (0, 0),  # OffsetDelete
-    # SaslHandshake (17) and DescribeCluster (60) are defined but not advertised.
+    60: (0, 2),  # DescribeCluster (flexible from v0)
+    # SaslHandshake (17) is defined but not advertised.
 }
 
 

@@ -89,7 +89,8 @@ def test_bad_flags(shared_broker):
     )
     assert result.returncode == 2 and "nohostport" in result.stderr
     err = cli(shared_broker, "consume", "missing-topic", "--exit", expect=1).stderr
-    assert "UNKNOWN_TOPIC_OR_PARTITION" in err
+    # One line, not a traceback (python -m runs main.py as __main__).
+    assert err.splitlines() == ["pluglog: missing-topic: UNKNOWN_TOPIC_OR_PARTITION (3)"]
 
 
 def _consume_and_commit(bootstrap, topic, group, count):
@@ -161,3 +162,31 @@ def test_groups_list_describe_reset_delete(shared_broker):
     assert sum(int(r[4]) for r in rows) == 100
     cli(shared_broker, "groups", "delete", "billing")
     assert "billing" not in cli(shared_broker, "groups", "list").stdout
+
+
+def test_cluster_describe_and_partition_health(shared_broker):
+    cli(shared_broker, "topics", "create", "cli-health", "--partitions", "3")
+    out = cli(shared_broker, "cluster", "describe").stdout.splitlines()
+    assert out[0].startswith("ClusterId: ") and out[0].endswith("\tController: 0")
+    assert out[1] == f"Broker: 0\tHost: 127.0.0.1:{shared_broker.port}\tRack: -\tController: yes"
+    fields = dict(item.split(": ") for item in out[2].split("\t"))
+    assert int(fields["Partitions"]) >= 3
+    assert (fields["UnderReplicated"], fields["Unavailable"]) == ("0", "0")
+    # One broker: every partition is fully replicated and led.
+    assert cli(shared_broker, "topics", "describe", "--under-replicated").stdout == ""
+    assert cli(shared_broker, "topics", "describe", "cli-health", "--unavailable").stdout == ""
+    err = cli(shared_broker, "topics", "describe", expect=2).stderr
+    assert "name a topic" in err and len(err.splitlines()) == 1
+    err = cli(shared_broker, "topics", "describe", "nope", "--under-replicated", expect=1).stderr
+    assert err.splitlines() == ["pluglog: nope: UNKNOWN_TOPIC_OR_PARTITION (3)"]
+
+
+def test_no_broker_answers():
+    from tests.broker_process import BrokerProcess, free_port
+
+    nobody = BrokerProcess("/nonexistent", port=free_port())  # never started
+    for args in (("cluster", "describe"), ("topics", "describe", "--under-replicated")):
+        err = cli(nobody, *args, expect=1).stderr
+        assert err.splitlines() == [
+            f"pluglog: cannot reach {nobody.bootstrap}: Connection refused"
+        ]

@@ -9,6 +9,8 @@ import pytest
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
@@ -25,10 +27,16 @@ from kafka.protocol.admin import (
     DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
 )
 from kafka.protocol.consumer import (
     FetchRequest,
@@ -93,9 +101,13 @@ KP_CLASSES = {
     23: (OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
     32: (DescribeConfigsRequest, DescribeConfigsResponse),
     33: (AlterConfigsRequest, AlterConfigsResponse),
+    35: (DescribeLogDirsRequest, DescribeLogDirsResponse),
     37: (CreatePartitionsRequest, CreatePartitionsResponse),
     42: (DeleteGroupsRequest, DeleteGroupsResponse),
+    43: (ElectLeadersRequest, ElectLeadersResponse),
     44: (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
+    45: (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse),
+    46: (ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse),
     47: (OffsetDeleteRequest, OffsetDeleteResponse),
     60: (DescribeClusterRequest, DescribeClusterResponse),
 }
@@ -164,6 +176,8 @@ def _versions():
     for key, api in sorted(APIS.items()):
         if key in KP_CLASSES:
             lo, hi = api.versions
+            # kafka-python 3 dropped versions Kafka 4 removed (DescribeLogDirs v0).
+            lo = max(lo, KP_CLASSES[key][0].min_version)
             for version in range(lo, hi + 1):
                 yield pytest.param(key, version, id=f"{api.name}-v{version}")
 

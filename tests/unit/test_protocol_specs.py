@@ -86,17 +86,31 @@ def test_schema_matches_kafka_json(key, kind):
 def test_supported_within_defined():
     for key, (lo, hi) in SUPPORTED.items():
         assert APIS[key].defines(lo) and APIS[key].defines(hi)
-    assert 17 not in SUPPORTED and 60 not in SUPPORTED
+    assert 17 not in SUPPORTED and SUPPORTED[60] == (0, 2)
+    # DescribeLogDirs v5 would make kafka-python infer a Kafka 4.3 broker.
+    assert SUPPORTED[35] == (0, 4)
     assert SUPPORTED[0] == (0, 8) and SUPPORTED[1] == (4, 11) and SUPPORTED[18] == (0, 4)
 
 
 def test_no_advertised_version_is_flexible_except_known_ones():
     # The "Recommend" set stays below flexible versions except ApiVersions 3-4 and
-    # IncrementalAlterConfigs 1 (whose v1 is flexible).
+    # IncrementalAlterConfigs 1 (whose v1 is flexible), and the cluster operator's
+    # APIs, which the admin clients send in their flexible versions.
     flexible = {
         (key, v)
         for key, (lo, hi) in SUPPORTED.items()
         for v in range(lo, hi + 1)
         if APIS[key].is_flexible(v)
     }
-    assert flexible == {(18, 3), (18, 4), (44, 1)}
+    operator = {(35, 2), (35, 3), (35, 4), (43, 2), (45, 0), (45, 1), (46, 0)}
+    operator |= {(60, 0), (60, 1), (60, 2)}
+    assert flexible == {(18, 3), (18, 4), (44, 1)} | operator
+
+
+def test_kafka_python_still_infers_kafka_2_4():
+    # kafka-python gates behaviour (idempotence, zstd, epoch bumps) on the
+    # broker release it infers from ApiVersions; the operator APIs must not
+    # move it (DescribeLogDirs v5 alone would make it Kafka 4.3).
+    from kafka.protocol.broker_version_data import infer_broker_version_from_api_versions
+
+    assert infer_broker_version_from_api_versions(dict(SUPPORTED)) == (2, 4)

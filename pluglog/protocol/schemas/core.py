@@ -124,13 +124,18 @@ SASL_HANDSHAKE = Api(
 DESCRIBE_CLUSTER = Api(
     60,
     "DescribeCluster",
-    "0",
+    "0-2",
     "0+",
-    request=[F("include_cluster_authorized_operations", "bool")],
+    request=[
+        F("include_cluster_authorized_operations", "bool"),
+        F("endpoint_type", "int8", "1+", default=1),  # 1 brokers, 2 controllers
+        F("include_fenced_brokers", "bool", "2+"),
+    ],
     response=[
         F("throttle_time_ms", "int32"),
         F("error_code", "int16"),
         F("error_message", "string", nullable="0+", default=None),
+        F("endpoint_type", "int8", "1+", default=1),
         F("cluster_id", "string"),
         F("controller_id", "int32", default=-1),
         F(
@@ -140,6 +145,7 @@ DESCRIBE_CLUSTER = Api(
                 F("host", "string"),
                 F("port", "int32"),
                 F("rack", "string", nullable="0+", default=None),
+                F("is_fenced", "bool", "2+"),
             ],
         ),
         F("cluster_authorized_operations", "int32", default=AUTHORIZED_OPERATIONS_UNKNOWN),

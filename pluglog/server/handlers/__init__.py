@@ -87,10 +87,10 @@ def per_partition(broker, topics, answer, topic_key="name", partition_key="parti
 
 
 def _build_table():
-    from pluglog.server.handlers import admin, core, fetch, produce
+    from pluglog.server.handlers import admin, cluster, core, fetch, produce
 
     table = {}
-    for module in (core, produce, fetch, admin):
+    for module in (core, produce, fetch, admin, cluster):
         table.update(module.HANDLERS)
     try:
         from pluglog.server.handlers import groups

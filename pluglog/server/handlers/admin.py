@@ -3,7 +3,6 @@
 from twisted.internet import defer
 
 from pluglog import protocol as codec
-from pluglog.config import TOPIC_KEYS
 from pluglog.errors import (
     INVALID_CONFIG,
     INVALID_REPLICA_ASSIGNMENT,
@@ -14,13 +13,11 @@ from pluglog.errors import (
     UNSUPPORTED_VERSION,
     KafkaError,
 )
-from pluglog.server.handlers import error_code, leader_error, per_partition
+from pluglog.server.handlers import config_sources, error_code, leader_error, per_partition
+from pluglog.server.handlers.config_sources import SOURCE_DEFAULT, SOURCE_TOPIC
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
-SOURCE_TOPIC = 1
-SOURCE_STATIC_BROKER = 4
-SOURCE_DEFAULT = 5
 
 
 def _fail(exc):
@@ -121,23 +118,6 @@ def handle_create_partitions(ctx, request):
     return {"throttle_time_ms": 0, "results": results}
 
 
-def _broker_configs(broker):
-    config = broker.config
-    values = {
-        "broker.id": str(config.broker_id),
-        "num.partitions": str(config.num_partitions),
-        "auto.create.topics.enable": str(config.auto_create_topics_enable).lower(),
-        "delete.topic.enable": str(config.delete_topic_enable).lower(),
-        "socket.request.max.bytes": str(config.socket_request_max_bytes),
-        "log.dirs": config.data_dir,
-        "listeners": f"PLAINTEXT://{config.listen}",
-        "advertised.listeners": "PLAINTEXT://{}:{}".format(*broker.advertised),
-    }
-    for key, value in config.topic_defaults.to_kafka().items():
-        values[TOPIC_KEYS[key][3]] = value
-    return values
-
-
 def handle_describe_configs(ctx, request):
     broker = ctx.broker
     version = ctx.version
@@ -160,31 +140,30 @@ def handle_describe_configs(ctx, request):
                 entry["error_message"] = f"no topic {rname!r}"
                 results.append(entry)
                 continue
-            effective = broker.config.topic_defaults.with_overrides(meta.configs).to_kafka()
-            sources = {k: SOURCE_TOPIC if k in meta.configs else SOURCE_DEFAULT for k in effective}
+            entries = config_sources.topic_entries(broker, meta)
         elif rtype == BROKER_RESOURCE and rname in ("", str(broker.node_id)):
-            effective = _broker_configs(broker)
-            sources = {k: SOURCE_STATIC_BROKER for k in effective}
+            entries = config_sources.broker_entries(broker)
         else:
             entry["error_code"] = INVALID_REQUEST
             entry["error_message"] = f"unsupported resource type {rtype} / name {rname!r}"
             results.append(entry)
             continue
-        for key in sorted(effective):
+        synonyms = version >= 1 and request.get("include_synonyms")
+        for key in sorted(entries):
             if wanted is not None and key not in wanted:
                 continue
-            item = {
-                "name": key,
-                "value": effective[key],
-                "read_only": rtype == BROKER_RESOURCE,
-                "config_source": sources[key],
-                "is_default": sources[key] == SOURCE_DEFAULT,
-                "is_sensitive": False,
-                "synonyms": [],
-            }
-            if version >= 1 and request.get("include_synonyms"):
-                item["synonyms"] = [{"name": key, "value": effective[key], "source": sources[key]}]
-            entry["configs"].append(item)
+            value, source, key_synonyms = entries[key]
+            entry["configs"].append(
+                {
+                    "name": key,
+                    "value": value,
+                    "read_only": rtype == BROKER_RESOURCE,
+                    "config_source": source,
+                    "is_default": source == SOURCE_DEFAULT,
+                    "is_sensitive": False,
+                    "synonyms": key_synonyms if synonyms else [],
+                }
+            )
         results.append(entry)
     return {"throttle_time_ms": 0, "results": results}
 

@@ -1,0 +1,134 @@
+"""What DescribeConfigs reports: each config's value, Kafka's ConfigSource and
+its synonyms, for a broker and for a topic.
+
+Kafka's ConfigSource ids (DescribeConfigsResponse.ConfigSource, carried from
+DescribeConfigs v1; v0 has only IsDefault): 1 DYNAMIC_TOPIC_CONFIG (a topic
+override), 4 STATIC_BROKER_CONFIG (set in the broker's config file or with
+``--set``, or by a ``twistd pluglog`` option), 5 DEFAULT_CONFIG (the built-in
+default). A topic config without an override inherits the broker's value,
+and its source with it. ``listeners`` and ``advertised.listeners`` are given
+in Kafka's form (``PLAINTEXT://host:port``), not as the Twisted strport.
+"""
+
+import re
+
+from pluglog.config import BROKER_KEYS, TOPIC_KEYS, BrokerConfig, TopicConfig
+
+SOURCE_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+
+_DEFAULTS = BrokerConfig()
+_TOPIC_DEFAULTS = TopicConfig()
+
+
+def _text(value):
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value == "":
+        return None  # Kafka reports an unset string config (broker.rack) as null
+    return str(value)
+
+
+def _host(host):
+    return f"[{host}]" if ":" in host else host
+
+
+def strport_address(strport):
+    """``(interface, port)`` of a ``tcp:PORT[:interface=IP]`` strport; the
+    interface is ``0.0.0.0`` when none is given (Twisted listens on all)."""
+    parts = [p.replace("\\:", ":") for p in re.split(r"(?<!\\):", strport)]
+    interface, port, positional = "0.0.0.0", None, []
+    for part in parts[1:]:
+        key, eq, value = part.partition("=")
+        if eq and key == "interface":
+            interface = value
+        elif eq and key == "port":
+            port = value
+        elif not eq:
+            positional.append(part)
+    if port is None and positional:
+        port = positional[0]
+    return interface, int(port or 0)
+
+
+def kafka_listeners(broker):
+    """``(listeners, advertised.listeners)`` in Kafka's ``PLAINTEXT://`` form."""
+    interface, port = strport_address(broker.config.listen)
+    # tcp:0 binds a free port: report the one the service got.
+    port = port or getattr(broker, "bound_port", 0) or broker.advertised[1]
+    host, adv_port = broker.advertised
+    return (
+        f"PLAINTEXT://{_host(interface)}:{port}",
+        f"PLAINTEXT://{_host(host)}:{adv_port}",
+    )
+
+
+def _source(config, key, value, default):
+    if key in config.explicit_keys or value != default:
+        return SOURCE_STATIC_BROKER
+    return SOURCE_DEFAULT
+
+
+def broker_configs(broker):
+    """``{key: (value, source, default value)}`` of the broker's configs."""
+    config = broker.config
+    out = {}
+    for key, (attr, _parse) in BROKER_KEYS.items():
+        value, default = getattr(config, attr), getattr(_DEFAULTS, attr)
+        out[key] = (_text(value), _source(config, key, value, default), _text(default))
+    for attr, _parse, _default, key in TOPIC_KEYS.values():
+        value, default = getattr(config.topic_defaults, attr), getattr(_TOPIC_DEFAULTS, attr)
+        out[key] = (_text(value), _source(config, key, value, default), _text(default))
+    listeners, advertised = kafka_listeners(broker)
+    out["listeners"] = (
+        listeners,
+        _source(config, "listeners", config.listen, _DEFAULTS.listen),
+        "PLAINTEXT://0.0.0.0:9092",
+    )
+    address = (config.advertised_host, config.advertised_port)
+    default_address = (_DEFAULTS.advertised_host, _DEFAULTS.advertised_port)
+    out["advertised.listeners"] = (
+        advertised,
+        _source(config, "advertised.listeners", address, default_address),
+        None,  # Kafka's default is the listeners value
+    )
+    out["log.dirs"] = (
+        config.data_dir,
+        _source(config, "log.dirs", config.data_dir, _DEFAULTS.data_dir),
+        _DEFAULTS.data_dir,
+    )
+    return out
+
+
+def _synonyms(key, value, source, default):
+    found = [{"name": key, "value": value, "source": source}]
+    if source != SOURCE_DEFAULT:
+        found.append({"name": key, "value": default, "source": SOURCE_DEFAULT})
+    return found
+
+
+def broker_entries(broker):
+    """``{key: (value, source, synonyms)}`` for a BROKER resource."""
+    return {
+        key: (value, source, _synonyms(key, value, source, default))
+        for key, (value, source, default) in broker_configs(broker).items()
+    }
+
+
+def topic_entries(broker, meta):
+    """``{key: (value, source, synonyms)}`` for a TOPIC resource: overrides
+    first, then the broker's value (static or default) it would inherit."""
+    inherited = broker_configs(broker)
+    effective = broker.config.topic_defaults.with_overrides(meta.configs).to_kafka()
+    out = {}
+    for key, value in effective.items():
+        broker_key = TOPIC_KEYS[key][3]
+        broker_value, broker_source, default = inherited[broker_key]
+        synonyms = _synonyms(broker_key, broker_value, broker_source, default)
+        if key in meta.configs:
+            synonyms.insert(0, {"name": key, "value": value, "source": SOURCE_TOPIC})
+            out[key] = (value, SOURCE_TOPIC, synonyms)
+        else:
+            out[key] = (value, broker_source, synonyms)
+    return out
