@@ -135,9 +135,11 @@ class Broker:
         configs=None,
         internal=False,
         validate_only=False,
+        assignments=None,
     ):
         """Create (or with ``validate_only`` just check) a topic; -1 means the
-        broker's num.partitions / default.replication.factor."""
+        broker's num.partitions / default.replication.factor. ``assignments``
+        ({partition: [broker ids]}) replaces both, as in CreateTopics."""
         if num_partitions == -1:
             num_partitions = self.config.num_partitions
         if replication_factor == -1:
@@ -145,6 +147,8 @@ class Broker:
         kwargs = {"internal": True} if internal else {}
         if validate_only:
             kwargs["validate_only"] = True
+        if assignments:
+            kwargs["assignments"] = assignments
         return self.coordinator.create_topic(
             name, num_partitions, replication_factor, configs or {}, **kwargs
         )

@@ -140,3 +140,28 @@ def test_clients_see_every_broker_and_the_leaders(cluster):
     for part in entry["partitions"]:
         assert part["leader"] == c.leader(topic, part["partition"])
         assert sorted(r["id"] for r in part["replicas"]) == [1, 2, 3]
+
+
+def test_create_topics_with_an_explicit_replica_assignment(cluster):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    c = cluster(3)
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    wanted = [[2, 3], [3, 1], [1, 2]]
+    admin.create_topics([NewTopic("placed", num_partitions=3, replica_assignment=wanted)])[
+        "placed"
+    ].result(30)
+    c.wait_for_isr("placed", 3, 2)
+    for p, replicas in enumerate(wanted):
+        info = c.partition("placed", p)
+        assert info["replicas"] == replicas
+        assert info["leader"] == replicas[0]  # the first replica is the preferred leader
+    bad = admin.create_topics(
+        [NewTopic("nowhere", num_partitions=1, replica_assignment=[[1, 9]])]
+    )["nowhere"]
+    try:
+        bad.result(30)
+    except Exception as exc:
+        assert exc.args[0].code() == confluent_kafka.KafkaError.INVALID_REPLICA_ASSIGNMENT
+    else:
+        raise AssertionError("an assignment naming an unknown broker was accepted")

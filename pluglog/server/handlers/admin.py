@@ -35,20 +35,25 @@ def handle_create_topics(ctx, request):
         num_partitions = topic["num_partitions"]
         replication = topic["replication_factor"]
         configs = {c["name"]: c["value"] for c in topic["configs"] if c["value"] is not None}
+        assignments = None
         if topic["assignments"]:
-            bad = [a for a in topic["assignments"] if a["broker_ids"] != [broker.node_id]]
-            if num_partitions != -1 or replication != -1 or bad:
-                result["error_code"] = INVALID_REPLICA_ASSIGNMENT
+            if num_partitions != -1 or replication != -1:
+                result["error_code"] = INVALID_REQUEST
                 result["error_message"] = (
-                    "replica assignments must name only this broker and come "
-                    "with num_partitions = replication_factor = -1"
+                    "replica assignments come with num_partitions = replication_factor = -1"
                 )
                 results.append(result)
                 continue
-            num_partitions = len(topic["assignments"])
+            # The coordinator checks the brokers named (INVALID_REPLICA_ASSIGNMENT).
+            assignments = {a["partition_index"]: a["broker_ids"] for a in topic["assignments"]}
         try:
             meta = yield broker.create_topic(
-                name, num_partitions, replication, configs, validate_only=validate_only
+                name,
+                num_partitions,
+                replication,
+                configs,
+                validate_only=validate_only,
+                assignments=assignments,
             )
         except KafkaError as exc:
             result["error_code"], result["error_message"] = _fail(exc)
@@ -59,7 +64,7 @@ def handle_create_topics(ctx, request):
             {
                 "topic_id": bytes(16) if validate_only else bytes.fromhex(meta.topic_id),
                 "num_partitions": meta.num_partitions,
-                "replication_factor": 1,
+                "replication_factor": len(meta.replicas(0)) if meta.assignment else 1,
                 "configs": [
                     {
                         "name": key,
