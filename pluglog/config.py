@@ -98,6 +98,19 @@ def _string(key, value):
 
 _INT64_MAX = 2**63 - 1
 
+
+def _throttled_replicas(key, value):
+    """Kafka's ``*`` or ``partition:broker,...`` list (empty: none)."""
+    text = str(value).strip()
+    if text in ("", "*"):
+        return text
+    for item in text.split(","):
+        partition, sep, broker = item.strip().partition(":")
+        if not (sep and partition.isdigit() and broker.isdigit()):
+            raise ConfigError(f"{key}: {value!r} is not '*' or partition:broker[,...]")
+    return ",".join(item.strip() for item in text.split(","))
+
+
 # Kafka topic config name -> (attribute, parser, default, broker-level key).
 TOPIC_KEYS = {
     "segment.bytes": ("segment_bytes", _int_parser(14), 1073741824, "log.segment.bytes"),
@@ -167,6 +180,18 @@ TOPIC_KEYS = {
         False,
         "unclean.leader.election.enable",
     ),
+    "leader.replication.throttled.replicas": (
+        "leader_replication_throttled_replicas",
+        _throttled_replicas,
+        "",
+        "leader.replication.throttled.replicas",
+    ),
+    "follower.replication.throttled.replicas": (
+        "follower_replication_throttled_replicas",
+        _throttled_replicas,
+        "",
+        "follower.replication.throttled.replicas",
+    ),
 }
 
 _ATTR_TO_KEY = {spec[0]: key for key, spec in TOPIC_KEYS.items()}
@@ -193,6 +218,14 @@ class TopicConfig:
     delete_retention_ms: int = 86400000
     compression_type: str = "producer"
     unclean_leader_election_enable: bool = False
+    leader_replication_throttled_replicas: str = ""
+    follower_replication_throttled_replicas: str = ""
+
+    def throttled(self, side, partition, broker):
+        """True if ``broker``'s replica of ``partition`` is throttled on ``side``
+        ("leader" or "follower"), per the *.replication.throttled.replicas lists."""
+        text = getattr(self, f"{side}_replication_throttled_replicas")
+        return text == "*" or f"{partition}:{broker}" in text.split(",")
 
     def with_overrides(self, overrides):
         """Return a copy with Kafka-named ``overrides`` ({key: str}) applied."""
@@ -265,6 +298,16 @@ BROKER_KEYS = {
         _int_parser(1),
     ),
     "offsets.topic.replication.factor": ("offsets_topic_replication_factor", _int_parser(1)),
+    "leader.replication.throttled.rate": ("leader_replication_throttled_rate", _int_parser(1)),
+    "follower.replication.throttled.rate": (
+        "follower_replication_throttled_rate",
+        _int_parser(1),
+    ),
+    "replication.quota.window.num": ("replication_quota_window_num", _int_parser(2)),
+    "replication.quota.window.size.seconds": (
+        "replication_quota_window_size_seconds",
+        _int_parser(1),
+    ),
     "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", _int_parser(1)),
 }
 
@@ -313,6 +356,11 @@ class BrokerConfig:
     #: Kafka's default is 3; creation caps it at the number of live brokers so a
     #: single broker (and the local coordinator) still gets its offsets topic.
     offsets_topic_replication_factor: int = 3
+    #: Bytes/s for throttled replicas (Kafka's reassignment throttle); unlimited by default.
+    leader_replication_throttled_rate: int = _INT64_MAX
+    follower_replication_throttled_rate: int = _INT64_MAX
+    replication_quota_window_num: int = 11
+    replication_quota_window_size_seconds: int = 1
     #: How long a __consumer_offsets write waits for min.insync.replicas.
     offsets_commit_timeout_ms: int = 5000
     topic_defaults: TopicConfig = field(default_factory=TopicConfig)

@@ -82,7 +82,7 @@ class ProducerThread(threading.Thread):
         self.join(120)
 
 
-def create_topic(bootstrap, topic, partitions, rf=3, min_isr=2):
+def create_topic(bootstrap, topic, partitions, rf=3, min_isr=2, config=None):
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics(
         [
@@ -90,7 +90,7 @@ def create_topic(bootstrap, topic, partitions, rf=3, min_isr=2):
                 topic,
                 num_partitions=partitions,
                 replication_factor=rf,
-                config={"min.insync.replicas": str(min_isr)},
+                config={"min.insync.replicas": str(min_isr), **(config or {})},
             )
         ]
     )

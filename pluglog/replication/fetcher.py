@@ -199,8 +199,23 @@ class LeaderFetcher:
 
     # -- fetch -------------------------------------------------------------------------
 
+    def _throttled(self, part):
+        """Kafka's follower-side rule: a listed replica that is not in sync."""
+        node = self.broker.node_id
+        return (
+            self.manager.follower_throttle.limited
+            and node not in part.isr
+            and part.config.throttled("follower", part.index, node)
+        )
+
     @defer.inlineCallbacks
     def _fetch(self, conn, keys):
+        throttle = self.manager.follower_throttle
+        throttled = {key for key in keys if self._throttled(self.partitions[key][0])}
+        if throttled and throttle.exceeded(self.broker.now_ms()):
+            keys = [key for key in keys if key not in throttled]
+            if not keys:
+                return False  # wait a backoff for the quota window to move on
         max_bytes = self.config.replica_fetch_max_bytes
 
         def fields(part):
@@ -231,6 +246,8 @@ class LeaderFetcher:
                 entry = self.partitions.get(key)
                 if entry is None:
                     continue
+                if key in throttled and answer["records"]:
+                    throttle.record(len(answer["records"]), now)
                 ok = self._apply(entry, key, answer, now) and ok
         return ok
 

@@ -13,6 +13,7 @@ lost race (StaleStateError) is dropped because the winning state arrives as
 an event. A lost ZooKeeper session takes every partition offline until the
 coordinator re-announces states: another broker may already lead them.
 
+Replicas being moved can be throttled (:mod:`pluglog.replication.throttle`).
 It also keeps the high-watermark checkpoint (Kafka's
 ``replication-offset-checkpoint``) so a restarted broker does not show
 consumers records its followers may not have.
@@ -27,6 +28,7 @@ from twisted.logger import Logger
 from pluglog.coordination.state import NO_LEADER, StaleStateError
 from pluglog.fileutil import atomic_write
 from pluglog.replication.fetcher import LeaderFetcher
+from pluglog.replication.throttle import ReplicationThrottle
 
 log = Logger()
 
@@ -45,6 +47,14 @@ class ReplicaManager:
         self.fetchers = {}
         self.states = {}
         self._isr_check = None
+        window_ms = self.config.replication_quota_window_size_seconds * 1000
+        samples = self.config.replication_quota_window_num
+        self.leader_throttle = ReplicationThrottle(
+            self.config.leader_replication_throttled_rate, samples, window_ms
+        )
+        self.follower_throttle = ReplicationThrottle(
+            self.config.follower_replication_throttled_rate, samples, window_ms
+        )
         self._hw_path = os.path.join(self.config.data_dir, HW_CHECKPOINT)
         self._saved_hw = self._read_hw()
 

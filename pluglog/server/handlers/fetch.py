@@ -70,11 +70,17 @@ def _read_all(broker, request, first_pass=True):
                 continue
             plog = part.log
             offset = want["fetch_offset"]
+            throttle = None
             if replica_id >= 0:
                 if now and not part.update_follower(replica_id, offset, now):
                     out.append(_partition_data(index, NOT_LEADER_OR_FOLLOWER))
                     continue
                 end, max_offset = plog.log_end_offset, None
+                throttle = _leader_throttle(broker, part, replica_id)
+                if throttle is not None and throttle.exceeded(broker.now_ms()):
+                    # Over the reassignment throttle: nothing this time round.
+                    out.append(_partition_data(index, NONE, part.high_watermark, -1))
+                    continue
             else:
                 end = max_offset = part.high_watermark
             limit = min(want["partition_max_bytes"], remaining)
@@ -102,6 +108,8 @@ def _read_all(broker, request, first_pass=True):
             size = result.size
             total += size
             remaining -= size
+            if throttle is not None:
+                throttle.record(size, broker.now_ms())
             out.append(
                 _partition_data(
                     index,
@@ -113,6 +121,19 @@ def _read_all(broker, request, first_pass=True):
             )
         topics.append({"topic": name, "partitions": out})
     return topics, total
+
+
+def _leader_throttle(broker, part, replica_id):
+    """The leader's throttle if it applies to this replica's fetch (Kafka's
+    leader-side rule: a listed partition, a replica out of the ISR), else None."""
+    throttle = broker.replicas.leader_throttle
+    if (
+        throttle.limited
+        and replica_id not in part.isr
+        and part.config.throttled("leader", part.index, broker.node_id)
+    ):
+        return throttle
+    return None
 
 
 def _response(topics):
