@@ -1,1 +1,16 @@
-"""pluglog.client package."""
+"""pluglog.client: a Kafka client on the Twisted reactor, and a blocking one.
+
+``from pluglog.client import Producer, Consumer, AdminClient`` gives
+aiokafka-like classes whose methods return Deferreds; they share
+:class:`~pluglog.client.cluster.ClusterClient` (metadata, connections) and
+:mod:`pluglog.client.connection` (one connection, pipelined requests) with
+pluglog's own sans-IO codec. :mod:`pluglog.client.blocking` is the
+one-request-at-a-time client for scripts.
+"""
+
+from pluglog.client.cluster import TopicPartition
+from pluglog.client.consumer import Consumer
+from pluglog.client.fetcher import ConsumerRecord
+from pluglog.client.producer import Producer, RecordMetadata
+
+__all__ = ["Consumer", "ConsumerRecord", "Producer", "RecordMetadata", "TopicPartition"]

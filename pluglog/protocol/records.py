@@ -225,19 +225,51 @@ def _encode_bytes(data):
 def encode_record(record, base_timestamp, default_delta):
     timestamp = base_timestamp if record.timestamp is None else record.timestamp
     delta = default_delta if record.offset_delta is None else record.offset_delta
-    parts = [
-        b"\x00",
-        encode_varlong(timestamp - base_timestamp),
-        encode_varint(delta),
-        _encode_bytes(record.key),
-        _encode_bytes(record.value),
-        encode_varint(len(record.headers)),
-    ]
-    for name, value in record.headers:
-        parts.append(_encode_bytes(name.encode("utf-8") if isinstance(name, str) else name))
-        parts.append(_encode_bytes(value))
-    body = b"".join(parts)
-    return encode_varint(len(body)) + body
+    return encode_record_fields(
+        record.key, record.value, record.headers, timestamp - base_timestamp, delta
+    )
+
+
+# Zig-zag encodings of 0..16383 (one or two bytes): record lengths, offset
+# and timestamp deltas and field sizes are almost always in this range, and a
+# table lookup costs a fraction of the encoding loop per record.
+_SMALL = tuple(_encode_unsigned(n << 1) for n in range(1 << 14))
+_MINUS_ONE = encode_varint(-1)
+
+
+def _small_varint(value):
+    if 0 <= value < 16384:
+        return _SMALL[value]
+    return encode_varlong(value)
+
+
+def encode_record_fields(key, value, headers, timestamp_delta, offset_delta):
+    """One record's bytes (length prefix included) from its fields; the
+    producer's accumulator calls this once per record as it is sent."""
+    small = _SMALL
+    if headers:
+        parts = [encode_varint(len(headers))]
+        for name, header_value in headers:
+            parts.append(_encode_bytes(name.encode("utf-8") if isinstance(name, str) else name))
+            parts.append(_encode_bytes(header_value))
+        tail = b"".join(parts)
+    else:
+        tail = b"\x00"
+    body = b"".join(
+        (
+            b"\x00",
+            small[timestamp_delta]
+            if 0 <= timestamp_delta < 16384
+            else encode_varlong(timestamp_delta),
+            small[offset_delta] if 0 <= offset_delta < 16384 else encode_varint(offset_delta),
+            _MINUS_ONE if key is None else _small_varint(len(key)),
+            b"" if key is None else key,
+            _MINUS_ONE if value is None else _small_varint(len(value)),
+            b"" if value is None else value,
+            tail,
+        )
+    )
+    return _small_varint(len(body)) + body
 
 
 def build_batch(
@@ -265,6 +297,42 @@ def build_batch(
     max_timestamp = max(timestamps) if timestamps else base_timestamp
     encoded = [encode_record(r, base_timestamp, i) for i, r in enumerate(records)]
     deltas = [i if r.offset_delta is None else r.offset_delta for i, r in enumerate(records)]
+    return build_batch_from_encoded(
+        encoded,
+        len(records),
+        deltas[-1],
+        base_timestamp,
+        max_timestamp,
+        base_offset=base_offset,
+        compression=compression,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        is_transactional=is_transactional,
+        partition_leader_epoch=partition_leader_epoch,
+        is_control=is_control,
+        timestamp_type=timestamp_type,
+    )
+
+
+def build_batch_from_encoded(
+    encoded,
+    count,
+    last_offset_delta,
+    base_timestamp,
+    max_timestamp,
+    base_offset=0,
+    compression=0,
+    producer_id=-1,
+    producer_epoch=-1,
+    base_sequence=-1,
+    is_transactional=False,
+    partition_leader_epoch=0,
+    is_control=False,
+    timestamp_type=0,
+):
+    """A batch from records already encoded with :func:`encode_record_fields`
+    (a list of bytes); the batch header, compression and CRC-32C are done here."""
     payload = compress(compression, b"".join(encoded))
     attributes = (
         compression
@@ -280,13 +348,13 @@ def build_batch(
             2,
             0,
             attributes,
-            deltas[-1],
+            last_offset_delta,
             base_timestamp,
             max_timestamp,
             producer_id,
             producer_epoch,
             base_sequence,
-            len(records),
+            count,
         )
     )
     crc = crc32c(payload, crc32c(memoryview(header)[_CRC_START:]))
