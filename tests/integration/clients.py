@@ -311,3 +311,54 @@ CONSUMERS = {
     "kafka-python": consume_kafka_python,
     "aiokafka": consume_aiokafka,
 }
+
+
+# ---- pluglog's own Twisted client (in a subprocess: it runs a reactor) -------
+
+
+def _runner(*args, data=None, timeout=120):
+    import os
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=root)
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.integration.twisted_runner", *args],
+        input=data,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+        cwd=root,
+        env=env,
+        text=True,
+    )
+    assert result.returncode == 0, f"twisted_runner {args[0]} failed: {result.stderr[-2000:]}"
+    return result.stdout
+
+
+def _latin(data):
+    return None if data is None else bytes(data).decode("latin-1")
+
+
+def produce_pluglog(bootstrap, topic, records, compression="none", *extra):
+    lines = "".join(
+        json.dumps([p, _latin(k), _latin(v), [[n, _latin(hv)] for n, hv in h]]) + "\n"
+        for p, k, v, h in records
+    )
+    return json.loads(_runner("produce", bootstrap, topic, compression, *extra, data=lines))
+
+
+def consume_pluglog(bootstrap, topic, partitions, expected, timeout=60):
+    out = _runner("consume", bootstrap, topic, str(partitions), str(expected), str(timeout))
+    records = []
+    for line in out.splitlines():
+        p, k, v, h = json.loads(line)
+        enc = lambda s: None if s is None else s.encode("latin-1")  # noqa: E731
+        records.append((p, enc(k), enc(v), [(n, enc(hv)) for n, hv in h]))
+    return records
+
+
+CODECS["pluglog"] = ["none", "gzip", "snappy", "lz4", "zstd"]
+PRODUCERS["pluglog"] = produce_pluglog
+CONSUMERS["pluglog"] = consume_pluglog
+CREATORS["pluglog"] = create_topic

@@ -1,0 +1,120 @@
+"""Run pluglog's Twisted client in a subprocess, for interop and group tests.
+
+``python -m tests.integration.twisted_runner produce BOOTSTRAP TOPIC CODEC``
+reads JSON records ``[partition, key, value, headers]`` (bytes as latin-1
+strings) from stdin and produces them, every record acknowledged or exit 1;
+``consume BOOTSTRAP TOPIC PARTITIONS EXPECTED`` prints what it reads the same
+way; ``member BOOTSTRAP GROUP TOPIC OUT`` is a group member that appends each
+record it consumes to OUT (``partition offset value``), commits after every
+batch and runs until SIGTERM/SIGKILL (see test_client_group.py).
+Each subcommand runs its own reactor, so tests need no reactor in-process.
+"""
+
+import json
+import os
+import signal
+import sys
+
+from twisted.internet import defer, task
+
+from pluglog.client import Consumer, Producer, TopicPartition
+
+
+def _b(text):
+    return None if text is None else text.encode("latin-1")
+
+
+def _s(data):
+    return None if data is None else bytes(data).decode("latin-1")
+
+
+@defer.inlineCallbacks
+def produce(reactor, bootstrap, topic, codec, *extra):
+    config = dict(item.split("=", 1) for item in extra)
+    producer = Producer(
+        reactor, bootstrap_servers=bootstrap, compression_type=codec, linger_ms=5, **config
+    )
+    yield producer.start()
+    sends = []
+    for line in sys.stdin:
+        partition, key, value, headers = json.loads(line)
+        sends.append(
+            producer.send(
+                topic,
+                _b(value),
+                key=_b(key),
+                partition=partition,
+                headers=[(name, _b(v)) for name, v in headers],
+            )
+        )
+    results = yield defer.DeferredList(sends, consumeErrors=True)
+    yield producer.stop()
+    failed = [r for ok, r in results if not ok]
+    if failed:
+        print(f"{len(failed)} records failed: {failed[0].value}", file=sys.stderr)
+        raise SystemExit(1)
+    print(json.dumps([[m.partition, m.offset] for _, m in results]))
+
+
+@defer.inlineCallbacks
+def consume(reactor, bootstrap, topic, partitions, expected, timeout="60"):
+    consumer = Consumer(reactor, bootstrap_servers=bootstrap, enable_auto_commit=False)
+    yield consumer.start()
+    tps = [TopicPartition(topic, p) for p in range(int(partitions))]
+    consumer.assign(tps)
+    yield consumer.seek_to_beginning(*tps)
+    count = 0
+    deadline = reactor.seconds() + float(timeout)
+    while count < int(expected) and reactor.seconds() < deadline:
+        batches = yield consumer.getmany(timeout_ms=500)
+        for records in batches.values():
+            for r in records:
+                count += 1
+                out = [r.partition, _s(r.key), _s(r.value), [[k, _s(v)] for k, v in r.headers]]
+                sys.stdout.write(json.dumps(out) + "\n")
+    yield consumer.stop()
+
+
+@defer.inlineCallbacks
+def member(reactor, bootstrap, group, topic, out_path, *extra):
+    config = dict(item.split("=", 1) for item in extra)
+    consumer = Consumer(
+        reactor,
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        **config,
+    )
+    stopping = []
+
+    def on_term(*_):
+        stopping.append(True)
+
+    signal.signal(signal.SIGTERM, lambda *a: reactor.callFromThread(on_term))
+    yield consumer.start()
+    with open(out_path, "a", buffering=1) as out:
+        out.write("started\n")
+        while not stopping:
+            batches = yield consumer.getmany(timeout_ms=200)
+            if not batches:
+                continue
+            lines = []
+            offsets = {}
+            for tp, records in batches.items():
+                lines += [f"{r.partition} {r.offset} {_s(r.value)}\n" for r in records]
+                offsets[tp] = records[-1].offset + 1
+            # Commit first, then record: a kill between the two loses the
+            # line (the test notices), never doubles it.
+            yield consumer.commit(offsets)
+            out.write("".join(lines))
+            os.fsync(out.fileno())
+        yield consumer.stop()
+        out.write("left\n")
+
+
+COMMANDS = {"produce": produce, "consume": consume, "member": member}
+
+if __name__ == "__main__":
+    task.react(COMMANDS[sys.argv[1]], sys.argv[2:])
