@@ -8,9 +8,19 @@ pluglog's own sans-IO codec. :mod:`pluglog.client.blocking` is the
 one-request-at-a-time client for scripts.
 """
 
+from pluglog.client.admin import AdminClient, ConfigResource, NewTopic
 from pluglog.client.cluster import TopicPartition
 from pluglog.client.consumer import Consumer
 from pluglog.client.fetcher import ConsumerRecord
 from pluglog.client.producer import Producer, RecordMetadata
 
-__all__ = ["Consumer", "ConsumerRecord", "Producer", "RecordMetadata", "TopicPartition"]
+__all__ = [
+    "AdminClient",
+    "ConfigResource",
+    "NewTopic",
+    "Consumer",
+    "ConsumerRecord",
+    "Producer",
+    "RecordMetadata",
+    "TopicPartition",
+]
