@@ -200,7 +200,14 @@ class KafkaClientProtocol(protocol.Protocol):
         """Ask the broker which versions it serves (ApiVersions); store them."""
         version = API_VERSIONS_VERSION
         body = {"client_software_name": "pluglog", "client_software_version": "0.1.0"}
-        response = yield self.request(API_VERSIONS, version, body, timeout=timeout)
+        try:
+            response = yield self.request(API_VERSIONS, version, body, timeout=timeout)
+        except codec.DecodeError:
+            # Some brokers (librdkafka's mock cluster) answer a version they do
+            # not serve with a body that is neither v0 nor v3: ask again with
+            # v0, which every broker answers, as librdkafka does.
+            version = 0
+            response = yield self.request(API_VERSIONS, version, body, timeout=timeout)
         if response["error_code"] == codec.UNSUPPORTED_VERSION:
             # The v0-format fallback lists the ApiVersions range it serves.
             ranges = {k["api_key"]: k["max_version"] for k in response["api_keys"]}
