@@ -81,7 +81,7 @@ class _Batch:
         "built",
         "base_sequence",
         "attempts",
-        "full",
+        "not_before",
     )
 
     def __init__(self, tp, base_ts, now):
@@ -95,7 +95,7 @@ class _Batch:
         self.built = None
         self.base_sequence = -1
         self.attempts = 0
-        self.full = False
+        self.not_before = 0.0  # a retried batch waits retry.backoff.ms
 
 
 class Producer:
@@ -136,6 +136,7 @@ class Producer:
         self._node_requests = {}  # node id -> Produce requests in flight
         self._timer = None
         self._retry_timer = None
+        self._retry_refresh = False
         self._parked = deque()
         self._lookups = {}  # topic -> records waiting for its metadata
         self._room_waiters = []
@@ -247,7 +248,7 @@ class Producer:
             self._drop(d, BrokerResponseError(3, where=f"{topic}[{partition}]"))
             return
         tp = TopicPartition(topic, partition)
-        if self._parked or self.buffered_bytes >= self.config["buffer.memory"]:
+        if self._parked or not self._has_room(key, value):
             timer = self.reactor.callLater(ms(self.config["max.block.ms"]), self._park_expired, d)
             self._parked.append((tp, key, value, headers, timestamp_ms, d, timer))
             return
@@ -322,8 +323,9 @@ class Producer:
             return
         by_node = {}
         limit = self.config["max.in.flight.requests.per.connection"]
+        now = self.reactor.seconds()
         for tp, queue in list(self._queued.items()):
-            if not queue or tp in self._in_flight:
+            if not queue or tp in self._in_flight or queue[0].not_before > now:
                 continue
             node = self.client.leader_for(tp)
             if node < 0:
@@ -422,17 +424,20 @@ class Producer:
         retriable = getattr(exc, "retriable", True)
         if retriable and not expired and batch.attempts <= self.config["retries"]:
             # Back to the head of its partition's queue, same bytes and sequence.
+            batch.not_before = self.reactor.seconds() + ms(self.config["retry.backoff.ms"])
             self._queued.setdefault(batch.tp, deque()).appendleft(batch)
             self._schedule_retry(refresh=False)
             return
         self._fail(batch, exc)
 
     def _schedule_retry(self, refresh):
+        self._retry_refresh = self._retry_refresh or refresh
         if self._retry_timer is not None and self._retry_timer.active():
             return
 
         def retry():
             self._retry_timer = None
+            refresh, self._retry_refresh = self._retry_refresh, False
             if refresh:
                 d = self.client.refresh_metadata()
                 d.addErrback(lambda f: log.info("metadata refresh failed: {f}", f=f.value))
@@ -472,7 +477,7 @@ class Producer:
         self.unacked -= len(batch.deferreds)
         batch.deferreds = []
         limit = self.config["buffer.memory"]
-        while self._parked and self.buffered_bytes < limit:
+        while self._parked and self._has_room(self._parked[0][1], self._parked[0][2]):
             tp, key, value, headers, ts, d, timer = self._parked.popleft()
             if timer.active():
                 timer.cancel()
@@ -487,6 +492,13 @@ class Producer:
         self.unacked -= 1
         d.errback(exc)
         self._check_idle()
+
+    def _has_room(self, key, value):
+        """Room in buffer.memory for a record (an empty buffer takes any)."""
+        if not self.buffered_bytes:
+            return True
+        size = 16 + (len(key) if key else 0) + (len(value) if value else 0)
+        return self.buffered_bytes + size <= self.config["buffer.memory"]
 
     def _check_idle(self):
         if self.unacked == 0 and not self._parked:
