@@ -414,8 +414,10 @@ class Consumer:
                 committed = yield self.committed_offsets(todo)
                 for tp, offset in committed.items():
                     state = self._states.get(tp)
+                    # A seek while the answer was on its way wins.
                     if offset is not None and offset >= 0 and state is not None:
-                        self._set_position(state, offset)
+                        if state.position is None:
+                            self._set_position(state, offset)
             rest = [tp for tp in todo if tp in self._states and self._states[tp].position is None]
             policy = self.config["auto.offset.reset"]
             if rest and policy == "none":
@@ -423,7 +425,9 @@ class Consumer:
                     f"no committed offset for {rest} and auto.offset.reset=none"
                 )
             if rest:
-                yield self._reset_now(rest, EARLIEST if policy == "earliest" else LATEST)
+                yield self._reset_now(
+                    rest, EARLIEST if policy == "earliest" else LATEST, only_unset=True
+                )
         finally:
             self._resetting.difference_update(todo)
         self._fetch()
@@ -437,11 +441,11 @@ class Consumer:
         self._fetch()
 
     @defer.inlineCallbacks
-    def _reset_now(self, tps, timestamp):
+    def _reset_now(self, tps, timestamp, only_unset=False):
         offsets = yield self.list_offsets(tps, timestamp)
         for tp, offset in offsets.items():
             state = self._states.get(tp)
-            if state is not None:
+            if state is not None and not (only_unset and state.position is not None):
                 self._set_position(state, offset)
 
     @defer.inlineCallbacks
