@@ -80,6 +80,8 @@ class ClusterClient:
         self.controller_id = -1
         self.cluster_id = None
         self.last_refresh = None
+        #: reactor time until which the metadata counts as fresh
+        self.fresh_until = float("-inf")
         self._conns = {}  # (node id or address, purpose) -> connected protocol
         self._connecting = {}  # same key -> Deferreds waiting for the connection
         self._refreshing = None
@@ -171,15 +173,14 @@ class ClusterClient:
                 self.leader_epochs[tp] = part.get("leader_epoch", -1)
             self.partitions[name] = sorted(ids)
         self.last_refresh = self.reactor.seconds()
+        self.fresh_until = self.last_refresh + ms(self.config["metadata.max.age.ms"])
 
     def leader_for(self, tp):
         """Node id leading ``tp`` per the last metadata, or -1 if none is known."""
         return self.leaders.get(tp, -1)
 
     def metadata_stale(self):
-        if self.last_refresh is None:
-            return True
-        return self.reactor.seconds() - self.last_refresh > ms(self.config["metadata.max.age.ms"])
+        return self.reactor.seconds() >= self.fresh_until
 
     @defer.inlineCallbacks
     def partitions_for(self, topic, wait=True):

@@ -43,6 +43,7 @@ from pluglog.client.errors import (
 from pluglog.errors import ConfigError
 from pluglog.protocol.api_keys import INIT_PRODUCER_ID, PRODUCE
 from pluglog.protocol.records import CODEC_NAMES, build_batch_from_encoded, encode_record_fields
+from pluglog.serializers import BytesSerializer
 
 log = Logger()
 
@@ -139,6 +140,12 @@ class Producer:
         self._retry_refresh = False
         self._parked = deque()
         self._lookups = {}  # topic -> records waiting for its metadata
+        self._tps = {}
+        self._batch_size = config["batch.size"]
+        self._max_request_size = config["max.request.size"]
+        self._buffer_memory = config["buffer.memory"]
+        self._raw_keys = type(self.key_serializer) is BytesSerializer
+        self._raw_values = type(self.value_serializer) is BytesSerializer
         self._room_waiters = []
         self._idle_waiters = []
         self.buffered_bytes = 0
@@ -211,19 +218,24 @@ class Producer:
         if self._stopped:
             return defer.fail(KafkaClientError("producer is stopped"))
         try:
-            key_bytes = self.key_serializer.serialize(topic, key) if key is not None else None
-            value_bytes = self.value_serializer.serialize(topic, value)
+            # bytes through the "bytes" serializer need no call (and no copy).
+            if key is not None and not (self._raw_keys and type(key) is bytes):
+                key = self.key_serializer.serialize(topic, key)
+            if not (self._raw_values and type(value) is bytes):
+                value = self.value_serializer.serialize(topic, value)
         except Exception:
             return defer.fail()
+        now = self.reactor.seconds()
         if timestamp_ms is None:
-            timestamp_ms = int(self.reactor.seconds() * 1000)
+            timestamp_ms = int(now * 1000)
         headers = list(headers) if headers else ()
         d = defer.Deferred()
         self.unacked += 1
         parts = self.client.partitions.get(topic)
-        if parts is not None and (partition is not None or not self.client.metadata_stale()):
-            self._place(parts, topic, partition, key_bytes, value_bytes, headers, timestamp_ms, d)
+        if parts is not None and (partition is not None or now < self.client.fresh_until):
+            self._place(parts, topic, partition, key, value, headers, timestamp_ms, d)
             return d
+        key_bytes, value_bytes = key, value
         waiting = self._lookups.get(topic)
         if waiting is None:
             # One metadata lookup per topic, however many records wait on it.
@@ -243,11 +255,18 @@ class Producer:
 
     def _place(self, parts, topic, partition, key, value, headers, timestamp_ms, d):
         if partition is None:
-            partition = parts[self.partitioner.partition(topic, key, len(parts))]
+            # One partition leaves a partitioner no choice: skip the call.
+            partition = (
+                parts[self.partitioner.partition(topic, key, len(parts))]
+                if len(parts) > 1
+                else parts[0]
+            )
         elif partition not in parts:
             self._drop(d, BrokerResponseError(3, where=f"{topic}[{partition}]"))
             return
-        tp = TopicPartition(topic, partition)
+        tp = self._tps.get((topic, partition))
+        if tp is None:
+            tp = self._tps[(topic, partition)] = TopicPartition(topic, partition)
         if self._parked or not self._has_room(key, value):
             timer = self.reactor.callLater(ms(self.config["max.block.ms"]), self._park_expired, d)
             self._parked.append((tp, key, value, headers, timestamp_ms, d, timer))
@@ -266,7 +285,7 @@ class Producer:
             key, value, headers, timestamp_ms - batch.base_ts, len(batch.records)
         )
         size = len(encoded)
-        if size + _BATCH_OVERHEAD > self.config["max.request.size"]:
+        if size + _BATCH_OVERHEAD > self._max_request_size:
             self._drop(
                 d,
                 RecordTooLargeError(
@@ -275,7 +294,7 @@ class Producer:
                 ),
             )
             return
-        if batch.records and batch.size + size > self.config["batch.size"]:
+        if batch.records and batch.size + size > self._batch_size:
             self._close_batch(batch)
             self._append(tp, key, value, headers, timestamp_ms, d)
             self._drain()
@@ -286,7 +305,7 @@ class Producer:
         if timestamp_ms > batch.max_ts:
             batch.max_ts = timestamp_ms
         self.buffered_bytes += size
-        if batch.size >= self.config["batch.size"]:
+        if batch.size >= self._batch_size:
             self._close_batch(batch)
             self._drain()
 
@@ -498,7 +517,7 @@ class Producer:
         if not self.buffered_bytes:
             return True
         size = 16 + (len(key) if key else 0) + (len(value) if value else 0)
-        return self.buffered_bytes + size <= self.config["buffer.memory"]
+        return self.buffered_bytes + size <= self._buffer_memory
 
     def _check_idle(self):
         if self.unacked == 0 and not self._parked:
