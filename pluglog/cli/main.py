@@ -8,6 +8,7 @@ error.
 """
 
 import argparse
+import re
 import sys
 
 from pluglog.cli import cluster as cluster_cli
@@ -47,10 +48,16 @@ def _config_pair(text):
     return key, value
 
 
+def plain(text):
+    """Docstring text for --help: reStructuredText markup dropped."""
+    text = re.sub(r":\w+:`~?([^`]+)`", r"\1", text)
+    return text.replace("``", "").replace("**", "")
+
+
 def build_parser():
     from pluglog.cli import devcluster, groups, topics, transfer
 
-    parser = argparse.ArgumentParser(prog="pluglog", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="pluglog", description=plain(__doc__.splitlines()[0]))
     parser.add_argument(
         "-b",
         "--bootstrap-server",

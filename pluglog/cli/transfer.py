@@ -13,6 +13,7 @@ import time
 
 from pluglog import protocol as codec
 from pluglog.cli.common import check, partitions_of
+from pluglog.cli.progress import Progress
 from pluglog.cli.routing import router
 from pluglog.cli.topics import end_offsets
 from pluglog.protocol.records import CODEC_NAMES, Record, build_batch, iter_records
@@ -101,6 +102,7 @@ def produce_lines(client, args):
     partitioner = None if args.partition is not None else _partitioner(args.partitioner)
     pending = {}
     count = 0
+    progress = Progress("produced")
     for line in sys.stdin.buffer:
         line = line.rstrip(b"\r\n")
         key = None
@@ -116,8 +118,10 @@ def produce_lines(client, args):
         count += 1
         if len(records) >= args.batch_size:
             _send(client, args.topic, pending, args)
+            progress.add(args.batch_size)
     if pending:
         _send(client, args.topic, pending, args)
+    progress.done()
     print(f"Produced {count} records to {args.topic}.", file=sys.stderr)
 
 
@@ -130,9 +134,17 @@ def consume_records(client, args):
     else:
         positions = end_offsets(client, args.topic, partitions, -2 if args.from_beginning else -1)
     stop_at = end_offsets(client, args.topic, partitions, -1) if args.exit else None
+    out = sys.stdout.buffer
+    progress = Progress("consumed")
+    try:
+        _consume_loop(client, args, partitions, positions, stop_at, out, progress)
+    finally:
+        progress.done()
+
+
+def _consume_loop(client, args, partitions, positions, stop_at, out, progress):
     printed = 0
     idle_since = time.monotonic()
-    out = sys.stdout.buffer
     while True:
         active = [p for p in partitions if stop_at is None or positions[p] < stop_at[p]]
         if not active:
@@ -167,6 +179,7 @@ def consume_records(client, args):
                     out.flush()
                     return
         out.flush()
+        progress.add(printed - progress.records)
         if got_any:
             idle_since = time.monotonic()
         elif (
