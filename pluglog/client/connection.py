@@ -285,6 +285,7 @@ class KafkaClientProtocol(protocol.Protocol):
     def _abort(self, exc):
         log.info("closing connection to {peer}: {reason}", peer=self.peer, reason=exc)
         self.closed = True
+        self.connected = False
         self._buf = bytearray()
         self._fail_all(exc)
         if self.transport is not None:
