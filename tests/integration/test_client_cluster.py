@@ -39,7 +39,7 @@ class ClientAgainstCluster(unittest.TestCase):
 
     @defer.inlineCallbacks
     def test_leader_killed_mid_stream(self):
-        bootstrap = self.cluster.bootstrap()
+        bootstrap = self.cluster.bootstrap
         admin = AdminClient(reactor, bootstrap_servers=bootstrap)
         yield admin.start()
         yield admin.create_topics([NewTopic("ha", 3, 3, {"min.insync.replicas": "2"})])
@@ -67,7 +67,7 @@ class ClientAgainstCluster(unittest.TestCase):
         yield producer.stop()
         self.assertNotEqual(self.cluster.leader("ha", 0), victim)
 
-        consumer = Consumer(reactor, bootstrap_servers=self.cluster.bootstrap())
+        consumer = Consumer(reactor, bootstrap_servers=self.cluster.bootstrap)
         yield consumer.start()
         tps = [TopicPartition("ha", p) for p in range(3)]
         consumer.assign(tps)
