@@ -375,29 +375,67 @@ def _decode_bytes(buf, position):
     return bytes(buf[position:end]), end
 
 
+def _varint_at(data, position):
+    """Zig-zag varint at ``position``: one- and two-byte values (record and
+    field lengths, deltas) inline, longer ones through :func:`decode_varlong`.
+    Returns ``(value, next_position)``."""
+    try:
+        first = data[position]
+        if first < 0x80:
+            return (first >> 1) ^ -(first & 1), position + 1
+        second = data[position + 1]
+        if second < 0x80:
+            number = (first & 0x7F) | (second << 7)
+            return (number >> 1) ^ -(number & 1), position + 2
+    except IndexError:
+        raise InvalidRecordError("varint runs past the end of the buffer") from None
+    return decode_varlong(data, position)
+
+
 def decode_records(data, count, base_offset, base_timestamp):
     """Decode ``count`` records from the (uncompressed) record array ``data``."""
     records = []
+    append = records.append
+    varint = _varint_at
+    size = len(data)
     position = 0
     for _ in range(count):
-        length, position = decode_varint(data, position)
+        length, position = varint(data, position)
         end = position + length
-        if length < 0 or end > len(data):
+        if length < 0 or end > size:
             raise InvalidRecordError("record length runs past the end of the batch")
         position += 1  # attributes: unused
-        ts_delta, position = decode_varlong(data, position)
-        offset_delta, position = decode_varint(data, position)
-        key, position = _decode_bytes(data, position)
-        value, position = _decode_bytes(data, position)
-        header_count, position = decode_varint(data, position)
+        ts_delta, position = varint(data, position)
+        offset_delta, position = varint(data, position)
+        if not -(2**31) <= offset_delta < 2**31:
+            raise InvalidRecordError("varint overflows int32")
+        n, position = varint(data, position)
+        if n < 0:
+            key = None
+        else:
+            if position + n > end:
+                raise InvalidRecordError("record field runs past the end of the batch")
+            key = data[position : position + n]
+            position += n
+        n, position = varint(data, position)
+        if n < 0:
+            value = None
+        else:
+            if position + n > end:
+                raise InvalidRecordError("record field runs past the end of the batch")
+            value = data[position : position + n]
+            position += n
+        header_count, position = varint(data, position)
         headers = []
         for _ in range(header_count):
             name, position = _decode_bytes(data, position)
             header_value, position = _decode_bytes(data, position)
+            if name is None:
+                raise InvalidRecordError("a record header has a null name")
             headers.append((name.decode("utf-8"), header_value))
         if position != end:
             raise InvalidRecordError("record length does not match its fields")
-        records.append(
+        append(
             Record(
                 key,
                 value,
