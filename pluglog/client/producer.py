@@ -144,6 +144,7 @@ class Producer:
         self._batch_size = config["batch.size"]
         self._max_request_size = config["max.request.size"]
         self._buffer_memory = config["buffer.memory"]
+        self._fast_batch_limit = min(self._batch_size, self._max_request_size)
         self._raw_keys = type(self.key_serializer) is BytesSerializer
         self._raw_values = type(self.value_serializer) is BytesSerializer
         self._room_waiters = []
@@ -233,6 +234,27 @@ class Producer:
         self.unacked += 1
         parts = self.client.partitions.get(topic)
         if parts is not None and (partition is not None or now < self.client.fresh_until):
+            if partition is None and len(parts) == 1 and not self._parked:
+                # The common case inline (one call per record is what it
+                # costs): an open batch the encoded record fits in.
+                batch = self._open.get(self._tps.get((topic, parts[0])))
+                if batch is not None:
+                    records = batch.records
+                    encoded = encode_record_fields(
+                        key, value, headers, timestamp_ms - batch.base_ts, len(records)
+                    )
+                    size = len(encoded)
+                    if (
+                        batch.size + size <= self._fast_batch_limit
+                        and self.buffered_bytes + size <= self._buffer_memory
+                    ):
+                        records.append(encoded)
+                        batch.deferreds.append(d)
+                        batch.size += size
+                        self.buffered_bytes += size
+                        if timestamp_ms > batch.max_ts:
+                            batch.max_ts = timestamp_ms
+                        return d
             self._place(parts, topic, partition, key, value, headers, timestamp_ms, d)
             return d
         key_bytes, value_bytes = key, value
