@@ -16,18 +16,8 @@ from tests.zookeeper import ZooKeeperProcess, new_chroot
 COUNT = 3000
 
 
-def _zookeeper_coordinator():
-    from pluglog.plugins import make_plugin_manager
-    from pluglog.registry import Registry
-
-    return "zookeeper" in Registry(make_plugin_manager()).names("coordinator")
-
-
 class ClientAgainstCluster(unittest.TestCase):
     timeout = 240
-    if not _zookeeper_coordinator():
-        # Runs as soon as issue #12's zookeeper coordinator is merged.
-        skip = "the zookeeper coordinator (issue #12) is not in this tree yet"
 
     def setUp(self):
         root = Path(os.path.abspath(self.mktemp()))
