@@ -1,5 +1,9 @@
 """pluglog.client.AdminClient against the real broker process (real reactor)."""
 
+import os
+import shutil
+import tempfile
+
 from twisted.internet import defer, reactor
 from twisted.trial import unittest
 
@@ -19,7 +23,10 @@ class AdminAgainstBroker(unittest.TestCase):
     timeout = 90
 
     def setUp(self):
-        self.broker = BrokerProcess(self.mktemp()).start()
+        # Not self.mktemp(): under pytest that is relative to the checkout.
+        root = tempfile.mkdtemp(prefix="pluglog-admin-")
+        self.addCleanup(shutil.rmtree, root, True)
+        self.broker = BrokerProcess(os.path.join(root, "data")).start()
         self.addCleanup(self.broker.stop)
 
     @defer.inlineCallbacks

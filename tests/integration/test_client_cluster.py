@@ -3,7 +3,8 @@ partition leader is SIGKILLed: the idempotent producer retries to the new
 leader without losing or doubling a record, and the consumer reads every
 partition from whichever broker leads it now."""
 
-import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from twisted.internet import defer, reactor, task
@@ -20,8 +21,9 @@ class ClientAgainstCluster(unittest.TestCase):
     timeout = 240
 
     def setUp(self):
-        root = Path(os.path.abspath(self.mktemp()))
-        root.mkdir(parents=True)
+        # Not self.mktemp(): under pytest that is relative to the checkout.
+        root = Path(tempfile.mkdtemp(prefix="pluglog-client-cluster-"))
+        self.addCleanup(shutil.rmtree, root, True)
         self.zk = ZooKeeperProcess(root / "zk").start()
         self.addCleanup(self.zk.stop)
         self.cluster = Cluster(root, self.zk.connect_string(new_chroot()), brokers=3).start()
