@@ -377,3 +377,46 @@ class AssignorTests(SynchronousTestCase):
             [("x", 0), ("x", 2), ("y", 1)],
         )
         self.assertEqual(asg.decode_assignment(assignment), [("x", 0), ("x", 2), ("y", 1)])
+
+
+class AutoCommitTests(SynchronousTestCase):
+    def test_positions_committed_every_interval_and_on_stop(self):
+        cluster = ScriptedCluster({"t": 1})
+        cluster.install(self)
+        log = Log(cluster, 1)
+        log.data[0] = [b"a", b"b"]
+        state = group_handlers(cluster, {}, None)
+        consumer = Consumer(
+            cluster.clock,
+            "t",
+            bootstrap_servers="b1:9092",
+            group_id="g",
+            auto_offset_reset="earliest",
+            auto_commit_interval_ms=5000,
+            heartbeat_interval_ms=60000,
+        )
+        d = consumer.start()
+        cluster.pump()
+        self.successResultOf(d)
+        cluster.pump()
+        got = self.successResultOf(consumer.getmany())
+        self.assertEqual([r.value for r in got[TP0]], [b"a", b"b"])
+        cluster.clock.advance(4.9)
+        cluster.pump()
+        self.assertEqual(state["commits"], [])
+        cluster.clock.advance(0.1)
+        cluster.pump()
+        (commit,) = state["commits"]
+        part = commit["topics"][0]["partitions"][0]
+        self.assertEqual((part["partition_index"], part["committed_offset"]), (0, 2))
+        self.assertEqual(commit["member_id"], "m-1")
+        log.data[0].append(b"c")
+        cluster.clock.advance(0)
+        cluster.pump()
+        self.successResultOf(consumer.getmany())
+        stopped = consumer.stop()
+        cluster.pump()
+        for conn in cluster.conns:
+            conn.drop()
+        self.successResultOf(stopped)
+        self.assertEqual(state["commits"][-1]["topics"][0]["partitions"][0]["committed_offset"], 3)
