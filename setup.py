@@ -20,6 +20,11 @@ setup(
         "crcmod>=1.7",
         "kazoo>=2.10",
         "fastavro>=1.9",
+        # produce-time record validation: the C record walk and the codecs
+        "aiokafka>=0.12",
+        "python-snappy>=0.7",
+        "lz4>=4.0",
+        "zstandard>=0.22",
     ],
     extras_require={
         "test": [
@@ -35,6 +40,7 @@ setup(
             "cramjam>=2.8",
             "lz4>=4.0",
             "zstandard>=0.22",
+            "hypothesis>=6.100",
         ],
         "docs": ["sphinx>=7"],
     },

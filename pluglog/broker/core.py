@@ -18,6 +18,14 @@ from pluglog.errors import (
 
 log = Logger()
 
+#: Kafka's Topic.INTERNAL_TOPICS: internal whatever their metadata says
+INTERNAL_TOPICS = frozenset(("__consumer_offsets", "__transaction_state", "__share_group_state"))
+
+
+def is_internal(meta):
+    """Kafka's Topic.isInternal, plus topics created as internal."""
+    return bool(getattr(meta, "internal", False)) or meta.name in INTERNAL_TOPICS
+
 
 class Broker:
     """One broker's components and partitions."""
@@ -81,7 +89,14 @@ class Broker:
             hosted = self.node_id in meta.replicas(index)
             if part is None and hosted:
                 plog = self.storage.open_log(meta.name, index, topic_config)
-                part = Partition(meta.name, index, plog, topic_config, node_id=self.node_id)
+                part = Partition(
+                    meta.name,
+                    index,
+                    plog,
+                    topic_config,
+                    node_id=self.node_id,
+                    internal=is_internal(meta),
+                )
                 part.high_watermark = self.replicas.initial_high_watermark(
                     meta.name, index, plog.log_end_offset
                 )
