@@ -138,6 +138,12 @@ class Broker:
         if self.group_coordinator is not None:
             self.group_coordinator.leadership_changed(part)
 
+    def is_internal(self, topic):
+        """Whether ``topic`` is internal (clients may not produce, delete or
+        DeleteRecords it)."""
+        meta = self.coordinator.topics().get(topic)
+        return topic in INTERNAL_TOPICS or (meta is not None and is_internal(meta))
+
     def num_partitions(self, topic):
         meta = self.coordinator.topics().get(topic)
         return None if meta is None else meta.num_partitions
