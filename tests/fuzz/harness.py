@@ -3,8 +3,10 @@
 :class:`Target` sends one input on a connection and then probes it with an
 ApiVersions request: the broker must either answer the probe (having
 answered or, for acks=0, swallowed the input) or close the connection,
-within :data:`PROBE_TIMEOUT`. Anything else (a hang, an answer out of
-order, a dead process) is a failure. Raw byte streams go on their own
+within :data:`PROBE_TIMEOUT`; only a request that may legally wait
+(:data:`PARKING_APIS`) may hold it longer, and then a fresh connection must
+be answered at once ("parked"). Anything else (a hang, a stalled broker, a
+dead process) is a failure. Raw byte streams go on their own
 connection, which is closed afterwards; only the process's health is
 checked for them.
 
@@ -30,6 +32,9 @@ from pluglog import protocol as codec
 from tests.fuzz.strategies import PROTECTED_TOPIC
 
 PROBE_TIMEOUT = 10.0
+#: Fetch (long poll), JoinGroup and SyncGroup may hold a connection's answers
+#: for as long as the request asks (max_wait_ms, rebalance timeout), in Kafka too.
+PARKING_APIS = frozenset((1, 11, 14))
 _SIZE = struct.Struct(">i")
 _PROBE_ID = 0x7FFF0001
 
@@ -52,6 +57,7 @@ class Target:
         self.inputs = 0
         self.answered = 0
         self.closed = 0
+        self.parked = 0
         self.max_rss_kb = 0
         self.max_fds = 0
 
@@ -102,6 +108,12 @@ class Target:
         except TimeoutError:
             self._drop()
             self.check_alive()
+            api_key = struct.unpack_from(">h", frame, 4)[0] if len(frame) >= 6 else None
+            if api_key in PARKING_APIS and self._fresh_probe():
+                # A long poll (Fetch max_wait_ms) or a rebalance wait, as
+                # Kafka holds it too; the broker is serving everyone else.
+                self.parked += 1
+                return "parked"
             raise BrokenPromiseError(
                 f"no answer and no close within {PROBE_TIMEOUT}s after {label} "
                 f"{frame[:64].hex()}..."
@@ -109,6 +121,15 @@ class Target:
         self._drop()
         self.closed += 1
         return "closed"
+
+    def _fresh_probe(self):
+        """Does a new connection get ApiVersions answered promptly?"""
+        try:
+            with socket.create_connection(self.address, timeout=PROBE_TIMEOUT) as sock:
+                sock.sendall(probe_frame())
+                return len(sock.recv(4)) == 4
+        except OSError:
+            return False
 
     def send_raw(self, data):
         """Raw bytes on a fresh connection, then hang up."""

@@ -31,6 +31,7 @@ class Stats:
     raw: int = 0
     answered: int = 0
     closed: int = 0
+    parked: int = 0
     crashes: int = 0
     hangs: int = 0
     acked: int = 0
@@ -44,7 +45,8 @@ class Stats:
         return (
             f"inputs {self.inputs} (structured {self.structured}, mutated {self.mutated}, "
             f"random {self.random}, raw {self.raw}); answered {self.answered}, "
-            f"closed {self.closed}; crashes {self.crashes}, hangs {self.hangs}; "
+            f"closed {self.closed}, parked {self.parked}; "
+            f"crashes {self.crashes}, hangs {self.hangs}; "
             f"acked {self.acked}, lost {self.lost}; max RSS {self.max_rss_mb} MB, "
             f"max fds {self.max_fds}; {self.seconds:.0f} s"
         )
@@ -101,7 +103,6 @@ def run_campaign(
                 target.send_raw(harness.raw_stream(rng))
                 stats.raw += 1
             target.check_alive()
-            verifier.produce()
         except harness.BrokenPromiseError as exc:
             if progress is None:
                 raise
@@ -110,6 +111,7 @@ def run_campaign(
                 stats.crashes += 1
                 break
             stats.hangs += 1
+        verifier.produce()
         stats.inputs = target.inputs
         if progress is not None:
             progress(round_index, stats)
@@ -119,6 +121,7 @@ def run_campaign(
     stats.inputs = target.inputs
     stats.answered = target.answered
     stats.closed = target.closed
+    stats.parked = target.parked
     stats.lost = verifier.lost() if not stats.crashes else len(verifier.acked)
     stats.acked = len(verifier.acked)
     target.sample()
