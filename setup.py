@@ -1,6 +1,6 @@
 """pluglog distribution: the broker package plus its twistd plugin file."""
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 setup(
     name="pluglog",
@@ -12,6 +12,9 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["pluglog", "pluglog.*"]) + ["twisted.plugins"],
     package_data={"twisted.plugins": ["pluglog_tap.py"]},
+    # The produce-time record walk in C; optional: without a compiler the
+    # broker falls back to aiokafka's Cython iterator (pluglog/broker/validation.py).
+    ext_modules=[Extension("pluglog._recordwalk", ["pluglog/_recordwalk.c"], optional=True)],
     install_requires=[
         "twisted>=24.0",
         "zope.interface>=6.0",
