@@ -98,7 +98,7 @@ def _accepts(batch):
 def test_the_c_walk_is_built_and_used():
     # setup.py builds it (pip install -e . / build_ext --inplace); without it
     # the broker is correct but slower, which the suite should notice.
-    assert validation._c_walk is not None
+    assert validation._c_walk is not None, "run: python3 setup.py build_ext --inplace"
 
 
 @pytest.mark.parametrize("walkers", [("_c_walk",), ("_c_walk", "_CBatch")])
