@@ -1,6 +1,6 @@
 """pluglog distribution: the broker package plus its twistd plugin file."""
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 setup(
     name="pluglog",
@@ -12,6 +12,9 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["pluglog", "pluglog.*"]) + ["twisted.plugins"],
     package_data={"twisted.plugins": ["pluglog_tap.py"]},
+    # The produce-time record walk in C; optional: without a compiler the
+    # broker falls back to aiokafka's Cython iterator (pluglog/broker/validation.py).
+    ext_modules=[Extension("pluglog._recordwalk", ["pluglog/_recordwalk.c"], optional=True)],
     install_requires=[
         "twisted>=24.0",
         "zope.interface>=6.0",
@@ -20,6 +23,11 @@ setup(
         "crcmod>=1.7",
         "kazoo>=2.10",
         "fastavro>=1.9",
+        # produce-time record validation: the C record walk and the codecs
+        "aiokafka>=0.12",
+        "python-snappy>=0.7",
+        "lz4>=4.0",
+        "zstandard>=0.22",
     ],
     extras_require={
         "test": [
@@ -35,6 +43,7 @@ setup(
             "cramjam>=2.8",
             "lz4>=4.0",
             "zstandard>=0.22",
+            "hypothesis>=6.100",
         ],
         "docs": ["sphinx>=7"],
     },

@@ -15,7 +15,10 @@ Systems:
   bench/README.rst): async linger.ms=1, consumer fetch.queue.backoff.ms=1;
   it runs the batch-50 and async producer tests and the consumer;
 * ``kafka-mock``: (``--mock``) librdkafka's in-process C mock broker at
-  N=20,000: the client's own ceiling on this box.
+  N=20,000: the client's own ceiling on this box;
+* ``pluglog-base``: (``--base PATH``) the ``pluglog`` system run from another
+  checkout (e.g. a worktree of the commit before a change), for a
+  before/after comparison in one interleaved run.
 
 Usage: ``python3 bench/paper_bench.py [--runs 3] [--n 1000000] [--mock]``.
 Everything listens on and talks to 127.0.0.1 only.
@@ -92,10 +95,12 @@ class RssSampler(threading.Thread):
 
 def run_system(peers, venv, work, system, n, env_extra, pid_name):
     env = dict(os.environ)
+    env_extra = dict(env_extra)
+    root = env_extra.pop("PLUGLOG_ROOT", ROOT)
     env.update(
         PEERS_TMP=os.path.join(work, "tmp"),
         VENV=venv,
-        PYTHONPATH=os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")])),
+        PYTHONPATH=os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")])),
         **env_extra,
     )
     sampler = RssSampler(os.path.join(work, "tmp", pid_name, "server.pid"))
@@ -127,6 +132,9 @@ def main():
     parser.add_argument("--work", default="/tmp/pluglog-bench")
     parser.add_argument("--mock", action="store_true", help="also run librdkafka's mock broker")
     parser.add_argument("--systems", default="redis,pluglog,pluglog-tuned")
+    parser.add_argument(
+        "--base", help="another pluglog checkout, run as system pluglog-base (before/after)"
+    )
     args = parser.parse_args()
     peers, venv = prepare(args.work)
     if not args.port:
@@ -143,6 +151,12 @@ def main():
             "pluglog-tuned",
             args.n,
         ),
+        "pluglog-base": (
+            "pluglog",
+            {**kafka_env, "KAFKA_NAME": "pluglog-base", "PLUGLOG_ROOT": args.base or ROOT},
+            "pluglog-base",
+            args.n,
+        ),
         "kafka-mock": (
             "kafka",
             {"KAFKA_NAME": "kafka-mock", "KAFKA_SERVER_CMD": "mock"},
@@ -151,6 +165,8 @@ def main():
         ),
     }
     systems = args.systems.split(",") + (["kafka-mock"] if args.mock else [])
+    if args.base:
+        systems.insert(systems.index("pluglog") + 1 if "pluglog" in systems else 0, "pluglog-base")
     results = {name: [] for name in systems}
     rss = {name: [] for name in systems}
     print(f"loadavg at start: {open('/proc/loadavg').read().strip()}", flush=True)

@@ -12,6 +12,7 @@ if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi
 # cluster tests, ZooKeeper and Java.
 need=()
 command -v kcat >/dev/null || need+=(kcat)
+command -v gcc >/dev/null || need+=(gcc)
 [ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
 if [ ${#need[@]} -gt 0 ]; then
@@ -22,6 +23,9 @@ fi
 # compat mode puts the checkout itself on sys.path, so twistd finds
 # twisted/plugins/pluglog_tap.py and code edits need no reinstall.
 $PY -m pip install -q -e '.[test]' --config-settings editable_mode=compat
+# The produce-time record walk in C (pluglog/_recordwalk.c) next to its
+# sources, for runs from the checkout; needs gcc and the Python headers.
+$PY setup.py -q build_ext --inplace
 # The Spark plugin is its own distribution; pyspark 4 needs pyarrow and Java 17.
 $PY -m pip install -q pyspark pyarrow
 $PY -m pip install -q -e plugins/pluglog-spark

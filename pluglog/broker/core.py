@@ -18,6 +18,14 @@ from pluglog.errors import (
 
 log = Logger()
 
+#: Kafka's Topic.INTERNAL_TOPICS: internal whatever their metadata says
+INTERNAL_TOPICS = frozenset(("__consumer_offsets", "__transaction_state", "__share_group_state"))
+
+
+def is_internal(meta):
+    """Kafka's Topic.isInternal, plus topics created as internal."""
+    return bool(getattr(meta, "internal", False)) or meta.name in INTERNAL_TOPICS
+
 
 class Broker:
     """One broker's components and partitions."""
@@ -81,7 +89,14 @@ class Broker:
             hosted = self.node_id in meta.replicas(index)
             if part is None and hosted:
                 plog = self.storage.open_log(meta.name, index, topic_config)
-                part = Partition(meta.name, index, plog, topic_config, node_id=self.node_id)
+                part = Partition(
+                    meta.name,
+                    index,
+                    plog,
+                    topic_config,
+                    node_id=self.node_id,
+                    internal=is_internal(meta),
+                )
                 part.high_watermark = self.replicas.initial_high_watermark(
                     meta.name, index, plog.log_end_offset
                 )
@@ -122,6 +137,12 @@ class Broker:
         """A hosted partition became leader or stopped leading."""
         if self.group_coordinator is not None:
             self.group_coordinator.leadership_changed(part)
+
+    def is_internal(self, topic):
+        """Whether ``topic`` is internal (clients may not produce, delete or
+        DeleteRecords it)."""
+        meta = self.coordinator.topics().get(topic)
+        return topic in INTERNAL_TOPICS or (meta is not None and is_internal(meta))
 
     def num_partitions(self, topic):
         meta = self.coordinator.topics().get(topic)

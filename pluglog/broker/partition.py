@@ -14,6 +14,13 @@ produce waits for the HW to pass its batch (:meth:`wait_for_hw`); the waits
 are fired from :meth:`_set_high_watermark`, never by polling. Long-polling
 fetches register a waiter called once on the next append or HW move.
 Everything runs on the reactor thread.
+
+Client batches (``client=True``, the default) have every record walked by
+:mod:`pluglog.broker.validation` before anything is written, and are refused
+on internal topics (Kafka's "Cannot append to internal topic"); the group
+coordinator appends its own batches with ``client=False``. Followers append
+already-validated batches through :meth:`append_replicated`, which does not
+walk them again.
 """
 
 import heapq
@@ -22,16 +29,20 @@ import itertools
 from twisted.internet import defer
 
 from pluglog.broker.producer_state import ProducerStateTable, producer_fields
+from pluglog.broker.validation import validate_records
 from pluglog.errors import (
     NONE,
     NOT_ENOUGH_REPLICAS_AFTER_APPEND,
     NOT_LEADER_OR_FOLLOWER,
     REQUEST_TIMED_OUT,
     InvalidRecordError,
+    InvalidTopicError,
+    KafkaError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
 )
 from pluglog.replication.epochs import LeaderEpochCache
+from pluglog.storage.records import validate_batches
 
 _HEADER_SIZE = 61
 _seq = itertools.count()
@@ -66,8 +77,9 @@ class RemoteReplica:
 class Partition:
     """A topic-partition hosted by this broker."""
 
-    def __init__(self, topic, index, log, topic_config, leader_epoch=0, node_id=0):
+    def __init__(self, topic, index, log, topic_config, leader_epoch=0, node_id=0, internal=False):
         self.topic = topic
+        self.internal = internal
         self.index = index
         self.log = log
         self.config = topic_config
@@ -153,12 +165,18 @@ class Partition:
         if infos:
             self.producers.rebuild(self.log.batch_headers(infos[-1].base_offset))
 
-    def append(self, records, now_ms, acks=1):
-        """Append the records of one produce request (one v2 batch)."""
+    def append(self, records, now_ms, acks=1, client=True):
+        """Append the records of one produce request (one v2 batch).
+
+        ``client=False`` is the broker's own append (group coordinator): it
+        may write internal topics and its batches are not walked.
+        """
         if self.leader_id != self.node_id or self.offline:
             raise NotLeaderOrFollowerError(
                 f"broker {self.node_id} is not the leader of {self.topic}-{self.index}"
             )
+        if client and self.internal:
+            raise InvalidTopicError(f"Cannot append to internal topic {self.topic}")
         if acks == -1 and len(self.isr) < self.config.min_insync_replicas:
             raise NotEnoughReplicasError(
                 f"{self.topic}-{self.index}: {len(self.isr)} in-sync replica(s), "
@@ -166,6 +184,15 @@ class Partition:
             )
         if len(records) < _HEADER_SIZE:
             raise InvalidRecordError(f"record batch of {len(records)} bytes is too short")
+        if client:
+            max_bytes = self.config.max_message_bytes
+            try:
+                validate_records(records, max_bytes)
+            except KafkaError:
+                # Header and CRC faults keep the storage layer's answer
+                # (CORRUPT_MESSAGE for a CRC mismatch): checked on failure only.
+                validate_batches(records, max_bytes)
+                raise
         producer_id, epoch, first_seq, last_seq = producer_fields(records)
         if producer_id >= 0:
             # Loaded on the first idempotent batch only: plain producers never

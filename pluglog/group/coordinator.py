@@ -25,7 +25,6 @@ live in :mod:`.members`, offsets and the admin APIs in :mod:`.offsets`.
 import uuid
 
 from twisted.internet import defer, task
-from twisted.logger import Logger
 
 from pluglog.errors import (
     COORDINATOR_LOAD_IN_PROGRESS,
@@ -54,8 +53,9 @@ from pluglog.group.model import (
 from pluglog.group.offsets import OffsetOperations
 from pluglog.group.ownership import PartitionOwnership
 from pluglog.group.store import OffsetStore, coordinator_error, group_key, group_value
+from pluglog.logsafe import SafeLogger
 
-log = Logger()
+log = SafeLogger()
 
 
 class GroupCoordinator(MemberOperations, OffsetOperations, PartitionOwnership):

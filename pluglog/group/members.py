@@ -9,7 +9,6 @@ while such a request is outstanding (the rebalance timeout bounds that wait).
 """
 
 from twisted.internet import defer
-from twisted.logger import Logger
 
 from pluglog.errors import (
     COORDINATOR_NOT_AVAILABLE,
@@ -22,8 +21,9 @@ from pluglog.errors import (
 )
 from pluglog.group.model import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE
 from pluglog.group.store import coordinator_error
+from pluglog.logsafe import SafeLogger
 
-log = Logger()
+log = SafeLogger()
 
 
 def join_result(error, member_id="", generation_id=-1, protocol_name="", leader="", members=()):

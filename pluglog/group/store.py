@@ -403,7 +403,7 @@ class OffsetStore:
             [batches.Record(key, value, (), now) for key, value in entries],
             base_timestamp=now,
         )
-        info = part.append(batch, now, acks=-1)
+        info = part.append(batch, now, acks=-1, client=False)
         wait = part.wait_for_hw(info.last_offset + 1, self.commit_timeout_s, self.broker.reactor)
         return wait.addCallback(_acknowledged, part)
 

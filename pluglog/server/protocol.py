@@ -22,24 +22,34 @@ versions whose layout is known get an UNSUPPORTED_VERSION error response.
 """
 
 import struct
+import weakref
 from collections import deque
 
 from twisted.internet import defer, protocol
-from twisted.logger import Logger
 
 from pluglog import protocol as codec
 from pluglog.errors import UNKNOWN_SERVER_ERROR, KafkaError
+from pluglog.logsafe import SafeLogger, Throttle
 from pluglog.protocol.hotpath import PRODUCE_VERSIONS
 from pluglog.server.fastlane import produce_fast
 from pluglog.server.handlers import HANDLERS, NO_RESPONSE, CloseConnection, RequestContext
 from pluglog.server.sendfile import SocketWriter, supports_direct
 
-log = Logger()
+log = SafeLogger()
 _SIZE = struct.Struct(">i")
 # Pause reading from a client that has this many requests in flight; the
 # clients we serve keep at most ~5, so this only bites runaway pipelines.
 MAX_IN_FLIGHT = 256
 _BUFFERS = (bytes, bytearray, memoryview)
+# One "closing connection" warning throttle per reactor (i.e. per broker).
+_THROTTLES = weakref.WeakKeyDictionary()
+
+
+def bad_input_throttle(reactor):
+    throttle = _THROTTLES.get(reactor)
+    if throttle is None:
+        throttle = _THROTTLES[reactor] = Throttle(reactor, "closed-connection warnings")
+    return throttle
 
 
 class _Slot:
@@ -110,14 +120,17 @@ class KafkaServerProtocol(protocol.Protocol):
             self._handle_frame(frame)
 
     def _bad_input(self, reason, header=None):
-        # Logged once per connection: the connection is closed right after.
+        # Logged once per connection (it is closed right after), at most
+        # Throttle.burst per window across connections; SafeLogger escapes.
         extra = ""
         if header is not None:
+            client_id = "None" if header.client_id is None else f"'{header.client_id}'"
             extra = (
                 f" (api_key={header.api_key} api_version={header.api_version}"
-                f" correlation_id={header.correlation_id} client_id={header.client_id!r})"
+                f" correlation_id={header.correlation_id} client_id={client_id})"
             )
-        log.warn(
+        bad_input_throttle(self.broker.reactor)(
+            log.warn,
             "closing connection from {peer}: {reason}{extra}",
             peer=self.peer,
             reason=reason,

@@ -176,7 +176,11 @@ class SegmentLogStorage:
         log = self._logs.pop((topic, partition), None)
         if log is None:
             return
-        target = f"{log.directory}.{uuid.uuid4().hex}{DELETED_SUFFIX}"
+        # Cut the name as Kafka does (LocalLog.logDeleteDirName): a 249-character
+        # topic plus the suffix would exceed NAME_MAX (255) and fail the rename.
+        suffix = f".{uuid.uuid4().hex}{DELETED_SUFFIX}"
+        parent, name = os.path.split(log.directory)
+        target = os.path.join(parent, name[: 255 - len(suffix)] + suffix)
         os.replace(log.directory, target)
         delay_ms = log.config.file_delete_delay_ms
         if self.reactor is None or delay_ms <= 0:

@@ -246,3 +246,19 @@ def test_delete_log_renames_then_removes(tmp_path):
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".deleted")]
     assert store.open_log("orders", 0, CONFIG).log_end_offset == 0
     store.close()
+
+
+def test_delete_log_of_a_249_character_topic(tmp_path):
+    # Found by bench/fuzz.py: the ".<uuid>.deleted" suffix pushed the name of
+    # a maximal (249-character) topic's directory past NAME_MAX.
+    topic = "x" * 249
+    clock = Clock()
+    store = SegmentLogStorage(str(tmp_path), reactor=clock)
+    log = store.open_log(topic, 0, TopicConfig(file_delete_delay_ms=1000))
+    log.append(make_batch(2), now_ms=0)
+    store.delete_log(topic, 0)
+    [deleted] = [n for n in os.listdir(tmp_path) if n.endswith(".deleted")]
+    assert len(deleted) == 255 and deleted.startswith("x" * 200)
+    clock.advance(1)
+    assert not os.listdir(tmp_path) or not [n for n in os.listdir(tmp_path) if "xxx" in n]
+    store.close()

@@ -7,6 +7,7 @@ from pluglog.errors import (
     INVALID_CONFIG,
     INVALID_REPLICA_ASSIGNMENT,
     INVALID_REQUEST,
+    INVALID_TOPIC_EXCEPTION,
     NONE,
     OFFSET_OUT_OF_RANGE,
     UNKNOWN_TOPIC_OR_PARTITION,
@@ -88,6 +89,11 @@ def handle_delete_topics(ctx, request):
     responses = []
     for name in names:
         entry = {"name": name, "error_code": NONE, "error_message": None}
+        if broker.is_internal(name):
+            entry["error_code"] = INVALID_TOPIC_EXCEPTION
+            entry["error_message"] = f"Cannot delete internal topic {name}"
+            responses.append(entry)
+            continue
         try:
             yield broker.delete_topic(name)
         except KafkaError as exc:
@@ -250,6 +256,9 @@ def handle_delete_records(ctx, request):
             "error_code": leader_error(ctx.broker, topic, part, want, want["partition_index"]),
         }
         if entry["error_code"] != NONE:
+            return entry
+        if part.internal:  # Kafka: "Cannot delete records of internal topic"
+            entry["error_code"] = INVALID_TOPIC_EXCEPTION
             return entry
         offset = want["offset"]
         if offset == -1:  # -1 means "up to the high watermark"

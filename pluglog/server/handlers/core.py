@@ -1,7 +1,6 @@
 """ApiVersions and Metadata: how clients bootstrap."""
 
 from twisted.internet import defer
-from twisted.logger import Logger
 
 from pluglog import protocol as codec
 from pluglog.errors import (
@@ -12,8 +11,9 @@ from pluglog.errors import (
     InvalidTopicError,
     KafkaError,
 )
+from pluglog.logsafe import SafeLogger
 
-log = Logger()
+log = SafeLogger()
 
 
 def handle_api_versions(ctx, request):

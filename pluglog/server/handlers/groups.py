@@ -10,13 +10,12 @@ FindCoordinator names the broker that leads the group's partition of
 answers COORDINATOR_NOT_AVAILABLE while that partition has no leader.
 """
 
-from twisted.logger import Logger
-
 from pluglog import protocol as codec
 from pluglog.errors import COORDINATOR_NOT_AVAILABLE, NONE
 from pluglog.group import GroupCoordinator
+from pluglog.logsafe import SafeLogger
 
-log = Logger()
+log = SafeLogger()
 
 #: DescribeGroups v3+ AuthorizedOperations when they were not asked for
 _OPERATIONS_OMITTED = -(2**31)

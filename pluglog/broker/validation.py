@@ -1,0 +1,323 @@
+"""Produce-time record validation: every record of a client batch is walked.
+
+This is the part of Kafka's LogValidator that the header checks of
+:mod:`pluglog.storage.records` (magic, lengths, CRC-32C, counts) cannot do:
+it reads the records themselves, decompressing a compressed batch first, and
+refuses the batch unless
+
+* the attributes name a known codec (0-4) and no bit above the control flag
+  is set (bit 6, Kafka's delete-horizon flag, belongs to the log cleaner);
+* a compressed payload decompresses cleanly to at most
+  :data:`DECOMPRESSION_FACTOR` x max.message.bytes (a "zip bomb" costs at
+  most that much memory and CPU, then INVALID_RECORD);
+* every record's framing is whole: length varint, attributes (an unused
+  byte; one with its top bit set is refused, see :func:`walk_records`), timestamp and
+  offset deltas, key, value and header lengths (a negative record length or
+  header key length refused; negative key and value lengths are nulls, as
+  Kafka reads them), each record ending exactly where its length
+  says, exactly recordsCount records and no byte left over;
+* offset deltas run 0, 1, ... lastOffsetDelta;
+* timestamp deltas are well-formed varlongs. Kafka checks record timestamps
+  only against message.timestamp.before/after.max.ms, which pluglog does not
+  have; the header's maxTimestamp is what the time index uses.
+
+Errors: framing, codec, attribute and decompression problems raise
+:class:`InvalidRecordError` (INVALID_RECORD, which clients do not retry, as
+Kafka's InvalidRecordException).
+The CRC mismatch stays the storage layer's CORRUPT_MESSAGE.
+
+Speed: the record walk runs in C, in :mod:`pluglog._recordwalk`
+(pluglog/_recordwalk.c, built by setup.py; about 1 us for 50 x 200-byte
+records). Without it (a checkout nobody ran ``build_ext`` in) the walk goes
+through aiokafka's Cython ``DefaultRecordBatch`` (about 15 us: it builds a
+Python object per record), and without that through the pure-Python
+:func:`walk_records` (about 500 us), which is also the reference the tests
+hold both C walks to and the fallback when aiokafka refuses something Kafka
+accepts (a header key that is not UTF-8: Java decodes it leniently).
+bench/validation_bench.py and bench/RESULTS.md have the figures.
+
+Contract: pure functions over bytes-like objects, no I/O; the caller (the
+leader append path in :meth:`pluglog.broker.partition.Partition.append`)
+runs them before a byte is written, so a refused batch writes nothing.
+"""
+
+import struct
+import zlib
+
+from pluglog.errors import InvalidRecordError
+
+try:  # our C walk (setup.py builds it; optional)
+    from pluglog._recordwalk import walk as _c_walk
+except ImportError:  # pragma: no cover - a checkout without build_ext
+    _c_walk = None
+
+
+def _aiokafka_batch():
+    try:  # aiokafka's Cython record iterator: the fallback without _recordwalk
+        from aiokafka.record._crecords.default_records import DefaultRecordBatch
+    except ImportError:  # pragma: no cover - aiokafka without its C extension
+        return None
+    return DefaultRecordBatch
+
+
+# Imported only when needed: aiokafka costs the broker ~5 MB of RSS.
+_CBatch = None if _c_walk is not None else _aiokafka_batch()
+
+#: a compressed batch may decompress to at most this many times max.message.bytes
+DECOMPRESSION_FACTOR = 64
+#: ... and never less than this (small max.message.bytes still allow real batches)
+MIN_DECOMPRESSED_LIMIT = 16 << 20
+
+_HEADER_SIZE = 61
+_ATTRIBUTES_AT = 21
+_FIELDS = struct.Struct(">qiibIhiqqqhii").unpack_from
+# Bits a client may set: codec (0-2), timestamp type (3), transactional (4);
+# control (5) is refused separately by the header check.
+_ALLOWED_ATTRIBUTES = 0x3F
+
+
+def _error(message):
+    return InvalidRecordError(message)
+
+
+# -- decompression (bounded) ------------------------------------------------
+
+
+def _limit(max_message_bytes):
+    return max(max_message_bytes * DECOMPRESSION_FACTOR, MIN_DECOMPRESSED_LIMIT)
+
+
+def _too_big(limit):
+    return _error(
+        f"compressed batch decompresses to more than {limit} bytes "
+        f"({DECOMPRESSION_FACTOR} x max.message.bytes)"
+    )
+
+
+def _gunzip(data, limit):
+    out = []
+    total = 0
+    data = bytes(data)
+    while True:
+        inflater = zlib.decompressobj(31)
+        chunk = inflater.decompress(data, limit + 1 - total)
+        total += len(chunk)
+        out.append(chunk)
+        if total > limit or inflater.unconsumed_tail:
+            raise _too_big(limit)
+        if not inflater.eof:
+            raise _error("gzip payload is truncated")
+        data = inflater.unused_data
+        if not data:  # several gzip members are legal (Java reads them all)
+            return b"".join(out)
+
+
+def _raw_snappy_length(data, position):
+    number = shift = 0
+    for i in range(5):
+        if position + i >= len(data):
+            break
+        byte = data[position + i]
+        number |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return number
+        shift += 7
+    raise _error("snappy block has no valid length preamble")
+
+
+def _unsnappy(data, limit):
+    import snappy
+
+    data = bytes(data)
+    if data.startswith(b"\x82SNAPPY\x00"):  # xerial framing (Java, kafka-python)
+        blocks = []
+        position = 16
+        while position < len(data):
+            if position + 4 > len(data):
+                raise _error("xerial snappy block length is truncated")
+            (length,) = struct.unpack_from(">i", data, position)
+            position += 4
+            if length < 0 or position + length > len(data):
+                raise _error("xerial snappy block runs past the payload")
+            blocks.append(data[position : position + length])
+            position += length
+    else:
+        blocks = [data]
+    total = sum(_raw_snappy_length(block, 0) for block in blocks)
+    if total > limit:
+        raise _too_big(limit)
+    return b"".join(snappy.decompress(block) for block in blocks)
+
+
+def _unlz4(data, limit):
+    import lz4.frame
+
+    inflater = lz4.frame.LZ4FrameDecompressor()
+    out = inflater.decompress(bytes(data), max_length=limit + 1)
+    if len(out) > limit or inflater.needs_input is False and not inflater.eof:
+        raise _too_big(limit)
+    if not inflater.eof:
+        raise _error("lz4 frame is truncated")
+    return out
+
+
+def _unzstd(data, limit):
+    import zstandard
+
+    reader = zstandard.ZstdDecompressor().stream_reader(bytes(data), read_across_frames=True)
+    out = []
+    total = 0
+    while True:
+        chunk = reader.read(min(1 << 20, limit + 1 - total))
+        if not chunk:
+            return b"".join(out)
+        total += len(chunk)
+        out.append(chunk)
+        if total > limit:
+            raise _too_big(limit)
+
+
+_DECOMPRESSORS = {1: _gunzip, 2: _unsnappy, 3: _unlz4, 4: _unzstd}
+
+
+def decompress_bounded(codec, data, limit):
+    """The records of a ``codec``-compressed payload, at most ``limit`` bytes."""
+    try:
+        return _DECOMPRESSORS[codec](data, limit)
+    except InvalidRecordError:
+        raise
+    except Exception as exc:  # each library has its own error types
+        raise _error(f"cannot decompress codec {codec} payload: {exc}") from exc
+
+
+# -- record walk --------------------------------------------------------------
+
+
+def _varint(data, position, max_bytes):
+    number = shift = 0
+    end = len(data)
+    for i in range(max_bytes):
+        if position + i >= end:
+            raise _error("varint runs past the end of the records")
+        byte = data[position + i]
+        number |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (number >> 1) ^ -(number & 1), position + i + 1
+        shift += 7
+    raise _error(f"varint longer than {max_bytes} bytes")
+
+
+def _skip_bytes(data, position, end, what):
+    length, position = _varint(data, position, 5)
+    if length > 0:  # any negative length is a null, as Kafka reads it
+        position += length
+        if position > end:
+            raise _error(f"{what} runs past the end of its record")
+    return position
+
+
+def walk_records(data, count):
+    """Walk ``count`` records of an uncompressed record array ``data``.
+
+    Returns the offset deltas; raises InvalidRecordError on any framing
+    fault. The pure-Python reference of the C walk.
+    """
+    position = 0
+    size = len(data)
+    offsets = []
+    for index in range(count):
+        length, position = _varint(data, position, 5)
+        end = position + length
+        if length <= 0 or end > size:
+            raise _error(f"record {index} has length {length} with {size - position} bytes left")
+        if data[position] & 0x80:
+            # Kafka ignores this unused int8; aiokafka's C walker reads it as a
+            # varint and refuses a top bit, so both walkers refuse it. No client
+            # writes anything but 0.
+            raise _error(f"record {index} has attributes byte {data[position]:#04x}")
+        position += 1
+        _, position = _varint(data, position, 10)  # timestamp delta
+        offset_delta, position = _varint(data, position, 5)
+        position = _skip_bytes(data, position, end, "key")
+        position = _skip_bytes(data, position, end, "value")
+        headers, position = _varint(data, position, 5)
+        if headers < 0:
+            raise _error(f"record {index} has {headers} headers")
+        for _ in range(headers):
+            name_length, position = _varint(data, position, 5)
+            if name_length < 0:
+                raise _error(f"record {index} has a header key of length {name_length}")
+            position += name_length
+            if position > end:
+                raise _error("header key runs past the end of its record")
+            position = _skip_bytes(data, position, end, "header value")
+        if position != end:
+            raise _error(
+                f"record {index} is {length} bytes but its fields take {position - end + length}"
+            )
+        offsets.append(offset_delta)
+    if position != size:
+        raise _error(f"{size - position} bytes left after {count} records")
+    return offsets
+
+
+def _walk_c(batch):
+    """Offset deltas through aiokafka's C iterator (``None``: walk in Python)."""
+    try:
+        return [record.offset for record in _CBatch(batch)]
+    except UnicodeDecodeError:
+        return None  # a non-UTF-8 header key: Kafka accepts it; walk in Python
+    except Exception as exc:  # aiokafka's CorruptRecordException and friends
+        raise _error(f"record framing: {exc}") from exc
+
+
+_ORDER = list(range(1 << 12))
+
+
+def _in_order(base_offset, count):
+    # Clients send base offset 0: a slice of a prebuilt list beats range().
+    if base_offset == 0 and count <= len(_ORDER):
+        return _ORDER[:count]
+    return list(range(base_offset, base_offset + count))
+
+
+def validate_records(batch, max_message_bytes):
+    """Walk every record of the one client batch ``batch``; return the count.
+
+    ``batch`` is a bytes-like holding exactly one magic-2 batch. Its header
+    and CRC are the storage layer's to check; a batch over max.message.bytes
+    is left to it too (refused there without being walked).
+    """
+    view = memoryview(batch)
+    if len(view) > max_message_bytes or len(view) < _HEADER_SIZE:
+        return 0  # the storage layer refuses it (MESSAGE_TOO_LARGE / INVALID_RECORD)
+    base_offset, _, _, _, _, attributes, last_delta, _, _, _, _, _, count = _FIELDS(view, 0)
+    if attributes & ~_ALLOWED_ATTRIBUTES & 0xFFFF:
+        raise _error(f"batch attributes {attributes:#06x} set bits clients may not use")
+    codec = attributes & 0x07
+    if codec > 4:
+        raise _error(f"unknown compression codec {codec}")
+    if count < 0:
+        raise _error(f"negative record count {count}")
+    if codec:
+        records = decompress_bounded(codec, view[_HEADER_SIZE:], _limit(max_message_bytes))
+        # The C iterator would decompress again (unbounded) if the codec bits stayed.
+        view = b"".join(
+            (view[:_ATTRIBUTES_AT], bytes((0, attributes & 0xF8)), view[23:_HEADER_SIZE], records)
+        )
+    if last_delta != count - 1:
+        raise _error(f"lastOffsetDelta {last_delta} does not match recordsCount {count}")
+    if _c_walk is not None:
+        try:
+            _c_walk(view[_HEADER_SIZE:], count)
+        except ValueError as exc:
+            raise _error(str(exc)) from None
+        return count
+    offsets = _walk_c(view) if _CBatch is not None else None
+    if offsets is None:
+        offsets = [base_offset + delta for delta in walk_records(view[_HEADER_SIZE:], count)]
+    if len(offsets) != count:
+        raise _error(f"batch says {count} records but holds {len(offsets)}")
+    if last_delta != count - 1 or offsets != _in_order(base_offset, count):
+        raise _error(f"record offset deltas are not 0..{last_delta} in order")
+    return count
