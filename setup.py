@@ -20,6 +20,7 @@ setup(
         "crcmod>=1.7",
         "kazoo>=2.10",
         "fastavro>=1.9",
+        "cramjam>=2.8",
     ],
     extras_require={
         "test": [

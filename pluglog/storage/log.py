@@ -50,6 +50,7 @@ from pluglog.storage.records import (
     prepare_replicated,
 )
 from pluglog.storage.segment import MAX_RELATIVE_OFFSET, LogSegment
+from pluglog.storage.swap import recover_swaps
 
 _log = Logger()
 
@@ -385,8 +386,10 @@ class SegmentPartitionLog(BasePartitionLog):
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
 
     def _scan_directory(self):
-        """Remove leftovers (``*.deleted``, ``*.tmp``, orphan indexes) and
+        """Finish or undo an interrupted cleaner swap (:mod:`pluglog.storage.swap`),
+        remove leftovers (``*.deleted``, ``*.tmp``, orphan indexes) and
         return the base offsets of the segments present."""
+        recover_swaps(self.directory)
         names = os.listdir(self.directory)
         bases = set()
         for name in names:
