@@ -149,6 +149,19 @@ def first_keyless_record(batch):
     return None
 
 
+def require_keys(batch):
+    """Raise InvalidRecordError if a record of ``batch`` has no key (what a
+    compacted topic refuses, per batch, as Kafka does)."""
+    try:
+        delta = first_keyless_record(batch)
+    except CorruptRecordError as exc:
+        raise InvalidRecordError(str(exc)) from None
+    if delta is not None:
+        raise InvalidRecordError(
+            f"compacted topic cannot accept a record without a key (record {delta} of the batch)"
+        )
+
+
 def build(fields, records_data, count, codec=None):
     """A batch with ``fields``' header (baseOffset, lastOffsetDelta, producer
     and timestamps kept) holding ``count`` records of ``records_data``

@@ -34,6 +34,7 @@ def make_broker(data_dir, storage):
     broker.create_topic("logtime", 1, configs={"message.timestamp.type": "LogAppendTime"})
     broker.create_topic("u_9.x-y", 1)
     broker.create_topic("strict", 1, configs={"min.insync.replicas": "2"})
+    broker.create_topic("compacted", 1, configs={"cleanup.policy": "compact"})
     return broker
 
 
@@ -133,6 +134,17 @@ class FastLaneEquivalenceTests(SynchronousTestCase):
             got = self.same(produce_payload(version, batch()))
             if version >= 5:
                 assert struct.pack(">q", 5) in got[-30:]
+
+    def test_compacted_topic_refuses_keyless_records_alike(self):
+        keyless = batch([b"a"])
+        keyed = build_batch([Record(b"k", b"v"), Record(b"k2", None)], compression=2)
+        half = build_batch([Record(b"k", b"v"), Record(None, b"x")], compression=3)
+        for version in (3, 5, 8):
+            for records in (keyless, keyed, half):
+                self.same(produce_payload(version, records, topic="compacted"))
+        got = self.same(produce_payload(8, half, topic="compacted"))
+        assert b"without a key" in got
+        assert self.fast.partition("compacted", 0).log.log_end_offset == 2 * 3
 
     def test_log_append_time_and_other_topic_names(self):
         for version in (3, 5, 8):
