@@ -50,7 +50,6 @@ from pluglog.storage.records import (
     prepare_replicated,
 )
 from pluglog.storage.segment import MAX_RELATIVE_OFFSET, LogSegment
-from pluglog.storage.swap import recover_swaps
 
 _log = Logger()
 
@@ -389,6 +388,10 @@ class SegmentPartitionLog(BasePartitionLog):
         """Finish or undo an interrupted cleaner swap (:mod:`pluglog.storage.swap`),
         remove leftovers (``*.deleted``, ``*.tmp``, orphan indexes) and
         return the base offsets of the segments present."""
+        # Imported here: the cleaner's modules use the record codec, which
+        # imports pluglog.storage (a cycle at import time).
+        from pluglog.storage.swap import recover_swaps
+
         recover_swaps(self.directory)
         names = os.listdir(self.directory)
         bases = set()
