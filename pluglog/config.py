@@ -353,6 +353,11 @@ BROKER_KEYS = {
         _positive_rate,
     ),
     "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", _int_parser(1024)),
+    # Client quotas: static per-client-id defaults and the rate windows.
+    "quota.producer.default": ("quota_producer_default", _int_parser(1)),
+    "quota.consumer.default": ("quota_consumer_default", _int_parser(1)),
+    "quota.window.num": ("quota_window_num", _int_parser(1)),
+    "quota.window.size.seconds": ("quota_window_size_seconds", _int_parser(1)),
 }
 
 
@@ -414,6 +419,10 @@ class BrokerConfig:
     #: Kafka's default is Double.MAX_VALUE: no limit.
     log_cleaner_io_max_bytes_per_second: float = float("inf")
     log_cleaner_dedupe_buffer_size: int = 134217728
+    quota_producer_default: int = _INT64_MAX
+    quota_consumer_default: int = _INT64_MAX
+    quota_window_num: int = 11
+    quota_window_size_seconds: int = 1
     topic_defaults: TopicConfig = field(default_factory=TopicConfig)
     plugin_sections: dict = field(default_factory=dict)
     #: Broker-level Kafka keys set in the config file or with --set

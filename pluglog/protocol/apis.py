@@ -46,6 +46,8 @@ SUPPORTED = {
     45: (0, 1),  # AlterPartitionReassignments (flexible from v0)
     46: (0, 0),  # ListPartitionReassignments (flexible from v0)
     47: (0, 0),  # OffsetDelete
+    48: (0, 1),  # DescribeClientQuotas; v1 is flexible
+    49: (0, 1),  # AlterClientQuotas; v1 is flexible
     60: (0, 2),  # DescribeCluster (flexible from v0)
     # SaslHandshake (17) is defined but not advertised.
 }
