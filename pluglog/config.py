@@ -79,17 +79,9 @@ def _cleanup_policy(key, value):
     return ",".join(parts)
 
 
-def _producer_compression_only(key, value):
-    # Batches are stored as producers compressed them; a broker-side codec
-    # would need recompression, which pluglog does not do, so only the
-    # truthful value is accepted.
-    text = str(value).strip()
-    if text != "producer":
-        raise ConfigError(
-            f"{key}: {value!r} is not supported; pluglog keeps each batch as the producer "
-            "compressed it, so only 'producer' is accepted"
-        )
-    return text
+# Kafka's compression.type: ``producer`` keeps batches as sent; a codec
+# name recompresses batches that arrive in another codec.
+_compression_type = _choice_parser("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 
 
 def _string(key, value):
@@ -202,7 +194,7 @@ TOPIC_KEYS = {
     ),
     "compression.type": (
         "compression_type",
-        _producer_compression_only,
+        _compression_type,
         "producer",
         "compression.type",
     ),

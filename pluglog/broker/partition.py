@@ -32,7 +32,7 @@ from pluglog.errors import (
     NotLeaderOrFollowerError,
 )
 from pluglog.replication.epochs import LeaderEpochCache
-from pluglog.storage.compaction import require_keys
+from pluglog.storage.compaction import recompress, require_keys
 
 _HEADER_SIZE = 61
 _seq = itertools.count()
@@ -167,9 +167,12 @@ class Partition:
             )
         if len(records) < _HEADER_SIZE:
             raise InvalidRecordError(f"record batch of {len(records)} bytes is too short")
-        if self.config.cleanup_policy != "delete":
+        config = self.config
+        if config.cleanup_policy != "delete":
             # Compacted: every record needs a key (the only per-record check).
             require_keys(records)
+        if config.compression_type != "producer":
+            records = recompress(records, config.compression_type)
         producer_id, epoch, first_seq, last_seq = producer_fields(records)
         if producer_id >= 0:
             # Loaded on the first idempotent batch only: plain producers never

@@ -149,9 +149,20 @@ def first_keyless_record(batch):
     return None
 
 
+def _crc_ok(batch):
+    """One whole batch whose CRC-32C matches (what the append checks too)."""
+    if len(batch) < HEADER_SIZE:
+        return False
+    fields = HEADER_STRUCT.unpack_from(batch, 0)
+    size = fields[1] + LOG_OVERHEAD
+    return size == len(batch) and crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:size]) == fields[4]
+
+
 def require_keys(batch):
     """Raise InvalidRecordError if a record of ``batch`` has no key (what a
     compacted topic refuses, per batch, as Kafka does)."""
+    if not _crc_ok(batch):
+        return  # the append's own validation refuses it (CORRUPT_MESSAGE)
     try:
         delta = first_keyless_record(batch)
     except CorruptRecordError as exc:
@@ -160,6 +171,21 @@ def require_keys(batch):
         raise InvalidRecordError(
             f"compacted topic cannot accept a record without a key (record {delta} of the batch)"
         )
+
+
+def recompress(batch, compression_type):
+    """``batch`` with its records compressed as topic config
+    ``compression.type`` asks (``batch`` itself when it already is); header
+    fields are kept, length and CRC recomputed. Validates the CRC first, so
+    a corrupt batch is refused, not silently re-signed."""
+    codec = CODEC_IDS[compression_type]
+    fields = HEADER_STRUCT.unpack_from(batch, 0)
+    if fields[5] & COMPRESSION_MASK == codec:
+        return batch
+    if not _crc_ok(batch):
+        return batch  # left to the append's own validation, which refuses it
+    _, data = batch_records(batch)
+    return build(fields, data, fields[12], codec)
 
 
 def build(fields, records_data, count, codec=None):
