@@ -9,6 +9,7 @@ the reactor thread; ``now_ms`` comes from the reactor's clock.
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from pluglog.broker import dynamic_config
 from pluglog.broker.partition import Partition
 from pluglog.broker.quotas import ClientQuotas
 from pluglog.broker.quotas import attach as attach_quotas
@@ -49,6 +50,7 @@ class Broker:
 
         yield self.coordinator.start()
         attach_quotas(self)
+        dynamic_config.apply(self)
         self.replicas = ReplicaManager(self)
         self.coordinator.add_listener(self._on_topic_event)
         for meta in self.coordinator.topics().values():

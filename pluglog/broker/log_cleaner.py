@@ -116,6 +116,7 @@ class LogCleaner(service.Service):
         self.reactor = broker.reactor
         self.runner = runner
         self._executor = None
+        self._pool_size = 0
         self._timer = None
         self._in_progress = set()
         self._horizons = {}  # (topic, partition) -> earliest tombstone expiry
@@ -132,10 +133,7 @@ class LogCleaner(service.Service):
     def startService(self):
         super().startService()
         config = self.broker.config
-        if self.runner is None and config.log_cleaner_threads > 0:
-            self._executor = ProcessPoolExecutor(
-                max_workers=config.log_cleaner_threads, mp_context=get_context("spawn")
-            )
+        if self.runner is None:
             self.runner = self._run_in_pool
         self._timer = task.LoopingCall(self._tick)
         self._timer.clock = self.reactor
@@ -150,14 +148,30 @@ class LogCleaner(service.Service):
         return super().stopService()
 
     def _tick(self):
-        if self.runner is None:
+        if self.runner is None or self.broker.config.log_cleaner_threads < 1:
             return
+        interval = max(self.broker.config.log_cleaner_backoff_ms, 10) / 1000.0
+        if self._timer.interval != interval:
+            self._timer.interval = interval  # log.cleaner.backoff.ms changed
         d = self.run_once()
         d.addErrback(lambda f: log.failure("log cleaner pass failed", f))
 
+    def _pool(self):
+        """The worker pool, resized when log.cleaner.threads changed (a
+        dynamic config); running passes finish in the old pool."""
+        threads = max(1, self.broker.config.log_cleaner_threads)
+        if self._executor is None or self._pool_size != threads:
+            if self._executor is not None:
+                self._executor.shutdown(wait=False)
+            self._executor = ProcessPoolExecutor(
+                max_workers=threads, mp_context=get_context("spawn")
+            )
+            self._pool_size = threads
+        return self._executor
+
     def _run_in_pool(self, job):
         d = defer.Deferred()
-        future = self._executor.submit(clean, job)
+        future = self._pool().submit(clean, job)
 
         def done(fut):
             if fut.cancelled():

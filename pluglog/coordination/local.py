@@ -59,6 +59,7 @@ class LocalCoordinator:
         self._cluster_id = config.cluster_id
         self._listeners = []
         self._client_quotas = {}
+        self._broker_configs = {}
 
     def add_listener(self, listener):
         """``listener(event, topic_metadata)`` for 'created', 'deleted', 'changed'."""
@@ -74,6 +75,7 @@ class LocalCoordinator:
             with open(self.path, encoding="utf-8") as handle:
                 state = json.load(handle)
             self._cluster_id = state.get("cluster_id") or self._cluster_id
+            self._broker_configs = dict(state.get("broker_configs", {}))
             for item in state.get("client_quotas", []):
                 entity = tuple(sorted((t, n) for t, n in item["entity"]))
                 self._client_quotas[entity] = dict(item["values"])
@@ -110,6 +112,7 @@ class LocalCoordinator:
                 }
                 for t in self._topics.values()
             },
+            "broker_configs": self._broker_configs,
             "client_quotas": [
                 {"entity": [list(pair) for pair in entity], "values": values}
                 for entity, values in sorted(self._client_quotas.items(), key=repr)
@@ -283,6 +286,16 @@ class LocalCoordinator:
         self._save()
         self._notify("changed", meta)
         return defer.succeed(meta)
+
+    def broker_configs(self):
+        """The dynamic broker config overrides ({Kafka key: str})."""
+        return dict(self._broker_configs)
+
+    def alter_broker_configs(self, configs):
+        """Replace the dynamic broker config overrides; returns a Deferred."""
+        self._broker_configs = {k: str(v) for k, v in configs.items()}
+        self._save()
+        return defer.succeed(None)
 
     def client_quotas(self):
         """``{entity: {key: value}}`` (see :mod:`pluglog.broker.quotas`)."""
