@@ -13,7 +13,9 @@ log twice, each get a :class:`~pluglog.storage.cleaner.CleanJob`.
 Where the work runs: :func:`pluglog.storage.cleaner.clean` is handed to a
 ``concurrent.futures`` process pool of ``log.cleaner.threads`` workers
 (decoding records is CPU work in Python; in a thread it would hold the GIL
-against the reactor and raise produce latency). Tests pass a ``runner`` that
+against the reactor and raise produce latency), niced by
+:data:`WORKER_NICENESS` so the reactor wins the CPU on a busy host. Tests
+pass a ``runner`` that
 runs the job inline. The job carries paths, never descriptors or objects.
 
 Locking contract, the whole of it: the worker reads only non-active segment
@@ -100,6 +102,15 @@ def cleanable_range(log_, topic_config, first_dirty, now_ms):
     return sources, first_dirty, ratio, max_lag_due
 
 
+#: niceness of the worker processes: cleaning is background work, and on a
+#: busy host the reactor's produce and fetch answers must win the CPU
+WORKER_NICENESS = 10
+
+
+def _background_priority():
+    os.nice(WORKER_NICENESS)
+
+
 def _inline_runner(job):
     return defer.succeed(clean(job))
 
@@ -164,7 +175,9 @@ class LogCleaner(service.Service):
             if self._executor is not None:
                 self._executor.shutdown(wait=False)
             self._executor = ProcessPoolExecutor(
-                max_workers=threads, mp_context=get_context("spawn")
+                max_workers=threads,
+                mp_context=get_context("spawn"),
+                initializer=_background_priority,
             )
             self._pool_size = threads
         return self._executor

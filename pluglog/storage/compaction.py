@@ -30,7 +30,7 @@ import struct
 import cramjam
 
 from pluglog.errors import CorruptRecordError, InvalidRecordError
-from pluglog.protocol.records import decode_varint, decode_varlong
+from pluglog.protocol.records import decode_varlong
 from pluglog.storage.crc import crc32c
 from pluglog.storage.records import (
     ATTRIBUTES_OFFSET,
@@ -98,30 +98,49 @@ def compress(codec, data):
     raise InvalidRecordError(f"unknown compression codec {codec}")
 
 
+def _varint(data, position):
+    """Zig-zag varint at ``position``: ``(value, next position)``; the
+    one-byte case (small lengths and deltas, most fields) stays inline."""
+    byte = data[position]
+    if byte < 0x80:
+        return (byte >> 1) ^ -(byte & 1), position + 1
+    return decode_varlong(data, position)
+
+
 def iter_record_spans(data, count):
     """Yield ``(start, end, offset_delta, key, value_is_null)`` for the
-    ``count`` records of an uncompressed record array."""
+    ``count`` records of an uncompressed record array.
+
+    The compaction hot loop (one pass per record of the dirty log): it
+    decodes only what it needs, with the one-byte varint case inline."""
     position = 0
     size = len(data)
-    for _ in range(count):
-        length, body = decode_varint(data, position)
-        end = body + length
-        if length < 0 or end > size:
-            raise InvalidRecordError("record length runs past the end of the batch")
-        cursor = body + 1  # attributes
-        _, cursor = decode_varlong(data, cursor)  # timestamp delta
-        offset_delta, cursor = decode_varint(data, cursor)
-        key_length, cursor = decode_varint(data, cursor)
-        if key_length >= 0:
-            key = bytes(data[cursor : cursor + key_length])
-            cursor += key_length
-        else:
-            key = None
-        value_length, cursor = decode_varint(data, cursor)
-        if cursor > end:
-            raise InvalidRecordError("record fields run past the record length")
-        yield position, end, offset_delta, key, value_length < 0
-        position = end
+    try:
+        for _ in range(count):
+            length, body = _varint(data, position)
+            end = body + length
+            if length < 0 or end > size:
+                raise InvalidRecordError("record length runs past the end of the batch")
+            cursor = body + 1  # attributes
+            byte = data[cursor]
+            if byte < 0x80:  # timestamp delta
+                cursor += 1
+            else:
+                _, cursor = decode_varlong(data, cursor)
+            offset_delta, cursor = _varint(data, cursor)
+            key_length, cursor = _varint(data, cursor)
+            if key_length >= 0:
+                key = data[cursor : cursor + key_length]
+                cursor += key_length
+            else:
+                key = None
+            if cursor >= end:
+                raise InvalidRecordError("record fields run past the record length")
+            # A null value is the varint -1, the single byte 0x01.
+            yield position, end, offset_delta, key, data[cursor] == 1
+            position = end
+    except IndexError:
+        raise InvalidRecordError("record runs past the end of the batch") from None
 
 
 def batch_records(batch):
