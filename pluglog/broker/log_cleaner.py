@@ -11,7 +11,8 @@ The dirtiest due logs, at most ``log.cleaner.threads`` at a time and never a
 log twice, each get a :class:`~pluglog.storage.cleaner.CleanJob`.
 
 Where the work runs: :func:`pluglog.storage.cleaner.clean` is handed to a
-``concurrent.futures`` process pool of ``log.cleaner.threads`` workers
+``multiprocessing`` pool (spawned, so no reactor state is forked) of
+``log.cleaner.threads`` workers, terminated when the broker stops
 (decoding records is CPU work in Python; in a thread it would hold the GIL
 against the reactor and raise produce latency), niced by
 :data:`WORKER_NICENESS` so the reactor wins the CPU on a busy host. Tests
@@ -35,7 +36,6 @@ Logs without a ``directory`` (the memory storage) are not cleaned.
 """
 
 import os
-from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
 from twisted.application import service
@@ -154,7 +154,9 @@ class LogCleaner(service.Service):
         if self._timer is not None and self._timer.running:
             self._timer.stop()
         if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            # A pass can take minutes; stopping the broker must not wait for
+            # it. Its .cleaned files are removed when the log is next opened.
+            self._executor.terminate()
             self._executor = None
         return super().stopService()
 
@@ -173,29 +175,20 @@ class LogCleaner(service.Service):
         threads = max(1, self.broker.config.log_cleaner_threads)
         if self._executor is None or self._pool_size != threads:
             if self._executor is not None:
-                self._executor.shutdown(wait=False)
-            self._executor = ProcessPoolExecutor(
-                max_workers=threads,
-                mp_context=get_context("spawn"),
-                initializer=_background_priority,
-            )
+                self._executor.close()  # its workers exit after their pass
+            self._executor = get_context("spawn").Pool(threads, _background_priority)
             self._pool_size = threads
         return self._executor
 
     def _run_in_pool(self, job):
         d = defer.Deferred()
-        future = self._pool().submit(clean, job)
-
-        def done(fut):
-            if fut.cancelled():
-                return
-            error = fut.exception()
-            if error is None:
-                self.reactor.callFromThread(d.callback, fut.result())
-            else:
-                self.reactor.callFromThread(d.errback, error)
-
-        future.add_done_callback(done)
+        # The callbacks run on the pool's result thread: hop to the reactor.
+        self._pool().apply_async(
+            clean,
+            (job,),
+            callback=lambda result: self.reactor.callFromThread(d.callback, result),
+            error_callback=lambda error: self.reactor.callFromThread(d.errback, error),
+        )
         return d
 
     def due_logs(self):
@@ -279,14 +272,22 @@ class LogCleaner(service.Service):
                 discard_cleaned(directory, group.base_offset)
                 continue
             try:
-                swap_in(plog, group)
+                segment = swap_in(plog, group)
                 swapped += 1
             except SwapAborted as exc:
                 log.info("{exc}; the pass is dropped", exc=exc)
                 plog = None
                 continue
-            if group.tombstone_horizon_ms is not None:
-                horizon = min(horizon or group.tombstone_horizon_ms, group.tombstone_horizon_ms)
+            expiry = group.tombstone_horizon_ms
+            if group.dirty:
+                # delete.retention.ms counts from when the cleaned segment
+                # became visible, not from when a (possibly long) pass began.
+                now = self.broker.now_ms()
+                os.utime(segment.log_path, ns=(now * 1_000_000, now * 1_000_000))
+                if expiry is not None:
+                    expiry = now + part.config.delete_retention_ms
+            if expiry is not None:
+                horizon = expiry if horizon is None else min(horizon, expiry)
         if plog is not None:
             plog._directory_dirty = True
             self.first_dirty[key] = result.end_offset

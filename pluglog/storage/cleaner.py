@@ -113,6 +113,8 @@ class CleanedGroup:
     cleaned_ms: int
     #: earliest time a retained tombstone may be dropped, or None
     tombstone_horizon_ms: int | None = None
+    #: made of dirty segments (first cleaning): its clock starts at the swap
+    dirty: bool = False
 
 
 @dataclass
@@ -350,6 +352,7 @@ def _clean_group(job, fds, group, offsets, retained, throttle, result):
         position,
         cleaned_ms,
         horizon,
+        dirty,
     )
 
 
