@@ -292,3 +292,33 @@ def test_compaction_module_round_trip():
         (12, b"b", None),
     ]
     assert compaction.filter_batch(batch, lambda *a: True)[0] is batch
+
+
+def test_tombstone_clock_starts_when_the_cleaned_segment_is_swapped_in(tmp_path):
+    from twisted.internet import defer
+
+    h = Harness(tmp_path)
+    for i in range(50):
+        h.append(keyed(f"k{i % 5}", f"v{i}"))
+    h.append(keyed("k1", None))
+    h.log.roll(0)
+    pending = []
+
+    def slow_runner(job):
+        # The pass "takes" 30 s, longer than delete.retention.ms (10 s).
+        d = defer.Deferred()
+        pending.append((d, job))
+        return d
+
+    h.cleaner.runner = slow_runner
+    h.cleaner.run_once()
+    [(d, job)] = pending
+    result = cleaner_module.clean(job)
+    h.clock.advance(30)
+    d.callback(result)
+    h.cleaner.runner = _inline_runner
+    assert (b"k1", None) in [(k, v) for _, k, v in h.records()]
+    assert h.clean() == []  # the horizon is 10 s after the swap, not after the start
+    h.clock.advance(11)
+    h.clean()
+    assert b"k1" not in [k for _, k, _ in h.records()]

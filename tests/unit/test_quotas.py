@@ -195,3 +195,18 @@ class TestConnection:
         # Removing the last key removes the entity.
         self.alter(proto, transport, [("client-id", "a")], [(PRODUCER_BYTE_RATE, 0, True)])
         assert describe([("client-id", 0, "a")], True) == []
+
+
+def test_request_percentage_throttles_any_api(tmp_path):
+    from pluglog.broker.quotas import REQUEST_PERCENTAGE
+
+    broker = make_broker(tmp_path)
+    broker.quotas.update({(("user", "ANONYMOUS"),): {REQUEST_PERCENTAGE: 0.0001}})
+    proto, transport = connect(broker)
+    body = {"topics": None, "allow_auto_topic_creation": False}
+    proto.dataReceived(req(codec.METADATA, 1, 5, body))
+    [(_, answer)] = responses(transport, [(codec.METADATA, 1)])
+    assert answer["brokers"]  # answered at once
+    assert transport.producerState == "paused"  # then muted: handler time is over the quota
+    broker.reactor.advance(1.0)
+    assert transport.producerState == "producing"
