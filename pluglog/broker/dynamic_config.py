@@ -92,6 +92,10 @@ def apply(broker, values=None):
 def alter(broker, configs, validate_only):
     """Replace the dynamic overrides by ``configs`` ({key: str}); a Deferred."""
     validate(configs)
+    if not hasattr(broker.coordinator, "alter_broker_configs"):
+        raise InvalidConfigError(
+            f"the {type(broker.coordinator).__name__} keeps no broker configs"
+        )
     if validate_only:
         return
     yield broker.coordinator.alter_broker_configs(configs)

@@ -32,7 +32,9 @@ def handle_describe_client_quotas(ctx, request):
             }
         components.append((c["entity_type"], c["match_type"], c["match"]))
     quotas = ctx.broker.quotas
-    quotas.update(ctx.broker.coordinator.client_quotas())
+    getter = getattr(ctx.broker.coordinator, "client_quotas", None)
+    if getter is not None:
+        quotas.update(getter())
     entries = [
         {
             "entity": _entity_out(entity),
@@ -46,6 +48,15 @@ def handle_describe_client_quotas(ctx, request):
 @defer.inlineCallbacks
 def handle_alter_client_quotas(ctx, request):
     coordinator = ctx.broker.coordinator
+    if not hasattr(coordinator, "alter_client_quotas"):
+        message = f"the {type(coordinator).__name__} keeps no client quotas"
+        return {
+            "throttle_time_ms": 0,
+            "entries": [
+                {"error_code": INVALID_REQUEST, "error_message": message, "entity": e["entity"]}
+                for e in request["entries"]
+            ],
+        }
     current = coordinator.client_quotas()
     changes = {}
     results = []
