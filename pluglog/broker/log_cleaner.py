@@ -75,6 +75,8 @@ def cleanable_range(log_, topic_config, first_dirty, now_ms):
     segments = log_.segments[:-1]
     if not segments:
         return None
+    if first_dirty > log_.log_end_offset:
+        first_dirty = 0  # a checkpoint entry of a deleted, recreated topic
     first_dirty = max(first_dirty, segments[0].base_offset)
     lag = topic_config.min_compaction_lag_ms
     sources = []

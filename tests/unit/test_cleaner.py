@@ -322,3 +322,32 @@ def test_tombstone_clock_starts_when_the_cleaned_segment_is_swapped_in(tmp_path)
     h.clock.advance(11)
     h.clean()
     assert b"k1" not in [k for _, k, _ in h.records()]
+
+
+def test_io_rate_limit_sleeps_to_hold_the_rate():
+    now = [0.0]
+    slept = []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        now[0] += seconds
+
+    throttle = cleaner_module.Throttler(1000.0, clock=lambda: now[0], sleep=sleep)
+    throttle(500)  # 0.5 s worth of bytes at once: sleep 0.5 s
+    assert slept == [pytest.approx(0.5)]
+    now[0] += 2.0
+    throttle(1000)  # 1,500 bytes in 2.5 s: under the rate, no sleep
+    assert len(slept) == 1
+    unlimited = cleaner_module.Throttler(float("inf"), clock=lambda: 0.0, sleep=sleep)
+    unlimited(10**9)
+    assert len(slept) == 1
+
+
+def test_stale_checkpoint_of_a_recreated_topic_is_ignored(tmp_path):
+    h = Harness(tmp_path)
+    for i in range(60):
+        h.append(keyed(f"k{i % 3}", "v"))
+    h.log.roll(0)
+    h.cleaner.first_dirty[("t", 0)] = 10**6  # left by an older topic of that name
+    [result] = h.clean()
+    assert result.records_removed == 57
