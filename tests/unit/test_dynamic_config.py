@@ -76,7 +76,7 @@ def test_alter_broker_configs_at_run_time(tmp_path):
     seen = describe(broker, ["log.retention.ms", "log.cleaner.threads", "broker.id"])
     assert seen["log.retention.ms"] == ("3600000", False, 2)  # DYNAMIC_BROKER_CONFIG
     assert seen["log.cleaner.threads"] == ("2", False, 2)
-    assert seen["broker.id"] == ("0", True, 4)
+    assert seen["broker.id"] == ("0", True, 5)  # read-only, DEFAULT_CONFIG
 
     # Incremental: delete one key, keep the others; persisted for the next start.
     inc = {

@@ -94,9 +94,8 @@ def test_supported_within_defined():
 
 def test_no_advertised_version_is_flexible_except_known_ones():
     # The "Recommend" set stays below flexible versions except ApiVersions 3-4 and
-    # IncrementalAlterConfigs 1, Describe/AlterClientQuotas 1 (whose v1 is flexible),
-    # and the cluster operator's APIs, which the admin clients send in their
-    # flexible versions.
+    # IncrementalAlterConfigs 1 (whose v1 is flexible), and the cluster operator's
+    # APIs, which the admin clients send in their flexible versions.
     flexible = {
         (key, v)
         for key, (lo, hi) in SUPPORTED.items()
@@ -105,7 +104,7 @@ def test_no_advertised_version_is_flexible_except_known_ones():
     }
     operator = {(35, 2), (35, 3), (35, 4), (43, 2), (45, 0), (45, 1), (46, 0)}
     operator |= {(60, 0), (60, 1), (60, 2)}
-    assert flexible == {(18, 3), (18, 4), (44, 1), (48, 1), (49, 1)} | operator
+    assert flexible == {(18, 3), (18, 4), (44, 1)} | operator
 
 
 def test_kafka_python_still_infers_kafka_2_4():
@@ -115,3 +114,12 @@ def test_kafka_python_still_infers_kafka_2_4():
     from kafka.protocol.broker_version_data import infer_broker_version_from_api_versions
 
     assert infer_broker_version_from_api_versions(dict(SUPPORTED)) == (2, 4)
+
+
+def test_client_quota_apis_are_served_but_not_advertised():
+    from pluglog.protocol.apis import UNADVERTISED
+
+    assert UNADVERTISED == {48: (0, 1), 49: (0, 1)}
+    assert not set(UNADVERTISED) & set(SUPPORTED)
+    for key, (lo, hi) in UNADVERTISED.items():
+        assert APIS[key].defines(lo) and APIS[key].defines(hi)
