@@ -28,6 +28,7 @@ setup(
         "python-snappy>=0.7",
         "lz4>=4.0",
         "zstandard>=0.22",
+        "cramjam>=2.8",
     ],
     extras_require={
         "test": [

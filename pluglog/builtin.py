@@ -48,3 +48,13 @@ def pluglog_register_coordinators():
         return make_zookeeper(config, reactor)
 
     return {"local": make_local, "zookeeper": make_zookeeper}
+
+
+@hookimpl
+def pluglog_add_services(broker):
+    """The log cleaner (compaction), unless log.cleaner.enable is false."""
+    if not broker.config.log_cleaner_enable:
+        return None
+    from pluglog.broker.log_cleaner import make_log_cleaner
+
+    return make_log_cleaner(broker)

@@ -79,21 +79,33 @@ def _cleanup_policy(key, value):
     return ",".join(parts)
 
 
-def _producer_compression_only(key, value):
-    # Batches are stored as producers compressed them; a broker-side codec
-    # would need recompression, which pluglog does not do, so only the
-    # truthful value is accepted.
-    text = str(value).strip()
-    if text != "producer":
-        raise ConfigError(
-            f"{key}: {value!r} is not supported; pluglog keeps each batch as the producer "
-            "compressed it, so only 'producer' is accepted"
-        )
-    return text
+# Kafka's compression.type: ``producer`` keeps batches as sent; a codec
+# name recompresses batches that arrive in another codec.
+_compression_type = _choice_parser("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 
 
 def _string(key, value):
     return str(value)
+
+
+def _ratio(key, value):
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise ConfigError(f"{key}: expected a number between 0 and 1, got {value!r}") from None
+    if not 0.0 <= number <= 1.0:
+        raise ConfigError(f"{key}: {number} is not between 0 and 1")
+    return number
+
+
+def _positive_rate(key, value):
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise ConfigError(f"{key}: expected a number of bytes per second, got {value!r}") from None
+    if not number > 0:
+        raise ConfigError(f"{key}: {number} must be above 0")
+    return number
 
 
 _INT64_MAX = 2**63 - 1
@@ -158,9 +170,21 @@ TOPIC_KEYS = {
     "min.insync.replicas": ("min_insync_replicas", _int_parser(1), 1, "min.insync.replicas"),
     "min.cleanable.dirty.ratio": (
         "min_cleanable_dirty_ratio",
-        _string,
-        "0.5",
+        _ratio,
+        0.5,
         "log.cleaner.min.cleanable.ratio",
+    ),
+    "min.compaction.lag.ms": (
+        "min_compaction_lag_ms",
+        _int_parser(0),
+        0,
+        "log.cleaner.min.compaction.lag.ms",
+    ),
+    "max.compaction.lag.ms": (
+        "max_compaction_lag_ms",
+        _int_parser(1),
+        _INT64_MAX,
+        "log.cleaner.max.compaction.lag.ms",
     ),
     "delete.retention.ms": (
         "delete_retention_ms",
@@ -170,7 +194,7 @@ TOPIC_KEYS = {
     ),
     "compression.type": (
         "compression_type",
-        _producer_compression_only,
+        _compression_type,
         "producer",
         "compression.type",
     ),
@@ -214,7 +238,9 @@ class TopicConfig:
     file_delete_delay_ms: int = 60000
     message_timestamp_type: str = "CreateTime"
     min_insync_replicas: int = 1
-    min_cleanable_dirty_ratio: str = "0.5"
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = _INT64_MAX
     delete_retention_ms: int = 86400000
     compression_type: str = "producer"
     unclean_leader_election_enable: bool = False
@@ -309,6 +335,21 @@ BROKER_KEYS = {
         _int_parser(1),
     ),
     "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", _int_parser(1)),
+    "offsets.topic.segment.bytes": ("offsets_topic_segment_bytes", _int_parser(14)),
+    # The log cleaner (compaction), Kafka's names and defaults.
+    "log.cleaner.enable": ("log_cleaner_enable", _parse_bool),
+    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int_parser(0)),
+    "log.cleaner.threads": ("log_cleaner_threads", _int_parser(0, 64)),
+    "log.cleaner.io.max.bytes.per.second": (
+        "log_cleaner_io_max_bytes_per_second",
+        _positive_rate,
+    ),
+    "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", _int_parser(1024)),
+    # Client quotas: static per-client-id defaults and the rate windows.
+    "quota.producer.default": ("quota_producer_default", _int_parser(1)),
+    "quota.consumer.default": ("quota_consumer_default", _int_parser(1)),
+    "quota.window.num": ("quota_window_num", _int_parser(1)),
+    "quota.window.size.seconds": ("quota_window_size_seconds", _int_parser(1)),
 }
 
 
@@ -363,6 +404,17 @@ class BrokerConfig:
     replication_quota_window_size_seconds: int = 1
     #: How long a __consumer_offsets write waits for min.insync.replicas.
     offsets_commit_timeout_ms: int = 5000
+    offsets_topic_segment_bytes: int = 104857600
+    log_cleaner_enable: bool = True
+    log_cleaner_backoff_ms: int = 15000
+    log_cleaner_threads: int = 1
+    #: Kafka's default is Double.MAX_VALUE: no limit.
+    log_cleaner_io_max_bytes_per_second: float = float("inf")
+    log_cleaner_dedupe_buffer_size: int = 134217728
+    quota_producer_default: int = _INT64_MAX
+    quota_consumer_default: int = _INT64_MAX
+    quota_window_num: int = 11
+    quota_window_size_seconds: int = 1
     topic_defaults: TopicConfig = field(default_factory=TopicConfig)
     plugin_sections: dict = field(default_factory=dict)
     #: Broker-level Kafka keys set in the config file or with --set

@@ -9,7 +9,10 @@ the reactor thread; ``now_ms`` comes from the reactor's clock.
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from pluglog.broker import dynamic_config
 from pluglog.broker.partition import Partition
+from pluglog.broker.quotas import ClientQuotas
+from pluglog.broker.quotas import attach as attach_quotas
 from pluglog.errors import (
     InvalidRequestError,
     NotLeaderOrFollowerError,
@@ -44,6 +47,7 @@ class Broker:
         self.advertised = (config.advertised_host, config.advertised_port)
         self.group_coordinator = None
         self.replicas = None
+        self.quotas = ClientQuotas(config)
 
     def now_ms(self):
         return int(self.reactor.seconds() * 1000)
@@ -53,6 +57,8 @@ class Broker:
         from pluglog.replication.manager import ReplicaManager
 
         yield self.coordinator.start()
+        attach_quotas(self)
+        dynamic_config.apply(self)
         self.replicas = ReplicaManager(self)
         self.coordinator.add_listener(self._on_topic_event)
         for meta in self.coordinator.topics().values():

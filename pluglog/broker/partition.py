@@ -42,6 +42,7 @@ from pluglog.errors import (
     NotLeaderOrFollowerError,
 )
 from pluglog.replication.epochs import LeaderEpochCache
+from pluglog.storage.compaction import recompress, require_keys
 from pluglog.storage.records import validate_batches
 
 _HEADER_SIZE = 61
@@ -193,6 +194,12 @@ class Partition:
                 # (CORRUPT_MESSAGE for a CRC mismatch): checked on failure only.
                 validate_batches(records, max_bytes)
                 raise
+        config = self.config
+        if config.cleanup_policy != "delete":
+            # Compacted: every record needs a key (Kafka refuses the batch).
+            require_keys(records)
+        if config.compression_type != "producer":
+            records = recompress(records, config.compression_type)
         producer_id, epoch, first_seq, last_seq = producer_fields(records)
         if producer_id >= 0:
             # Loaded on the first idempotent batch only: plain producers never

@@ -58,6 +58,8 @@ class LocalCoordinator:
         self._topics = {}
         self._cluster_id = config.cluster_id
         self._listeners = []
+        self._client_quotas = {}
+        self._broker_configs = {}
 
     def add_listener(self, listener):
         """``listener(event, topic_metadata)`` for 'created', 'deleted', 'changed'."""
@@ -73,6 +75,10 @@ class LocalCoordinator:
             with open(self.path, encoding="utf-8") as handle:
                 state = json.load(handle)
             self._cluster_id = state.get("cluster_id") or self._cluster_id
+            self._broker_configs = dict(state.get("broker_configs", {}))
+            for item in state.get("client_quotas", []):
+                entity = tuple(sorted((t, n) for t, n in item["entity"]))
+                self._client_quotas[entity] = dict(item["values"])
             node = self.config.broker_id
             for name, info in state.get("topics", {}).items():
                 count = info["partitions"]
@@ -106,6 +112,11 @@ class LocalCoordinator:
                 }
                 for t in self._topics.values()
             },
+            "broker_configs": self._broker_configs,
+            "client_quotas": [
+                {"entity": [list(pair) for pair in entity], "values": values}
+                for entity, values in sorted(self._client_quotas.items(), key=repr)
+            ],
         }
         atomic_write(self.path, json.dumps(state, indent=1, sort_keys=True).encode())
 
@@ -275,6 +286,33 @@ class LocalCoordinator:
         self._save()
         self._notify("changed", meta)
         return defer.succeed(meta)
+
+    def broker_configs(self):
+        """The dynamic broker config overrides ({Kafka key: str})."""
+        return dict(self._broker_configs)
+
+    def alter_broker_configs(self, configs):
+        """Replace the dynamic broker config overrides; returns a Deferred."""
+        self._broker_configs = {k: str(v) for k, v in configs.items()}
+        self._save()
+        return defer.succeed(None)
+
+    def client_quotas(self):
+        """``{entity: {key: value}}`` (see :mod:`pluglog.broker.quotas`)."""
+        return {entity: dict(values) for entity, values in self._client_quotas.items()}
+
+    def alter_client_quotas(self, changes):
+        """Replace the values of each entity in ``changes`` ({entity: {key:
+        value}}; an empty dict removes the entity), persist, notify
+        ``client_quotas`` listeners; returns a Deferred."""
+        for entity, values in changes.items():
+            if values:
+                self._client_quotas[entity] = dict(values)
+            else:
+                self._client_quotas.pop(entity, None)
+        self._save()
+        self._notify("client_quotas", self.client_quotas())
+        return defer.succeed(None)
 
 
 def _new_cluster_id():

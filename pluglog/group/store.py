@@ -355,11 +355,15 @@ class OffsetStore:
         waiter = defer.Deferred()
         self._waiters.append(waiter)
         if len(self._waiters) == 1:
+            configs = dict(OFFSETS_TOPIC_CONFIGS)
+            # Kafka's offsets.topic.segment.bytes: small segments let the
+            # cleaner compact the topic early, so loading stays short.
+            configs["segment.bytes"] = str(self.broker.config.offsets_topic_segment_bytes)
             self.broker.create_topic(
                 OFFSETS_TOPIC,
                 self.num_partitions,
                 self.replication_factor(),
-                dict(OFFSETS_TOPIC_CONFIGS),
+                configs,
                 internal=True,
             ).addBoth(self._created)
         return waiter

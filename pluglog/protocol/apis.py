@@ -51,6 +51,16 @@ SUPPORTED = {
 }
 
 
+#: Served but left out of ApiVersions. Advertising DescribeClientQuotas (48)
+#: and AlterClientQuotas (49) makes kafka-python take the broker for Kafka 2.6
+#: and bump producer epochs through InitProducerId v3, which is not served;
+#: clients that send them anyway (tools, pluglog's own client) are answered.
+UNADVERTISED = {
+    48: (0, 1),  # DescribeClientQuotas; v1 is flexible
+    49: (0, 1),  # AlterClientQuotas; v1 is flexible
+}
+
+
 def get_api(api_key, api_version):
     """The :class:`Api` for a key if it defines the version, else raise."""
     api = APIS.get(api_key)

@@ -22,6 +22,7 @@ versions whose layout is known get an UNSUPPORTED_VERSION error response.
 """
 
 import struct
+import time
 import weakref
 from collections import deque
 
@@ -30,10 +31,12 @@ from twisted.internet import defer, protocol
 from pluglog import protocol as codec
 from pluglog.errors import UNKNOWN_SERVER_ERROR, KafkaError
 from pluglog.logsafe import SafeLogger, Throttle
+from pluglog.protocol.apis import UNADVERTISED
 from pluglog.protocol.hotpath import PRODUCE_VERSIONS
 from pluglog.server.fastlane import produce_fast
 from pluglog.server.handlers import HANDLERS, NO_RESPONSE, CloseConnection, RequestContext
 from pluglog.server.sendfile import SocketWriter, supports_direct
+from pluglog.server.throttle import apply_quotas
 
 log = SafeLogger()
 _SIZE = struct.Struct(">i")
@@ -72,6 +75,7 @@ class KafkaServerProtocol(protocol.Protocol):
         self._closing = False
         self._paused = False
         self._backlogged = False
+        self._throttled = None  # the callLater that ends a quota mute
         self._writer = None
         self.peer = None
 
@@ -144,7 +148,13 @@ class KafkaServerProtocol(protocol.Protocol):
             self.transport.loseConnection()
 
     def _handle_frame(self, frame):
-        if not frame[0] and not frame[1] and not frame[2] and frame[3] in PRODUCE_VERSIONS:
+        if (
+            not frame[0]
+            and not frame[1]
+            and not frame[2]
+            and frame[3] in PRODUCE_VERSIONS
+            and not self.broker.quotas.enabled
+        ):
             # Produce v3-v8: the fast lane takes the one-partition shape.
             try:
                 response = produce_fast(self.broker, frame)
@@ -171,7 +181,7 @@ class KafkaServerProtocol(protocol.Protocol):
             self._bad_input(f"unparsable request header: {exc}")
             return
         api_key, version = header.api_key, header.api_version
-        supported = codec.SUPPORTED.get(api_key)
+        supported = codec.SUPPORTED.get(api_key) or UNADVERTISED.get(api_key)
         handler = HANDLERS.get(api_key)
         if (supported is None or handler is None) and not codec.is_defined(api_key, version):
             self._bad_input(f"unknown or unserved api key {api_key}", header)
@@ -198,8 +208,13 @@ class KafkaServerProtocol(protocol.Protocol):
             self._bad_input(f"malformed request body: {exc}", header)
             return
         ctx = RequestContext(self.broker, header, self.peer)
+        started = time.perf_counter_ns()
         try:
             result = handler(ctx, request)
+            if self.broker.quotas.enabled:
+                result = apply_quotas(
+                    self, header, len(frame), result, time.perf_counter_ns() - started
+                )
         except CloseConnection as exc:
             self._bad_input(str(exc), header)
             return
@@ -267,10 +282,28 @@ class KafkaServerProtocol(protocol.Protocol):
         self._backlogged = backlogged
         self._update_reading()
 
+    def mute(self, throttle_ms):
+        """Stop reading for ``throttle_ms`` (a quota violation); a later
+        violation extends the mute."""
+        reactor = self.broker.reactor
+        call = self._throttled
+        if call is not None and call.active():
+            remaining = call.getTime() - reactor.seconds()
+            if remaining * 1000 >= throttle_ms:
+                return
+            call.cancel()
+        self._throttled = reactor.callLater(throttle_ms / 1000.0, self._unmute)
+        self._update_reading()
+
+    def _unmute(self):
+        self._throttled = None
+        self._update_reading()
+
     def _update_reading(self):
-        # Two reasons to stop reading: too many requests in flight, or too
-        # much output queued for a client that does not read its answers.
-        if self._paused or self._backlogged:
+        # Three reasons to stop reading: too many requests in flight, too
+        # much output queued for a client that does not read its answers, or
+        # a quota's throttle time.
+        if self._paused or self._backlogged or self._throttled is not None:
             self.transport.pauseProducing()
         elif not self._closing:
             self.transport.resumeProducing()
@@ -295,6 +328,8 @@ class KafkaServerProtocol(protocol.Protocol):
 
     def connectionLost(self, reason):
         self._closing = True
+        if self._throttled is not None and self._throttled.active():
+            self._throttled.cancel()
         if self._writer is not None:
             self._writer.close()
         for slot in self._slots:

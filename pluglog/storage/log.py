@@ -385,8 +385,14 @@ class SegmentPartitionLog(BasePartitionLog):
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
 
     def _scan_directory(self):
-        """Remove leftovers (``*.deleted``, ``*.tmp``, orphan indexes) and
+        """Finish or undo an interrupted cleaner swap (:mod:`pluglog.storage.swap`),
+        remove leftovers (``*.deleted``, ``*.tmp``, orphan indexes) and
         return the base offsets of the segments present."""
+        # Imported here: the cleaner's modules use the record codec, which
+        # imports pluglog.storage (a cycle at import time).
+        from pluglog.storage.swap import recover_swaps
+
+        recover_swaps(self.directory)
         names = os.listdir(self.directory)
         bases = set()
         for name in names:

@@ -49,9 +49,8 @@ def test_broker_settings_accept_broker_and_topic_names():
     assert config.topic_defaults.retention_ms == 7200000
 
 
-def test_compression_type_is_producer_only():
-    assert TopicConfig().with_overrides({"compression.type": "producer"}).compression_type == (
-        "producer"
-    )
-    with pytest.raises(ConfigError, match="compression.type.*gzip.*producer"):
-        validate_topic_overrides({"compression.type": "gzip"})
+def test_compression_type_takes_kafkas_values():
+    for value in ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"):
+        assert TopicConfig().with_overrides({"compression.type": value}).compression_type == value
+    with pytest.raises(ConfigError, match="compression.type.*brotli"):
+        validate_topic_overrides({"compression.type": "brotli"})

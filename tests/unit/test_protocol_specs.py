@@ -114,3 +114,12 @@ def test_kafka_python_still_infers_kafka_2_4():
     from kafka.protocol.broker_version_data import infer_broker_version_from_api_versions
 
     assert infer_broker_version_from_api_versions(dict(SUPPORTED)) == (2, 4)
+
+
+def test_client_quota_apis_are_served_but_not_advertised():
+    from pluglog.protocol.apis import UNADVERTISED
+
+    assert UNADVERTISED == {48: (0, 1), 49: (0, 1)}
+    assert not set(UNADVERTISED) & set(SUPPORTED)
+    for key, (lo, hi) in UNADVERTISED.items():
+        assert APIS[key].defines(lo) and APIS[key].defines(hi)

@@ -39,3 +39,11 @@ def test_compacted_topic_is_left_alone():
     log = _log((100, 1), (100, 2))
     config = TopicConfig(retention_ms=0, cleanup_policy="compact")
     assert POLICY.segments_to_delete(log, config, now_ms=10**12) == 0
+
+
+def test_compact_delete_keeps_time_and_size_retention():
+    log = _log((100, 1), (100, 2))
+    for policy in ("compact,delete", "delete,compact"):
+        config = TopicConfig().with_overrides({"cleanup.policy": policy, "retention.ms": "0"})
+        assert config.cleanup_policy == "compact,delete"
+        assert POLICY.segments_to_delete(log, config, now_ms=10**12) == 1

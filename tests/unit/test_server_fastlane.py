@@ -34,6 +34,8 @@ def make_broker(data_dir, storage):
     broker.create_topic("logtime", 1, configs={"message.timestamp.type": "LogAppendTime"})
     broker.create_topic("u_9.x-y", 1)
     broker.create_topic("strict", 1, configs={"min.insync.replicas": "2"})
+    broker.create_topic("compacted", 1, configs={"cleanup.policy": "compact"})
+    broker.create_topic("zstd", 1, configs={"compression.type": "zstd"})
     return broker
 
 
@@ -133,6 +135,34 @@ class FastLaneEquivalenceTests(SynchronousTestCase):
             got = self.same(produce_payload(version, batch()))
             if version >= 5:
                 assert struct.pack(">q", 5) in got[-30:]
+
+    def test_compacted_topic_refuses_keyless_records_alike(self):
+        keyless = batch([b"a"])
+        keyed = build_batch([Record(b"k", b"v"), Record(b"k2", None)], compression=2)
+        half = build_batch([Record(b"k", b"v"), Record(None, b"x")], compression=3)
+        for version in (3, 5, 8):
+            for records in (keyless, keyed, half):
+                self.same(produce_payload(version, records, topic="compacted"))
+        got = self.same(produce_payload(8, half, topic="compacted"))
+        assert b"without a key" in got
+        assert self.fast.partition("compacted", 0).log.log_end_offset == 2 * 3
+
+    def test_compression_type_recompresses_alike(self):
+        from pluglog.protocol.records import iter_batches
+
+        plain = batch([b"a" * 100, b"b"])
+        gzipped = build_batch([Record(b"k", b"v" * 50)], compression=1)
+        for version in (3, 8):
+            for records in (plain, gzipped):
+                self.same(produce_payload(version, records, topic="zstd"))
+        log = self.fast.partition("zstd", 0).log
+        stored = log.read(0, 1 << 20).records
+        stored = stored.read() if hasattr(stored, "read") else stored
+        found = list(iter_batches(stored))  # CRCs verified
+        assert [b.compression for b in found] == [4, 4, 4, 4]
+        assert [len(b.records) for b in found] == [2, 1, 2, 1]
+        assert [b.base_offset for b in found] == [0, 2, 3, 5]
+        assert found[1].records[0].value == b"v" * 50
 
     def test_log_append_time_and_other_topic_names(self):
         for version in (3, 5, 8):

@@ -5,6 +5,6 @@ come from Kafka's message JSON specs; fields first added after the highest versi
 pluglog defines are left out so decoded dicts carry nothing a handler can't use.
 """
 
-from pluglog.protocol.schemas import admin, cluster, core, groups, produce_fetch
+from pluglog.protocol.schemas import admin, cluster, core, groups, produce_fetch, quotas
 
-ALL_APIS = core.APIS + produce_fetch.APIS + admin.APIS + groups.APIS + cluster.APIS
+ALL_APIS = core.APIS + produce_fetch.APIS + admin.APIS + groups.APIS + cluster.APIS + quotas.APIS

@@ -87,10 +87,10 @@ def per_partition(broker, topics, answer, topic_key="name", partition_key="parti
 
 
 def _build_table():
-    from pluglog.server.handlers import admin, cluster, core, fetch, produce
+    from pluglog.server.handlers import admin, cluster, core, fetch, produce, quotas
 
     table = {}
-    for module in (core, produce, fetch, admin, cluster):
+    for module in (core, produce, fetch, admin, cluster, quotas):
         table.update(module.HANDLERS)
     try:
         from pluglog.server.handlers import groups

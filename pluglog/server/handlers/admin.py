@@ -3,6 +3,7 @@
 from twisted.internet import defer
 
 from pluglog import protocol as codec
+from pluglog.broker import dynamic_config
 from pluglog.errors import (
     INVALID_CONFIG,
     INVALID_REPLICA_ASSIGNMENT,
@@ -19,6 +20,7 @@ from pluglog.server.handlers.config_sources import SOURCE_DEFAULT, SOURCE_TOPIC
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
+SOURCE_DYNAMIC_BROKER = 2
 
 
 def _fail(exc):
@@ -154,6 +156,15 @@ def handle_describe_configs(ctx, request):
             entries = config_sources.topic_entries(broker, meta)
         elif rtype == BROKER_RESOURCE and rname in ("", str(broker.node_id)):
             entries = config_sources.broker_entries(broker)
+            for key in dynamic_config.overrides(broker):
+                if key in entries:
+                    current, _source, key_synonyms = entries[key]
+                    entries[key] = (
+                        current,
+                        SOURCE_DYNAMIC_BROKER,
+                        [{"name": key, "value": current, "source": SOURCE_DYNAMIC_BROKER}]
+                        + key_synonyms[1:],
+                    )
         else:
             entry["error_code"] = INVALID_REQUEST
             entry["error_message"] = f"unsupported resource type {rtype} / name {rname!r}"
@@ -168,7 +179,8 @@ def handle_describe_configs(ctx, request):
                 {
                     "name": key,
                     "value": value,
-                    "read_only": rtype == BROKER_RESOURCE,
+                    "read_only": rtype == BROKER_RESOURCE
+                    and key not in dynamic_config.DYNAMIC_KEYS,
                     "config_source": source,
                     "is_default": source == SOURCE_DEFAULT,
                     "is_sensitive": False,
@@ -193,9 +205,19 @@ def _alter(ctx, request, incremental):
             "resource_name": rname,
         }
         meta = broker.coordinator.topics().get(rname) if rtype == TOPIC_RESOURCE else None
-        if rtype != TOPIC_RESOURCE:
+        if rtype == BROKER_RESOURCE and rname in ("", str(broker.node_id)):
+            try:
+                configs = _apply_ops(
+                    dynamic_config.overrides(broker), resource["configs"], incremental
+                )
+                yield dynamic_config.alter(broker, configs, request["validate_only"])
+            except KafkaError as exc:
+                entry["error_code"], entry["error_message"] = _fail(exc)
+            except ValueError as exc:
+                entry["error_code"], entry["error_message"] = INVALID_CONFIG, str(exc)
+        elif rtype != TOPIC_RESOURCE:
             entry["error_code"] = INVALID_REQUEST
-            entry["error_message"] = "only topic configs can be altered at run time"
+            entry["error_message"] = "only topic and broker configs can be altered at run time"
         elif meta is None:
             entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
             entry["error_message"] = f"no topic {rname!r}"
