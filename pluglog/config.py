@@ -108,6 +108,20 @@ def _positive_rate(key, value):
     return number
 
 
+def _ip_overrides(key, value):
+    """Kafka's ``max.connections.per.ip.overrides``: ``host:count,host:count``."""
+    out = []
+    for item in str(value).split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        if not sep or not host:
+            raise ConfigError(f"{key}: expected host:count, got {item!r}")
+        out.append((host.strip("[]"), _int_parser(0)(key, count)))
+    return tuple(out)
+
+
 _INT64_MAX = 2**63 - 1
 
 
@@ -350,6 +364,16 @@ BROKER_KEYS = {
     "quota.consumer.default": ("quota_consumer_default", _int_parser(1)),
     "quota.window.num": ("quota_window_num", _int_parser(1)),
     "quota.window.size.seconds": ("quota_window_size_seconds", _int_parser(1)),
+    # Resource limits (docs/configuration.rst, "Limits").
+    "max.partitions.per.request": ("max_partitions_per_request", _int_parser(1)),
+    "max.broker.partitions": ("max_broker_partitions", _int_parser(1)),
+    "max.connections": ("max_connections", _int_parser(1)),
+    "max.connections.per.ip": ("max_connections_per_ip", _int_parser(0)),
+    "max.connections.per.ip.overrides": ("max_connections_per_ip_overrides", _ip_overrides),
+    "connections.max.idle.ms": ("connections_max_idle_ms", _int_parser(-1)),
+    "request.read.timeout.ms": ("request_read_timeout_ms", _int_parser(-1)),
+    "queued.max.request.bytes": ("queued_max_request_bytes", _int_parser(-1)),
+    "metadata.max.topics.per.request": ("metadata_max_topics_per_request", _int_parser(1)),
 }
 
 
@@ -415,6 +439,19 @@ class BrokerConfig:
     quota_consumer_default: int = _INT64_MAX
     quota_window_num: int = 11
     quota_window_size_seconds: int = 1
+    #: Kafka's controller refuses more than 10,000 partitions per request.
+    max_partitions_per_request: int = 10000
+    #: KIP-578's name; every partition costs memory, and file descriptors while active.
+    max_broker_partitions: int = 50000
+    max_connections: int = 2147483647
+    max_connections_per_ip: int = 2147483647
+    max_connections_per_ip_overrides: tuple = ()
+    connections_max_idle_ms: int = 600000
+    #: A request whose bytes do not all arrive within this time closes the connection.
+    request_read_timeout_ms: int = 30000
+    #: Kafka's default is -1 (unbounded); pluglog bounds partial requests at 256 MiB.
+    queued_max_request_bytes: int = 268435456
+    metadata_max_topics_per_request: int = 10000
     topic_defaults: TopicConfig = field(default_factory=TopicConfig)
     plugin_sections: dict = field(default_factory=dict)
     #: Broker-level Kafka keys set in the config file or with --set

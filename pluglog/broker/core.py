@@ -9,12 +9,13 @@ the reactor thread; ``now_ms`` comes from the reactor's clock.
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from pluglog.broker import dynamic_config
+from pluglog.broker import dynamic_config, limits
 from pluglog.broker.partition import Partition
 from pluglog.broker.quotas import ClientQuotas
 from pluglog.broker.quotas import attach as attach_quotas
 from pluglog.errors import (
     InvalidRequestError,
+    KafkaError,
     NotLeaderOrFollowerError,
     UnknownTopicOrPartitionError,
 )
@@ -171,6 +172,11 @@ class Broker:
             num_partitions = self.config.num_partitions
         if replication_factor == -1:
             replication_factor = self.config.default_replication_factor
+        if num_partitions > 0:
+            try:
+                limits.check_new_partitions(self, num_partitions)
+            except KafkaError:
+                return defer.fail()
         kwargs = {"internal": True} if internal else {}
         if validate_only:
             kwargs["validate_only"] = True

@@ -3,7 +3,7 @@
 from twisted.internet import defer
 
 from pluglog import protocol as codec
-from pluglog.broker import dynamic_config
+from pluglog.broker import dynamic_config, limits
 from pluglog.errors import (
     INVALID_CONFIG,
     INVALID_REPLICA_ASSIGNMENT,
@@ -31,6 +31,18 @@ def _fail(exc):
 def handle_create_topics(ctx, request):
     broker = ctx.broker
     validate_only = request.get("validate_only", False)
+    try:
+        limits.check_per_request(broker, limits.requested_partitions(broker, request["topics"]))
+    except KafkaError as exc:
+        # Kafka refuses the whole request, every topic, before creating any.
+        code, message = _fail(exc)
+        return {
+            "throttle_time_ms": 0,
+            "topics": [
+                {"name": t["name"], "error_code": code, "error_message": message}
+                for t in request["topics"]
+            ],
+        }
     results = []
     for topic in request["topics"]:
         name = topic["name"]
@@ -108,6 +120,23 @@ def handle_delete_topics(ctx, request):
 def handle_create_partitions(ctx, request):
     broker = ctx.broker
     results = []
+    known = broker.coordinator.topics()
+    added = sum(
+        max(0, t["count"] - known[t["name"]].num_partitions)
+        for t in request["topics"]
+        if t["name"] in known
+    )
+    try:
+        limits.check_per_request(broker, added)
+    except KafkaError as exc:
+        code, message = _fail(exc)
+        return {
+            "throttle_time_ms": 0,
+            "results": [
+                {"name": t["name"], "error_code": code, "error_message": message}
+                for t in request["topics"]
+            ],
+        }
     for topic in request["topics"]:
         name = topic["name"]
         entry = {"name": name, "error_code": NONE, "error_message": None}
@@ -122,6 +151,8 @@ def handle_create_partitions(ctx, request):
                 entry["error_code"] = INVALID_REPLICA_ASSIGNMENT
                 entry["error_message"] = "assignments must name only this broker"
             else:
+                if topic["count"] > meta.num_partitions:
+                    limits.check_new_partitions(broker, topic["count"] - meta.num_partitions)
                 yield broker.coordinator.create_partitions(
                     name, topic["count"], validate_only=request["validate_only"]
                 )
