@@ -33,6 +33,7 @@ from pluglog.errors import UNKNOWN_SERVER_ERROR, KafkaError
 from pluglog.logsafe import SafeLogger, Throttle
 from pluglog.protocol.apis import UNADVERTISED
 from pluglog.protocol.hotpath import PRODUCE_VERSIONS
+from pluglog.server.connections import ConnectionGuard
 from pluglog.server.fastlane import produce_fast
 from pluglog.server.handlers import HANDLERS, NO_RESPONSE, CloseConnection, RequestContext
 from pluglog.server.sendfile import SocketWriter, supports_direct
@@ -66,6 +67,16 @@ class _Slot:
 class KafkaServerProtocol(protocol.Protocol):
     """One client connection."""
 
+    # Bookkeeping read by the factory's ConnectionGuard sweep (connections.py).
+    _reads = _reads_seen = _frames = 0
+    _active_at = _partial_since = 0.0
+    _partial_key = None
+    _reserved = _wanted = 0
+    _mem_wait = False
+    guard = None
+    host = None
+    expired = None
+
     def __init__(self, broker, max_frame):
         self.broker = broker
         self.max_frame = max_frame
@@ -86,13 +97,25 @@ class KafkaServerProtocol(protocol.Protocol):
         set_no_delay = getattr(self.transport, "setTcpNoDelay", None)
         if set_no_delay is not None:
             set_no_delay(True)
+        self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
+        guard = getattr(getattr(self, "factory", None), "guard", None)
+        if guard is not None:
+            self.host = getattr(peer, "host", None)
+            self._active_at = guard.reactor.seconds()
+            refused = guard.admit(self, self.host)
+            if refused is not None:
+                # Counted and logged by the guard, not once per socket.
+                self._closing = True
+                self.transport.loseConnection()
+                return
+            self.guard = guard
         if supports_direct(self.transport):
             self._writer = SocketWriter(self.transport, self._on_backlog)
-        self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
 
     def dataReceived(self, data):
         if self._closing:
             return
+        self._reads += 1
         buf = self._buf
         if not buf and len(data) >= 4:
             # The common case (one whole request per read, nothing pending):
@@ -114,6 +137,11 @@ class KafkaServerProtocol(protocol.Protocol):
                     )
                     return
                 self._need = size
+                if self.guard is not None and not self.guard.reserve(self, size):
+                    # queued.max.request.bytes is used up: read no more until
+                    # another request's memory is released.
+                    self._mem_wait = True
+                    self._update_reading()
             if len(buf) < 4 + self._need:
                 return
             end = 4 + self._need
@@ -121,7 +149,34 @@ class KafkaServerProtocol(protocol.Protocol):
                 frame = memoryview(view[4:end].tobytes())
             del buf[:end]
             self._need = None
+            self._frames += 1
+            if self._reserved or self._mem_wait:
+                self._frame_done()
             self._handle_frame(frame)
+
+    def _frame_done(self):
+        if self._mem_wait:
+            self._mem_wait = False
+            self.guard.cancel_wait(self)
+            self._update_reading()
+        if self._reserved:
+            self.guard.release(self)
+
+    def memory_granted(self):
+        """The guard reserved this connection's frame: read again."""
+        self._mem_wait = False
+        self._update_reading()
+
+    def expire(self, reason):
+        """Closed by the guard (idle, or a request not completed in time); the
+        guard logs a count per limit rather than a line per connection."""
+        self.expired = reason
+        self._closing = True
+        self._buf = bytearray()
+        if self._writer is not None:
+            self._writer.lose_connection()
+        else:
+            self.transport.loseConnection()
 
     def _bad_input(self, reason, header=None):
         # Logged once per connection (it is closed right after), at most
@@ -300,10 +355,10 @@ class KafkaServerProtocol(protocol.Protocol):
         self._update_reading()
 
     def _update_reading(self):
-        # Three reasons to stop reading: too many requests in flight, too
-        # much output queued for a client that does not read its answers, or
-        # a quota's throttle time.
-        if self._paused or self._backlogged or self._throttled is not None:
+        # Four reasons to stop reading: too many requests in flight, too
+        # much output queued for a client that does not read its answers, a
+        # quota's throttle time, or queued.max.request.bytes used up.
+        if self._paused or self._backlogged or self._throttled is not None or self._mem_wait:
             self.transport.pauseProducing()
         elif not self._closing:
             self.transport.resumeProducing()
@@ -330,6 +385,9 @@ class KafkaServerProtocol(protocol.Protocol):
         self._closing = True
         if self._throttled is not None and self._throttled.active():
             self._throttled.cancel()
+        if self.guard is not None:
+            self.guard.forget(self, self.host)
+            self._mem_wait = False
         if self._writer is not None:
             self._writer.close()
         for slot in self._slots:
@@ -342,6 +400,10 @@ class KafkaServerFactory(protocol.Factory):
 
     def __init__(self, broker):
         self.broker = broker
+        self.guard = ConnectionGuard(broker.config, broker.reactor)
+
+    def stopFactory(self):
+        self.guard.stop()
 
     def buildProtocol(self, addr):
         proto = KafkaServerProtocol(self.broker, self.broker.config.socket_request_max_bytes)

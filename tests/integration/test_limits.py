@@ -7,6 +7,10 @@ sees, and that the broker keeps serving and restarts on the same data dir.
 
 import json
 import os
+import select
+import socket
+import struct
+import time
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -34,10 +38,12 @@ def _metadata(data_dir):
         return json.load(handle)["topics"]
 
 
-def _round_trip(bootstrap, topic, total):
-    """Produce 20 more records and read back all ``total`` the topic holds."""
+def _round_trip(bootstrap, topic, total=None):
+    """Produce 20 more records and read back all ``total`` the topic holds
+    (None: at least those 20, when other tests may have written too)."""
     produce_confluent(bootstrap, topic, make_records(20, partitions=1))
-    assert len(consume_confluent(bootstrap, topic, 1, total)) == total
+    got = len(consume_confluent(bootstrap, topic, 1, total or 20, timeout=20 if total else 5))
+    assert got == total if total else got >= 20
 
 
 def test_partition_caps_refuse_before_writing_metadata(tmp_path):
@@ -87,3 +93,124 @@ def test_partition_caps_refuse_before_writing_metadata(tmp_path):
         _round_trip(broker.bootstrap, "small", 40)
     finally:
         broker.stop()
+
+
+# ---- connections: caps, idle and read timeouts, request memory ---------------
+
+LIMITED = {
+    "max.connections.per.ip": "10",
+    "connections.max.idle.ms": "3000",
+    "request.read.timeout.ms": "1500",
+    "queued.max.request.bytes": str(10 * 1024 * 1024),
+}
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory):
+    proc = BrokerProcess(tmp_path_factory.mktemp("limited") / "data", settings=LIMITED).start()
+    create_topic(proc.bootstrap, "bystander", partitions=1)
+    produce_confluent(proc.bootstrap, "bystander", make_records(1, partitions=1))
+    yield proc
+    assert proc.alive()
+    proc.stop()
+    proc.start()  # and the data dir still starts
+    assert len(consume_confluent(proc.bootstrap, "bystander", 1, 1)) >= 1
+    proc.stop()
+
+
+def _connect(broker, source="127.0.0.2"):
+    sock = socket.socket()
+    sock.bind((source, 0))
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", broker.port))
+    return sock
+
+
+def _closed_within(sock, seconds):
+    """True if the broker closes ``sock`` within ``seconds``."""
+    sock.settimeout(seconds)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def _rss_kb(pid):
+    with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_one_ip_cannot_take_every_connection(limited):
+    held = [_connect(limited) for _ in range(30)]
+    try:
+        time.sleep(0.5)  # well under connections.max.idle.ms
+        readable, _, _ = select.select(held, [], [], 0)
+        closed = [s for s in readable if _closed_within(s, 0.1)]
+        assert len(closed) == 20  # max.connections.per.ip = 10 for 127.0.0.2
+        # Clients from another address are served.
+        _round_trip(limited.bootstrap, "bystander")
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_idle_connection_is_closed(limited):
+    sock = _connect(limited)
+    start = time.monotonic()
+    assert _closed_within(sock, 10)
+    assert 2.5 < time.monotonic() - start < 9  # connections.max.idle.ms = 3000
+
+
+def test_truncated_and_trickling_requests_are_cut_off(limited):
+    truncated = _connect(limited)
+    truncated.sendall(struct.pack(">i", 100) + b"\0" * 10)
+    trickle = _connect(limited)
+    trickle.sendall(struct.pack(">i", 1000))
+    start = time.monotonic()
+    closed = False
+    while time.monotonic() - start < 8 and not closed:
+        try:
+            trickle.send(b"\0")  # a byte every 0.2 s keeps the socket "active"
+        except OSError:
+            closed = True
+        closed = closed or _closed_within(trickle, 0.2)
+    assert closed
+    assert time.monotonic() - start < 5  # request.read.timeout.ms = 1500 (+ sweep)
+    assert _closed_within(truncated, 1)
+
+
+def test_partial_frames_cannot_exhaust_memory(limited):
+    """8 connections each start a 20 MB request and send 16 MB of it: only
+    about one frame's worth is read (queued.max.request.bytes = 10 MB), the
+    rest wait unread in the kernel until request.read.timeout.ms closes them."""
+    frame_size, sent_size = 20 * 1024 * 1024, 16 * 1024 * 1024
+    pid = limited.proc.pid
+    before = peak = _rss_kb(pid)
+    chunk = b"\0" * (1 << 20)
+    socks = [_connect(limited, f"127.0.1.{i}") for i in range(8)]
+    for sock in socks:
+        sock.setblocking(False)
+        sock.send(struct.pack(">i", frame_size))
+    sent = [0] * len(socks)
+    deadline = time.monotonic() + 1.2  # within the read timeout
+    while time.monotonic() < deadline:
+        for i, sock in enumerate(socks):
+            if sent[i] < sent_size:
+                try:
+                    sent[i] += sock.send(chunk)
+                except OSError:
+                    pass
+        peak = max(peak, _rss_kb(pid))
+        time.sleep(0.005)
+    for sock in socks:
+        sock.close()
+    growth_mb = (peak - before) / 1024
+    # Unlimited, 8 x 16 MB = 128 MB is read into buffers; limited, about one frame.
+    assert growth_mb < 50, (growth_mb, sent)
+    assert max(sent) >= sent_size, sent
+    _round_trip(limited.bootstrap, "bystander")
