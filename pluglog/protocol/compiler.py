@@ -86,9 +86,9 @@ def _lookup(table, type_, nullable, compact):
 # -- decoding -----------------------------------------------------------------------
 
 
-def _array_reader(elem_read, nullable, compact, name):
+def _array_reader(elem_read, nullable, compact, name, min_size=1):
     def read(buf, pos):
-        n, pos = p.read_array_length(buf, pos, compact)
+        n, pos = p.read_array_length(buf, pos, compact, min_size)
         if n < 0:
             if nullable:
                 return None, pos
@@ -107,14 +107,43 @@ def _field_reader(field, version, flexible):
     nullable = field.nullable_in(version)
     if field.is_struct_array:
         elem, _ = compile_struct(field.type, version, flexible)
-        return _array_reader(elem, nullable, flexible, field.name)
+        size = _min_struct_size(field.type, version, flexible)
+        return _array_reader(elem, nullable, flexible, field.name, size)
     if field.is_struct:
         elem, _ = compile_struct(field.type.fields, version, flexible)
         return elem
     if field.is_primitive_array:
         elem = _lookup(_READERS, field.type[2:], False, flexible)
-        return _array_reader(elem, nullable, flexible, field.name)
+        size = _min_type_size(field.type[2:], flexible)
+        return _array_reader(elem, nullable, flexible, field.name, size)
     return _lookup(_READERS, field.type, nullable, flexible)
+
+
+# The fewest wire bytes of a value, so array counts can be checked against the
+# bytes actually received (a 6 MB frame cannot hold 10 million 4-byte ints).
+_LENGTH_PREFIX = {"string": 2, "bytes": 4, "records": 4}
+
+
+def _min_type_size(type_, compact):
+    if type_ in _FIXED_FORMATS:
+        return struct.calcsize(">" + _FIXED_FORMATS[type_])
+    if type_ == "uuid":
+        return 16
+    return 1 if compact else _LENGTH_PREFIX.get(type_, 1)
+
+
+def _min_struct_size(fields, version, flexible):
+    size = 1 if flexible else 0  # the tag buffer's count
+    for f in fields:
+        if not f.present(version) or (flexible and f.tagged_in(version)):
+            continue
+        if f.is_struct_array or f.is_primitive_array:
+            size += 1 if flexible else 4
+        elif f.is_struct:
+            size += _min_struct_size(f.type.fields, version, flexible)
+        else:
+            size += _min_type_size(f.type, flexible)
+    return max(size, 1)
 
 
 def _fixed_step(names, fmt):

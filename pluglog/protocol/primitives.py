@@ -238,8 +238,12 @@ def read_uuid(buf, pos):
     return uuid.UUID(bytes=bytes(raw)), end
 
 
-def read_array_length(buf, pos, compact):
-    """Element count of an array, ``-1`` for null; bounded by the bytes left."""
+def read_array_length(buf, pos, compact, min_size=1):
+    """Element count of an array, ``-1`` for null; bounded by the bytes left.
+
+    ``min_size`` is the fewest bytes one element can take on the wire (the
+    compiler derives it from the schema), so a count that the rest of the
+    frame could not hold is refused before any element is decoded."""
     if compact:
         n, pos = read_uvarint(buf, pos)
         n -= 1
@@ -249,8 +253,11 @@ def read_array_length(buf, pos, compact):
         raise DecodeError(f"bad array length {n} at offset {pos}")
     # Every element we define takes at least one byte, so a count above the bytes
     # left is garbage; checking now avoids looping two billion times on a bad frame.
-    if n > len(buf) - pos:
-        raise DecodeError(f"array length {n} exceeds remaining {len(buf) - pos} bytes")
+    if n * min_size > len(buf) - pos:
+        raise DecodeError(
+            f"array length {n} (elements of >= {min_size} bytes) exceeds remaining "
+            f"{len(buf) - pos} bytes"
+        )
     return n, pos
 
 
