@@ -36,6 +36,7 @@ from pluglog.protocol.hotpath import PRODUCE_VERSIONS
 from pluglog.server.connections import ConnectionGuard
 from pluglog.server.fastlane import produce_fast
 from pluglog.server.handlers import HANDLERS, NO_RESPONSE, CloseConnection, RequestContext
+from pluglog.server.handlers.core import metadata_precheck
 from pluglog.server.sendfile import SocketWriter, supports_direct
 from pluglog.server.throttle import apply_quotas
 
@@ -256,6 +257,10 @@ class KafkaServerProtocol(protocol.Protocol):
                     peer=self.peer,
                 )
                 self._push_ready(parts)
+            return
+        refusal = metadata_precheck(self.broker, header, frame)
+        if refusal is not None:
+            self._bad_input(refusal, header)
             return
         try:
             request = codec.decode_request(header, frame)

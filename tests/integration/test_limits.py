@@ -214,3 +214,83 @@ def test_partial_frames_cannot_exhaust_memory(limited):
     assert growth_mb < 50, (growth_mb, sent)
     assert max(sent) >= sent_size, sent
     _round_trip(limited.bootstrap, "bystander")
+
+
+# ---- Metadata: auto-creation and absurd topic lists ---------------------------
+
+
+def _metadata_request(client, version, names, allow=True):
+    body = {"topics": [{"name": n} for n in names], "allow_auto_topic_creation": allow}
+    return client.request(codec.METADATA, version, body)
+
+
+def test_metadata_auto_creation_follows_flag_and_config(tmp_path):
+    broker = BrokerProcess(tmp_path / "data", settings={"num.partitions": "2"}).start()
+    try:
+        with BlockingClient.from_bootstrap(broker.bootstrap) as client:
+            # v4+: the request's allow_auto_topic_creation=false (what consumers send).
+            (entry,) = _metadata_request(client, 8, ["not-created"], allow=False)["topics"]
+            assert entry["error_code"] == KafkaError.UNKNOWN_TOPIC_OR_PART
+            (entry,) = _metadata_request(client, 8, ["created"], allow=True)["topics"]
+            assert entry["error_code"] == 0 and len(entry["partitions"]) == 2
+            # Names repeated in one request are answered once (as Kafka does).
+            topics = _metadata_request(client, 1, ["created"] * 1000)["topics"]
+            assert [t["name"] for t in topics] == ["created"]
+        assert "not-created" not in _metadata(broker.data_dir)
+    finally:
+        broker.stop()
+    broker = BrokerProcess(
+        tmp_path / "data", settings={"auto.create.topics.enable": "false"}
+    ).start()
+    try:
+        with BlockingClient.from_bootstrap(broker.bootstrap) as client:
+            for version in (1, 8):  # v1-v3 have no flag: the broker config alone decides
+                (entry,) = _metadata_request(client, version, ["nope"])["topics"]
+                assert entry["error_code"] == KafkaError.UNKNOWN_TOPIC_OR_PART
+        assert sorted(_metadata(broker.data_dir)) == ["created"]
+    finally:
+        broker.stop()
+
+
+def test_auto_creation_in_one_request_is_capped(tmp_path):
+    settings = {"num.partitions": "40", "max.partitions.per.request": "100"}
+    broker = BrokerProcess(tmp_path / "data", settings=settings).start()
+    try:
+        with BlockingClient.from_bootstrap(broker.bootstrap) as client:
+            topics = _metadata_request(client, 8, ["a1", "a2", "a3", "a4"])["topics"]
+        # 40 partitions each: the third would take the request to 120 > 100.
+        codes = [t["error_code"] for t in topics]
+        assert codes == [0, 0, KafkaError.POLICY_VIOLATION, KafkaError.POLICY_VIOLATION]
+        assert sorted(_metadata(broker.data_dir)) == ["a1", "a2"]
+    finally:
+        broker.stop()
+
+
+def test_metadata_naming_hundreds_of_thousands_of_topics(tmp_path):
+    """The test-sized version of 2 M one-character names (bench/RESULTS.md has
+    the full size): refused before decoding, in bounded time and memory."""
+    broker = BrokerProcess(tmp_path / "data").start()
+    try:
+        count = 300_000
+        body = struct.pack(">i", count) + (struct.pack(">h", 1) + b"x") * count
+        header = struct.pack(">hhih", codec.METADATA, 1, 5, 1) + b"c"
+        frame = header + body
+        pid = broker.proc.pid
+        before = _rss_kb(pid)
+        sock = _connect(broker, "127.0.0.1")
+        start = time.monotonic()
+        sock.sendall(struct.pack(">i", len(frame)) + frame)
+        assert _closed_within(sock, 10)
+        elapsed = time.monotonic() - start
+        growth_mb = (_rss_kb(pid) - before) / 1024
+        assert elapsed < 1.0, elapsed
+        assert growth_mb < 20, growth_mb
+        assert "metadata.max.topics.per.request is 10000" in broker.log()
+        # Up to the cap it is answered (once per distinct name).
+        with BlockingClient.from_bootstrap(broker.bootstrap) as client:
+            topics = _metadata_request(client, 1, ["x", "y"] * 5000)["topics"]
+        assert [t["name"] for t in topics] == ["x", "y"]
+    finally:
+        broker.stop()
+    broker.start()
+    broker.stop()

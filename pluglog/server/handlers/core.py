@@ -1,8 +1,11 @@
 """ApiVersions and Metadata: how clients bootstrap."""
 
+import struct
+
 from twisted.internet import defer
 
 from pluglog import protocol as codec
+from pluglog.broker import limits
 from pluglog.errors import (
     INVALID_TOPIC_EXCEPTION,
     LEADER_NOT_AVAILABLE,
@@ -12,6 +15,8 @@ from pluglog.errors import (
     KafkaError,
 )
 from pluglog.logsafe import SafeLogger
+from pluglog.protocol.apis import APIS
+from pluglog.protocol.primitives import read_uvarint
 
 log = SafeLogger()
 
@@ -59,6 +64,27 @@ def _topic_entry(broker, name, meta, live):
     }
 
 
+def metadata_precheck(broker, header, frame):
+    """Refuse a Metadata request naming more than metadata.max.topics.per.request
+    topics before it is decoded (a 6 MB frame holds 2 M one-character names);
+    returns the reason, or None. The count is the first field of every version."""
+    if header.api_key != codec.METADATA or header.body_offset is None:
+        return None
+    pos = header.body_offset
+    try:
+        if APIS[codec.METADATA].is_flexible(header.api_version):
+            count = read_uvarint(frame, pos)[0] - 1
+        else:
+            (count,) = struct.unpack_from(">i", frame, pos)
+    except (ValueError, struct.error):
+        return None  # the decoder reports the malformed body
+    cap = broker.config.metadata_max_topics_per_request
+    # A count the frame cannot hold is the decoder's "malformed body" instead.
+    if cap < count <= len(frame) - pos:
+        return f"Metadata request names {count} topics; metadata.max.topics.per.request is {cap}"
+    return None
+
+
 def _error_entry(name, code):
     return {"error_code": code, "name": name, "is_internal": False, "partitions": []}
 
@@ -73,23 +99,31 @@ def handle_metadata(ctx, request):
         names = sorted(topics)
         auto_create = False
     else:
-        names = [t["name"] for t in requested]
+        # Kafka answers each named topic once, however often it is named.
+        names = list(dict.fromkeys(t["name"] for t in requested))
         auto_create = request.get("allow_auto_topic_creation", True) if version >= 4 else True
     auto_create = auto_create and broker.config.auto_create_topics_enable
     brokers = _brokers(broker)
     live = {node for node, _host, _port, _rack in brokers}
     entries = []
+    created = 0  # partitions auto-created by this request
     for name in names:
         meta = topics.get(name)
         if meta is None and auto_create:
             try:
+                # One request may auto-create no more than CreateTopics could.
+                limits.check_per_request(broker, created + broker.config.num_partitions)
                 meta = yield broker.create_topic(name)
+                created += meta.num_partitions
                 log.info("auto-created topic {name} for {peer}", name=name, peer=ctx.peer)
             except InvalidTopicError:
                 entries.append(_error_entry(name, INVALID_TOPIC_EXCEPTION))
                 continue
-            except KafkaError:
+            except KafkaError as exc:
                 meta = broker.coordinator.topics().get(name)
+                if meta is None:
+                    entries.append(_error_entry(name, exc.error_code))
+                    continue
         if meta is None:
             entries.append(_error_entry(name, UNKNOWN_TOPIC_OR_PARTITION))
         else:
