@@ -16,9 +16,11 @@ from pluglog.broker.quotas import attach as attach_quotas
 from pluglog.errors import (
     InvalidRequestError,
     KafkaError,
+    KafkaStorageError,
     NotLeaderOrFollowerError,
     UnknownTopicOrPartitionError,
 )
+from pluglog.storage.offline import OfflineLog
 
 log = Logger()
 
@@ -95,7 +97,12 @@ class Broker:
             part = self.partitions.get(key)
             hosted = self.node_id in meta.replicas(index)
             if part is None and hosted:
-                plog = self.storage.open_log(meta.name, index, topic_config)
+                try:
+                    plog = self.storage.open_log(meta.name, index, topic_config)
+                except (KafkaStorageError, OSError) as exc:
+                    # One unreadable partition must not stop the broker.
+                    plog = OfflineLog(meta.name, index, str(exc))
+                    log.error("{p} is offline: {reason}", p=plog, reason=str(exc))
                 part = Partition(
                     meta.name,
                     index,

@@ -65,6 +65,9 @@ class BasePartitionLog:
     ``_sync_directory()``.
     """
 
+    #: True only for storage.offline.OfflineLog (a log that could not be opened).
+    offline = False
+
     def __init__(self, topic, partition, config, reactor=None, fsync=FSYNC_INTERVAL):
         if fsync not in (FSYNC_NEVER, FSYNC_INTERVAL, FSYNC_ALWAYS):
             raise ValueError(f"unknown fsync policy {fsync!r}")
@@ -423,8 +426,24 @@ class SegmentPartitionLog(BasePartitionLog):
             if segment.indexes_missing():
                 segment.rebuild_indexes()
         if clean:
-            self.segments[-1].next_offset  # noqa: B018 - loads the active tail
+            # A clean stop leaves nothing to re-scan except the active
+            # segment, the one written last: it is CRC-checked whole, so
+            # damage found there is cut and logged exactly as after a crash
+            # and the log end (the HW) never points past readable batches.
+            active = self.segments[-1]
+            cut = active.recover() if active.size else 0
             self.recovery_point = min(recovery_point, self.log_end_offset)
+            if cut:
+                active.flush()
+                _log.warn(
+                    "recovered {topic}-{partition} at a clean start: cut {cut} torn or "
+                    "corrupt byte(s) from the active segment at offset {base}, log end {end}",
+                    topic=self.topic,
+                    partition=self.partition,
+                    cut=cut,
+                    base=active.base_offset,
+                    end=self.log_end_offset,
+                )
             return
         start = max(0, bisect_right(self._bases, recovery_point) - 1)
         scanned = len(self.segments) - start

@@ -34,6 +34,7 @@ import os
 import shutil
 import uuid
 
+from twisted.logger import Logger
 from zope.interface import implementer
 
 from pluglog.config import TopicConfig
@@ -52,6 +53,7 @@ from pluglog.storage.filenames import (
 from pluglog.storage.log import FSYNC_INTERVAL, SegmentPartitionLog
 
 CHECKPOINT_VERSION = 0
+_log = Logger()
 
 
 class CheckpointError(KafkaStorageError):
@@ -99,6 +101,7 @@ class SegmentLogStorage:
         self.reactor = reactor
         self.fsync = fsync
         self._logs = {}
+        self._offline = {}
         self._pending_deletes = {}
         self.closed = False
         try:
@@ -138,20 +141,34 @@ class SegmentLogStorage:
             parsed = parse_log_dir_name(name)
             if parsed is None or not os.path.isdir(path):
                 continue
-            self._logs[parsed] = SegmentPartitionLog(
-                path,
-                parsed[0],
-                parsed[1],
-                self.topic_defaults,
-                self.reactor,
-                self.fsync,
-                recovery_point=recovery_points.get(parsed, 0),
-                log_start_offset=start_offsets.get(parsed, 0),
-                clean=clean,
-            )
+            try:
+                self._logs[parsed] = SegmentPartitionLog(
+                    path,
+                    parsed[0],
+                    parsed[1],
+                    self.topic_defaults,
+                    self.reactor,
+                    self.fsync,
+                    recovery_point=recovery_points.get(parsed, 0),
+                    log_start_offset=start_offsets.get(parsed, 0),
+                    clean=clean,
+                )
+            except (KafkaStorageError, OSError) as exc:
+                # One unreadable partition must not stop the broker: it stays
+                # offline (open_log refuses it) and the others are served.
+                self._offline[parsed] = str(exc)
+                _log.error(
+                    "partition {topic}-{partition} is offline: {reason}",
+                    topic=parsed[0],
+                    partition=parsed[1],
+                    reason=str(exc),
+                )
 
     def open_log(self, topic, partition, topic_config=None):
         config = topic_config or self.topic_defaults
+        reason = self._offline.get((topic, partition))
+        if reason is not None:
+            raise KafkaStorageError(f"{topic}-{partition} could not be opened: {reason}")
         log = self._logs.get((topic, partition))
         if log is None:
             log = SegmentPartitionLog(
@@ -170,9 +187,14 @@ class SegmentLogStorage:
     def get_log(self, topic, partition):
         return self._logs.get((topic, partition))
 
+    def offline_logs(self):
+        """``{(topic, partition): reason}`` for logs that could not be opened."""
+        return dict(self._offline)
+
     def delete_log(self, topic, partition):
         """Rename the partition directory to ``*.deleted`` and remove it after
         file.delete.delay.ms (at once without a reactor)."""
+        self._offline.pop((topic, partition), None)
         log = self._logs.pop((topic, partition), None)
         if log is None:
             return

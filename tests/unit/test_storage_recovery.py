@@ -261,4 +261,41 @@ def test_delete_log_of_a_249_character_topic(tmp_path):
     assert len(deleted) == 255 and deleted.startswith("x" * 200)
     clock.advance(1)
     assert not os.listdir(tmp_path) or not [n for n in os.listdir(tmp_path) if "xxx" in n]
+
+
+def test_flipped_byte_in_active_segment_after_clean_close_is_cut(tmp_path):
+    # A clean close used to skip every check below the last index entry: the
+    # log end stayed past a batch no consumer could read.
+    store, log, _ = fill(tmp_path, config=dataclasses.replace(CONFIG, segment_bytes=100_000))
+    active = log.segments[-1]
+    entries = list(active._iter_headers(0, active.size))
+    victim_position, victim = entries[len(entries) // 2]
+    store.close()
+    with open(segment_file(tmp_path, active.base_offset), "r+b") as handle:
+        handle.seek(victim_position + 70)
+        byte = handle.read(1)
+        handle.seek(victim_position + 70)
+        handle.write(bytes([byte[0] ^ 0x40]))
+    store, log = reopen(tmp_path)
+    assert store.opened_clean
+    assert log.log_end_offset == victim.base_offset
+    assert read_offsets(log) == list(range(victim.base_offset))
+    store.close()
+
+
+def test_unopenable_log_is_offline_and_others_open(tmp_path):
+    from pluglog.errors import KafkaStorageError
+
+    store, log, _ = fill(tmp_path)
+    other = store.open_log("orders", 1, CONFIG)
+    other.append(make_batch(2), now_ms=0)
+    store.close()
+    path = segment_file(tmp_path, 0)
+    os.rename(path, path + ".moved")
+    os.mkdir(path)  # opening a directory as the segment file fails
+    store = SegmentLogStorage(str(tmp_path), topic_defaults=CONFIG)
+    assert list(store.offline_logs()) == [("orders", 0)]
+    with pytest.raises(KafkaStorageError, match="orders-0 could not be opened"):
+        store.open_log("orders", 0, CONFIG)
+    assert store.open_log("orders", 1, CONFIG).log_end_offset == 2
     store.close()

@@ -9,6 +9,7 @@ codes in the response, per topic or partition where the API has them.
 
 from pluglog.errors import (
     FENCED_LEADER_EPOCH,
+    KAFKA_STORAGE_ERROR,
     NONE,
     NOT_LEADER_OR_FOLLOWER,
     UNKNOWN_LEADER_EPOCH,
@@ -58,6 +59,8 @@ def leader_error(broker, topic, part, want, index):
         if meta is not None and 0 <= index < meta.num_partitions:
             return NOT_LEADER_OR_FOLLOWER
         return UNKNOWN_TOPIC_OR_PARTITION
+    if getattr(part.log, "offline", False):  # could not be opened: storage/offline.py
+        return KAFKA_STORAGE_ERROR
     if not part.is_leader:
         return NOT_LEADER_OR_FOLLOWER
     return _epoch_error(part, want.get("current_leader_epoch", -1))

@@ -8,6 +8,7 @@ from pluglog import protocol as codec
 from pluglog.broker import limits
 from pluglog.errors import (
     INVALID_TOPIC_EXCEPTION,
+    KAFKA_STORAGE_ERROR,
     LEADER_NOT_AVAILABLE,
     NONE,
     UNKNOWN_TOPIC_OR_PARTITION,
@@ -44,15 +45,24 @@ def _topic_entry(broker, name, meta, live):
             leader, epoch, isr = -1, -1, []
         else:
             leader, epoch, isr = state.leader, state.leader_epoch, list(state.isr)
+        offline = [r for r in replicas if r not in live]
+        code = NONE if leader >= 0 else LEADER_NOT_AVAILABLE
+        part = broker.partitions.get((name, index))
+        if part is not None and getattr(part.log, "offline", False):
+            # Its log could not be opened here (storage/offline.py): reported
+            # the way Kafka reports a replica on an offline log directory.
+            offline.append(broker.node_id)
+            if leader == broker.node_id:
+                code = KAFKA_STORAGE_ERROR
         partitions.append(
             {
-                "error_code": NONE if leader >= 0 else LEADER_NOT_AVAILABLE,
+                "error_code": code,
                 "partition_index": index,
                 "leader_id": leader,
                 "leader_epoch": epoch,
                 "replica_nodes": replicas,
                 "isr_nodes": isr,
-                "offline_replicas": [r for r in replicas if r not in live],
+                "offline_replicas": offline,
             }
         )
     return {

@@ -1,0 +1,126 @@
+"""Start-up never dies on its own data: offline partitions, corruption at a clean start."""
+
+import glob
+import os
+import shutil
+
+import confluent_kafka
+
+from pluglog import protocol as codec
+from pluglog.client.blocking import BlockingClient
+from pluglog.errors import KAFKA_STORAGE_ERROR
+from pluglog.protocol.records import Record, build_batch
+from tests.broker_process import BrokerProcess
+from tests.integration.clients import (
+    consume_confluent,
+    create_topic,
+    make_records,
+    produce_confluent,
+)
+
+
+def _produce(client, topic, partition, values):
+    body = {
+        "transactional_id": None,
+        "acks": 1,
+        "timeout_ms": 5000,
+        "topic_data": [
+            {
+                "name": topic,
+                "partition_data": [
+                    {
+                        "index": partition,
+                        "records": build_batch([Record(value=v) for v in values], 1),
+                    }
+                ],
+            }
+        ],
+    }
+    response = client.request(codec.PRODUCE, 7, body)
+    return response["responses"][0]["partition_responses"][0]
+
+
+def _latest(client, topic, partition):
+    body = {
+        "replica_id": -1,
+        "isolation_level": 0,
+        "topics": [
+            {"name": topic, "partitions": [{"partition_index": partition, "timestamp": -1}]}
+        ],
+    }
+    response = client.request(codec.LIST_OFFSETS, 2, body)
+    return response["topics"][0]["partitions"][0]["offset"]
+
+
+def test_unopenable_partition_is_offline_and_the_rest_are_served(tmp_path):
+    broker = BrokerProcess(tmp_path / "data").start()
+    create_topic(broker.bootstrap, "split", partitions=2)
+    produce_confluent(broker.bootstrap, "split", make_records(100, partitions=2))
+    broker.stop()
+    # Partition 1's segment file becomes something the broker cannot open.
+    (segment,) = glob.glob(os.path.join(broker.data_dir, "split-1", "*.log"))
+    os.unlink(segment)
+    os.mkdir(segment)
+    broker.start()
+    try:
+        assert "split-1 is offline" in broker.log()
+        with BlockingClient.from_bootstrap(broker.bootstrap) as client:
+            meta = client.request(codec.METADATA, 8, {"topics": [{"name": "split"}]})
+            parts = {p["partition_index"]: p for p in meta["topics"][0]["partitions"]}
+            assert parts[0]["error_code"] == 0
+            assert parts[1]["error_code"] == KAFKA_STORAGE_ERROR
+            assert parts[1]["offline_replicas"] == [0]
+            assert _produce(client, "split", 1, [b"x"])["error_code"] == KAFKA_STORAGE_ERROR
+            (fetched,) = client.fetch("split", {1: 0})
+            assert fetched["error_code"] == KAFKA_STORAGE_ERROR
+            assert _produce(client, "split", 0, [b"y"])["error_code"] == 0
+            (fetched,) = client.fetch("split", {0: 0})
+            assert fetched["error_code"] == 0 and fetched["high_watermark"] == 51
+        # Fix the cause: the partition comes back on the next start, empty
+        # (its only segment was destroyed), and the data of partition 0 is intact.
+        broker.stop()
+        os.rmdir(segment)
+        broker.start()
+        with BlockingClient.from_bootstrap(broker.bootstrap) as client:
+            assert _produce(client, "split", 1, [b"z"])["error_code"] == 0
+            assert _latest(client, "split", 0) == 51
+    finally:
+        broker.stop()
+
+
+def test_corrupt_byte_mid_segment_after_clean_stop_is_cut_and_logged(tmp_path):
+    broker = BrokerProcess(tmp_path / "data").start()
+    create_topic(broker.bootstrap, "rot", partitions=1)
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "batch.num.messages": 1}
+    )
+    for i in range(10_000):
+        producer.produce("rot", value=f"record-{i:05d}".encode(), partition=0)
+        if i % 500 == 0:
+            producer.flush(30)
+    assert producer.flush(30) == 0
+    broker.stop()
+    (segment,) = glob.glob(os.path.join(broker.data_dir, "rot-0", "*.log"))
+    size = os.path.getsize(segment)
+    with open(segment, "r+b") as handle:
+        handle.seek(size // 2)
+        byte = handle.read(1)
+        handle.seek(size // 2)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    shutil.copy(segment, str(tmp_path / "damaged.log"))
+    broker.start()
+    try:
+        log = broker.log()
+        assert "recovered rot-0 at a clean start" in log
+        with BlockingClient.from_bootstrap(broker.bootstrap) as client:
+            end = _latest(client, "rot", 0)
+        assert 4000 < end < 6000  # the batch holding the damaged byte and all after it
+        # Consumers read everything up to the high watermark, none stall short of it.
+        got = consume_confluent(broker.bootstrap, "rot", 1, end, timeout=30)
+        assert [v for _, _, v, _ in got] == [f"record-{i:05d}".encode() for i in range(end)]
+        # And the partition takes new records right after the cut.
+        produce_confluent(broker.bootstrap, "rot", [(0, None, b"after", [])])
+        with BlockingClient.from_bootstrap(broker.bootstrap) as client:
+            assert _latest(client, "rot", 0) == end + 1
+    finally:
+        broker.stop()
