@@ -374,6 +374,7 @@ BROKER_KEYS = {
     "request.read.timeout.ms": ("request_read_timeout_ms", _int_parser(-1)),
     "queued.max.request.bytes": ("queued_max_request_bytes", _int_parser(-1)),
     "metadata.max.topics.per.request": ("metadata_max_topics_per_request", _int_parser(1)),
+    "log.max.open.segments": ("log_max_open_segments", _int_parser(0)),
 }
 
 
@@ -452,6 +453,8 @@ class BrokerConfig:
     #: Kafka's default is -1 (unbounded); pluglog bounds partial requests at 256 MiB.
     queued_max_request_bytes: int = 268435456
     metadata_max_topics_per_request: int = 10000
+    #: Segments holding file descriptors at once (LRU); 0 sizes it from the fd limit.
+    log_max_open_segments: int = 0
     topic_defaults: TopicConfig = field(default_factory=TopicConfig)
     plugin_sections: dict = field(default_factory=dict)
     #: Broker-level Kafka keys set in the config file or with --set

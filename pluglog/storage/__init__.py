@@ -14,7 +14,13 @@ from pluglog.storage.memory import MemoryLogStorage
 
 def make_segment_storage(config, reactor):
     """Segment files under ``config.data_dir`` with ``config.fsync`` policy."""
-    return SegmentLogStorage(config.data_dir, config.topic_defaults, reactor, config.fsync)
+    return SegmentLogStorage(
+        config.data_dir,
+        config.topic_defaults,
+        reactor,
+        config.fsync,
+        max_open_segments=config.log_max_open_segments,
+    )
 
 
 def make_memory_storage(config, reactor):

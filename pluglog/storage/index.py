@@ -83,8 +83,11 @@ class _IndexFile:
         return self._fd
 
     def create(self):
-        """Make sure the file exists (empty for a new segment)."""
-        self._open_fd()
+        """Make sure the file exists (empty for a new segment). The descriptor
+        is not kept: the segment's LRU (storage/openfiles.py) only accounts
+        for descriptors opened while the segment is in use."""
+        if self._fd is None:
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
 
     def _read_file(self):
         try:

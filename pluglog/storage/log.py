@@ -370,9 +370,11 @@ class SegmentPartitionLog(BasePartitionLog):
         recovery_point=0,
         log_start_offset=0,
         clean=True,
+        open_segments=None,
     ):
         super().__init__(topic, partition, config, reactor, fsync)
         self.directory = directory
+        self.open_segments = open_segments
         try:
             os.makedirs(directory, exist_ok=True)
             bases = self._scan_directory()
@@ -416,6 +418,7 @@ class SegmentPartitionLog(BasePartitionLog):
             config.index_interval_bytes,
             config.segment_index_bytes,
             created_ms,
+            self.open_segments,
         )
 
     def _new_segment(self, base_offset, now_ms):

@@ -51,6 +51,7 @@ from pluglog.storage.filenames import (
     parse_log_dir_name,
 )
 from pluglog.storage.log import FSYNC_INTERVAL, SegmentPartitionLog
+from pluglog.storage.openfiles import OpenSegments
 
 CHECKPOINT_VERSION = 0
 _log = Logger()
@@ -95,8 +96,17 @@ def write_checkpoint(path, entries):
 class SegmentLogStorage:
     """ILogStorage over segment files in ``data_dir``."""
 
-    def __init__(self, data_dir, topic_defaults=None, reactor=None, fsync=FSYNC_INTERVAL):
+    def __init__(
+        self,
+        data_dir,
+        topic_defaults=None,
+        reactor=None,
+        fsync=FSYNC_INTERVAL,
+        max_open_segments=0,
+    ):
         self.data_dir = os.path.abspath(data_dir)
+        # Descriptors scale with segments in use, not with all of them.
+        self.open_segments = OpenSegments(max_open_segments)
         self.topic_defaults = topic_defaults or TopicConfig()
         self.reactor = reactor
         self.fsync = fsync
@@ -152,6 +162,7 @@ class SegmentLogStorage:
                     recovery_point=recovery_points.get(parsed, 0),
                     log_start_offset=start_offsets.get(parsed, 0),
                     clean=clean,
+                    open_segments=self.open_segments,
                 )
             except (KafkaStorageError, OSError) as exc:
                 # One unreadable partition must not stop the broker: it stays
@@ -178,6 +189,7 @@ class SegmentLogStorage:
                 config,
                 self.reactor,
                 self.fsync,
+                open_segments=self.open_segments,
             )
             self._logs[(topic, partition)] = log
         else:

@@ -33,6 +33,7 @@ timestamp are loaded the first time something needs them.
 """
 
 import os
+import stat
 from bisect import bisect_left, bisect_right
 
 from pluglog.errors import KafkaStorageError
@@ -95,16 +96,36 @@ class LogSegment:
     """A segment file pair; see the module docstring for the contract."""
 
     def __init__(
-        self, directory, base_offset, index_interval_bytes, max_index_bytes, created_ms=-1
+        self,
+        directory,
+        base_offset,
+        index_interval_bytes,
+        max_index_bytes,
+        created_ms=-1,
+        open_segments=None,
     ):
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
         self.log_path = segment_path(directory, base_offset, LOG_SUFFIX)
+        # Descriptors are opened on first use and may be closed by the
+        # OpenSegments LRU (storage/openfiles.py); _file() reopens them.
+        self._fd = None
+        self._open_segments = open_segments
+        self._closed = False
+        self._unsynced = False
         try:
-            self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
-            self.size = os.fstat(self._fd).st_size
+            try:
+                st = os.stat(self.log_path)
+                if not stat.S_ISREG(st.st_mode):
+                    raise OSError(f"{self.log_path} is not a regular file")
+                self.size = st.st_size
+            except FileNotFoundError:
+                self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+                self.size = 0
+                if open_segments is not None:
+                    open_segments.touch(self)
         except OSError as exc:
             raise KafkaStorageError(f"cannot open {self.log_path}: {exc}") from exc
         index_path = segment_path(directory, base_offset, INDEX_SUFFIX)
@@ -130,8 +151,36 @@ class LogSegment:
             self.index.create()
             self.time_index.create()
 
+    def _file(self):
+        """The .log descriptor, reopened if the LRU closed it; marks this
+        segment most recently used."""
+        fd = self._fd
+        if fd is None:
+            if self._closed:
+                raise KafkaStorageError(f"{self.log_path} is closed")
+            try:
+                fd = self._fd = os.open(self.log_path, os.O_RDWR)
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot open {self.log_path}: {exc}") from exc
+        if self._open_segments is not None:
+            self._open_segments.touch(self)
+        return fd
+
+    def release_files(self):
+        """Close every descriptor (the LRU's eviction); the next use reopens.
+        Pending index entries are written first (best effort: on an error
+        they stay pending and the next write retries)."""
+        for holder in (self.index, self.time_index):
+            try:
+                holder.close(write=not self.deleted)
+            except OSError:
+                pass
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
     def fileno(self):
-        return self._fd
+        return self._file()
 
     def __repr__(self):
         return f"<LogSegment {self.log_path} size={self.size}>"
@@ -194,7 +243,9 @@ class LogSegment:
     def first_batch_timestamp(self):
         """Max timestamp of the first batch (segment.ms rolls are measured from it)."""
         if self._first_timestamp is None and self.size >= HEADER_SIZE:
-            self._first_timestamp = parse_header(os.pread(self._fd, HEADER_SIZE, 0)).max_timestamp
+            self._first_timestamp = parse_header(
+                os.pread(self._file(), HEADER_SIZE, 0)
+            ).max_timestamp
         return -1 if self._first_timestamp is None else self._first_timestamp
 
     def index_full(self):
@@ -210,9 +261,10 @@ class LogSegment:
 
     def _iter_headers(self, position, end):
         """Yield ``(position, header)`` of batches in [position, end), headers only."""
-        fd = self._fd
         while end - position >= HEADER_SIZE:
-            data = os.pread(fd, min(_SCAN_CHUNK, end - position), position)
+            # The descriptor is fetched per chunk: between two yields the
+            # caller may touch other segments and the LRU may close this one.
+            data = os.pread(self._file(), min(_SCAN_CHUNK, end - position), position)
             used = 0
             while len(data) - used >= HEADER_SIZE:
                 header = parse_header(data, used)
@@ -227,13 +279,13 @@ class LogSegment:
         ``stop`` is where the first torn/corrupt batch (or ``end``) begins."""
         entries = []
         while position < end:
-            data = os.pread(self._fd, min(_RECOVERY_CHUNK, end - position), position)
+            data = os.pread(self._file(), min(_RECOVERY_CHUNK, end - position), position)
             found, stop = scan_batches(data, 0, len(data), next_offset, check_crc)
             if not found and len(data) >= HEADER_SIZE:
                 # A batch bigger than one chunk: read exactly that batch.
                 size = parse_header(data).batch_length + 12
                 if len(data) < size <= end - position:
-                    data = os.pread(self._fd, size, position)
+                    data = os.pread(self._file(), size, position)
                     found, stop = scan_batches(data, 0, len(data), next_offset, check_crc)
             if not found:
                 break
@@ -279,7 +331,8 @@ class LogSegment:
         return cut
 
     def _truncate_file(self, position):
-        os.ftruncate(self._fd, position)
+        os.ftruncate(self._file(), position)
+        self._unsynced = True
         self.size = position
         self._first_timestamp = None
 
@@ -296,8 +349,9 @@ class LogSegment:
             self._ensure_indexes()
         if self._next_offset is None or self._max_timestamp is None:
             self._load_tail()
-        fd = self._fd
+        fd = self._file()
         position = self.size
+        self._unsynced = True
         try:
             end = write_pieces(fd, prepared.pieces, position, prepared.size_bytes)
         except OSError as exc:
@@ -434,14 +488,17 @@ class LogSegment:
         """fdatasync the log, then write the pending index entries and fsync
         the index files."""
         try:
-            os.fdatasync(self._fd)
+            if self._unsynced or self._fd is not None:
+                # fsync covers the file's pages whichever descriptor wrote them.
+                os.fdatasync(self._file())
+                self._unsynced = False
             self.index.flush()
             self.time_index.flush()
         except OSError as exc:
             raise KafkaStorageError(f"fsync of {self.log_path} failed: {exc}") from exc
 
     def close(self):
-        if self._fd is None:
+        if self._closed:
             return
         if not self.deleted and self._indexes_loaded:
             self.on_roll()
@@ -450,8 +507,12 @@ class LogSegment:
             self.index.close(write=not self.deleted)
             self.time_index.close(write=not self.deleted)
         finally:
-            os.close(self._fd)
-            self._fd = None
+            self._closed = True
+            if self._open_segments is not None:
+                self._open_segments.forget(self)
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
     def mark_deleted(self):
         """Rename the files to ``*.deleted``; readers holding ranges keep working."""

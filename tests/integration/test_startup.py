@@ -124,3 +124,36 @@ def test_corrupt_byte_mid_segment_after_clean_stop_is_cut_and_logged(tmp_path):
             assert _latest(client, "rot", 0) == end + 1
     finally:
         broker.stop()
+
+
+def test_thousands_of_partitions_under_a_small_descriptor_limit(tmp_path):
+    """2,000 partitions need ~6,000 descriptors if every segment stays open;
+    under a 1,024 limit the broker creates, serves and restarts them."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))  # inherited by the broker
+    try:
+        broker = BrokerProcess(tmp_path / "data").start()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        create_topic(broker.bootstrap, "wide", partitions=2000)
+        records = [(p, None, f"v{p}".encode(), []) for p in range(0, 2000, 7)]
+        produce_confluent(broker.bootstrap, "wide", records)
+        open_fds = len(os.listdir(f"/proc/{broker.proc.pid}/fd"))
+        assert open_fds < 700, open_fds
+        broker.stop()
+        with_limit = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+        try:
+            broker.start()
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, with_limit)
+        assert "Too many open files" not in broker.log()
+        with BlockingClient.from_bootstrap(broker.bootstrap) as client:
+            assert [_latest(client, "wide", p) for p in (0, 7, 1995, 1999)] == [1, 1, 1, 0]
+            (fetched,) = client.fetch("wide", {1995: 0})
+            assert fetched["error_code"] == 0 and fetched["records"]
+    finally:
+        broker.stop()

@@ -299,3 +299,37 @@ def test_unopenable_log_is_offline_and_others_open(tmp_path):
         store.open_log("orders", 0, CONFIG)
     assert store.open_log("orders", 1, CONFIG).log_end_offset == 2
     store.close()
+
+
+def _open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_descriptors_scale_with_segments_in_use(tmp_path):
+    from pluglog.storage.records import FileRange
+
+    store = SegmentLogStorage(str(tmp_path), topic_defaults=CONFIG, max_open_segments=8)
+    before = _open_fds()
+    logs = [store.open_log("many", p, CONFIG) for p in range(200)]
+    for round_ in range(3):
+        for log in logs:
+            log.append(make_batch(2, ts=round_), now_ms=round_)
+    # 200 partitions, up to 3 descriptors per open segment, 8 segments open.
+    assert len(store.open_segments) <= 8
+    assert _open_fds() - before <= 8 * 3
+    assert store.open_segments.evictions > 0
+    # Evicted segments read back (reopened on use), through a FileRange too.
+    for log in logs:
+        assert read_offsets(log) == list(range(6))
+    ranged = logs[0].read(0, 1 << 20).records
+    assert isinstance(ranged, FileRange)
+    for log in logs[1:50]:
+        log.read(0, 1 << 20)  # evicts logs[0]'s segment
+    assert ranged.read()[:8] == (0).to_bytes(8, "big")
+    store.close()
+    assert _open_fds() <= before
+    # Reopen: a clean start opens nothing but the active segments it checks.
+    store = SegmentLogStorage(str(tmp_path), topic_defaults=CONFIG, max_open_segments=8)
+    assert _open_fds() - before <= 8 * 3
+    assert [log.log_end_offset for log in store.logs()] == [6] * 200
+    store.close()
