@@ -12,6 +12,7 @@ the confluent-kafka consumer process the tests start and kill.
 """
 
 import asyncio
+import faulthandler
 import json
 import os
 import signal
@@ -32,6 +33,7 @@ from tests.integration.clients import create_topic, produce_confluent
 pytestmark = pytest.mark.integration
 
 SESSION_MS = 6000
+POLL_STALL_S = 20
 FAST_GROUP = {
     "session.timeout.ms": SESSION_MS,
     "heartbeat.interval.ms": 500,
@@ -141,7 +143,13 @@ def _kafka_python_loop(spec, stopping, log):
     consumer.subscribe([spec["topic"]])
     try:
         while not stopping:
+            # kafka-python 3.0.12 has been seen to hang in poll() (main thread in
+            # NetworkSelector.run's Event.wait, IO thread idle in select); if a
+            # 200 ms poll takes 20 s, every thread's stack goes to the worker's
+            # .err file, which the test's failure message shows.
+            faulthandler.dump_traceback_later(POLL_STALL_S, repeat=True)
             polled = consumer.poll(timeout_ms=200)
+            faulthandler.cancel_dump_traceback_later()
             log.assignment({tp.partition for tp in consumer.assignment()})
             pairs = [(m.partition, m.offset) for msgs in polled.values() for m in msgs]
             if not pairs:
@@ -153,6 +161,18 @@ def _kafka_python_loop(spec, stopping, log):
             log.committed(pairs, spec.get("delay", 0))
     finally:
         consumer.close()
+
+
+def stall_dumps(workers):
+    """The thread dumps stalled kafka-python workers wrote (see _kafka_python_loop)."""
+    out = []
+    for worker in workers:
+        worker.err.flush()
+        with open(worker.err.name, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+        if "Thread 0x" in text or "Current thread" in text:
+            out.append(f"--- {worker.err.name}:\n{text[-20000:]}")
+    return "\n".join(out) or "(no worker reported a stalled poll)"
 
 
 class _WorkerLog:
@@ -243,7 +263,10 @@ def balanced_workers(workers, parts):
         sets = [w.assigned() for w in workers]
         return all(sets) and sorted(p for s in sets for p in s) == list(range(parts))
 
-    wait_for(balanced, 60, "a balanced assignment")
+    try:
+        wait_for(balanced, 60, "a balanced assignment")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{stall_dumps(workers)}") from None
     return [w.assigned() for w in workers]
 
 
