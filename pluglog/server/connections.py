@@ -152,7 +152,9 @@ class ConnectionGuard:
             proto._reads_seen = proto._reads
             proto._active_at = now
         if proto._buf:
-            if proto._partial_key != proto._frames:
+            if proto._partial_key != proto._frames or proto._mem_wait:
+                # A reader paused for request memory is waiting on the broker,
+                # not the client: its read timeout starts when it may read.
                 proto._partial_key = proto._frames
                 proto._partial_since = now
             elif 0 < self.read_timeout_s <= now - proto._partial_since:

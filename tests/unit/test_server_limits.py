@@ -127,3 +127,19 @@ class LimitTests(SynchronousTestCase):
         fresh, t_fresh = self.connect(factory, "10.0.0.4")
         fresh.dataReceived(huge[:10])
         assert guard.reserved == 5000 and t_fresh.producerState == "producing"
+
+    def test_reader_paused_for_memory_is_not_timed_out(self):
+        factory = self.factory(
+            **{"queued.max.request.bytes": "1000", "request.read.timeout.ms": "1000"}
+        )
+        clock = self.broker.reactor
+        frame = struct.pack(">i", 1000) + API_VERSIONS[4:] + b"\0" * (1004 - len(API_VERSIONS))
+        holder, t_holder = self.connect(factory, "10.0.0.1")
+        waiter, t_waiter = self.connect(factory, "10.0.0.2")
+        holder.dataReceived(frame[:100])
+        waiter.dataReceived(frame[:10])
+        assert t_waiter.producerState == "paused"
+        for _ in range(10):
+            clock.advance(0.25)
+        # The holder is slow and is cut off; the waiter, paused by the broker, is not.
+        assert t_holder.disconnecting and not t_waiter.disconnecting
