@@ -32,9 +32,24 @@ def pluglog_register_retention_policies():
 
 @hookimpl
 def pluglog_register_serializers():
+    from pluglog.serialization.plugin import make_avro
     from pluglog.serializers import make_bytes, make_json, make_string
 
-    return {"bytes": make_bytes, "string": make_string, "json": make_json}
+    return {"bytes": make_bytes, "string": make_string, "json": make_json, "avro": make_avro}
+
+
+@hookimpl
+def pluglog_register_schema_registries():
+    from pluglog.serialization.plugin import make_http_registry
+
+    return {"http": make_http_registry}
+
+
+@hookimpl
+def pluglog_add_web_resources(broker, root):
+    from pluglog.web.registry import add_registry
+
+    return add_registry(broker, root)
 
 
 @hookimpl

@@ -455,6 +455,8 @@ class BrokerConfig:
     metadata_max_topics_per_request: int = 10000
     #: Segments holding file descriptors at once (LRU); 0 sizes it from the fd limit.
     log_max_open_segments: int = 0
+    #: Strport of the HTTP listener (schema registry, plugin resources); off if empty.
+    http: str = ""
     topic_defaults: TopicConfig = field(default_factory=TopicConfig)
     plugin_sections: dict = field(default_factory=dict)
     #: Broker-level Kafka keys set in the config file or with --set

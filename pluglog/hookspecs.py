@@ -60,6 +60,12 @@ def pluglog_add_services(broker):
 
 
 @hookspec
+def pluglog_add_web_resources(broker, root):
+    """Add twisted.web resources under ``root`` (``root.putChild``) of the
+    ``--http`` listener; may return a Deferred the listener waits for."""
+
+
+@hookspec
 def pluglog_broker_started(broker):
     """Called once the broker listens and its components are up."""
 

@@ -141,13 +141,28 @@ class ISerializer(Interface):
 
 
 class ISchemaRegistry(Interface):
-    """Stores schemas and hands out their integer ids."""
+    """Stores schemas and hands out their integer ids.
+
+    Schemas are JSON text (Avro); errors are
+    :class:`pluglog.serialization.registry.RegistryError` carrying the
+    Confluent Schema Registry's HTTP status and error code."""
 
     def register(subject, schema):
         """Return the id of ``schema`` under ``subject`` (idempotent)."""
 
     def get_schema(schema_id):
         """Return the schema stored under ``schema_id``."""
+
+    def lookup(subject, schema):
+        """Return the id of ``schema`` if registered under ``subject``
+        (never registers)."""
+
+    def get_latest(subject):
+        """Return ``(schema id, version, schema)`` of the subject's latest
+        live version."""
+
+    def subjects():
+        """Return the names of the subjects that have live versions."""
 
 
 class ICoordinator(Interface):

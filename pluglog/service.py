@@ -2,7 +2,8 @@
 
 Start order: plugin registry -> storage and coordinator (Broker.start) ->
 Kafka listener -> timers (flush, recovery checkpoint, retention) -> plugin
-services from ``pluglog_add_services`` -> ``pluglog_broker_started``. Stop
+services from ``pluglog_add_services`` -> the ``--http`` listener (after the
+plugins' ``pluglog_add_web_resources``) -> ``pluglog_broker_started``. Stop
 runs the reverse: stop listening, stop timers and plugin services, then
 flush every log and write the recovery-point checkpoint and the
 clean-shutdown marker (``Broker.stop``). A failed start is logged and stops
@@ -106,6 +107,12 @@ class BrokerService(service.MultiService):
         for extra in self.plugin_manager.hook.pluglog_add_services(broker=broker):
             if extra is not None:
                 extra.setServiceParent(self)
+        if self.config.http:
+            from pluglog.web.site import WebService
+
+            web = WebService(broker, self.config.http, self.plugin_manager.hook, self.reactor)
+            web.setServiceParent(self)
+            yield web.start()
         self.plugin_manager.hook.pluglog_broker_started(broker=broker)
         tune_gc()
 

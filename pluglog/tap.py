@@ -90,6 +90,13 @@ class Options(usage.Options):
         ["coordinator", None, None, "Coordinator provider name (default: local)."],
         ["fsync", None, None, "fsync policy: never, interval or always (default: interval)."],
         ["broker-id", None, None, "Broker id (default 0)."],
+        [
+            "http",
+            None,
+            None,
+            "HTTP listener (schema registry, plugin web resources) as a Twisted "
+            "strport, e.g. tcp:8081:interface=127.0.0.1 (default: off).",
+        ],
     ]
 
     def __init__(self):
@@ -136,6 +143,12 @@ class Options(usage.Options):
                 host = socket.getfqdn()
             adv_port = port
 
+        if self["http"] is not None:
+            try:
+                endpoints.serverFromString(default_reactor, self["http"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise usage.UsageError(f"--http: bad strport {self['http']!r}: {exc}") from None
+
         if self["fsync"] is not None and self["fsync"] not in FSYNC_POLICIES:
             raise usage.UsageError(
                 f"--fsync: {self['fsync']!r} is not one of {', '.join(FSYNC_POLICIES)}"
@@ -146,6 +159,8 @@ class Options(usage.Options):
             "advertised_port": adv_port,
             "data_dir": os.path.abspath(self["data-dir"]),
         }
+        if self["http"] is not None:
+            changes["http"] = self["http"]
         if self["fsync"] is not None:
             changes["fsync"] = self["fsync"]
         if self["storage"] is not None:

@@ -51,6 +51,8 @@ class Broker:
         self.group_coordinator = None
         self.replicas = None
         self.quotas = ClientQuotas(config)
+        #: The built-in schema registry once the --http listener loaded it.
+        self.schema_registry = None
 
     def now_ms(self):
         return int(self.reactor.seconds() * 1000)

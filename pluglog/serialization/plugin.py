@@ -1,0 +1,37 @@
+"""Factories the built-in plugin registers for serializers and registries.
+
+``factory(config, reactor)`` is the registration hooks' contract; the
+registry's address comes from the broker config's ``[schema_registry]``
+section (``url = http://host:8081``), else the ``--http`` listener of a
+broker on this host, else Confluent's default ``http://localhost:8081``.
+"""
+
+DEFAULT_URL = "http://localhost:8081"
+
+
+def registry_url(config):
+    section = (getattr(config, "plugin_sections", None) or {}).get("schema_registry", {})
+    if section.get("url"):
+        return section["url"]
+    if getattr(config, "http", ""):
+        from pluglog.tap import listen_address
+
+        interface, port = listen_address(config.http)
+        host = interface if interface not in (None, "", "0.0.0.0", "::") else "localhost"
+        return f"http://{host}:{port}"
+    return DEFAULT_URL
+
+
+def make_http_registry(config, reactor):
+    """A blocking REST client (for tools and threads, not the reactor)."""
+    from pluglog.serialization.client import RegistryClient
+
+    return RegistryClient(registry_url(config))
+
+
+def make_avro(config, reactor):
+    """Framed Avro values through the registry client; the writer schema is
+    each subject's latest version (``use.latest.version``)."""
+    from pluglog.serialization.avro import AvroSerializer
+
+    return AvroSerializer(make_http_registry(config, reactor))

@@ -1,0 +1,7 @@
+"""The broker's HTTP listener for web services (``twistd pluglog --http``).
+
+:mod:`pluglog.web.site` owns the listener service and the root resource that
+plugins extend through ``pluglog_add_web_resources(broker, root)``;
+:mod:`pluglog.web.registry` is the built-in schema registry's REST resource,
+served at the Confluent Schema Registry's own paths.
+"""
