@@ -38,6 +38,12 @@ setup(
             "setuptools>=61",
             "ruff>=0.6",
             "confluent-kafka>=2.6",
+            # confluent_kafka.schema_registry's imports (its [schemaregistry]
+            # extra pins a certifi newer than PyPI has): the interop tests.
+            "httpx2>=2.0",
+            "authlib>=1.8",
+            "cachetools>=5.5",
+            "attrs>=21.2",
             "kafka-python>=3.0",
             "aiokafka>=0.12",
             "python-snappy>=0.7",

@@ -21,6 +21,12 @@ def test_defaults(tmp_path):
     assert config.fsync == "interval"
 
 
+def test_http_listener_is_off_unless_given(tmp_path):
+    assert parse("-d", str(tmp_path)).broker_config.http == ""
+    config = parse("-d", str(tmp_path), "--http", "tcp:8081:interface=127.0.0.1").broker_config
+    assert config.http == "tcp:8081:interface=127.0.0.1"
+
+
 def test_explicit_interface_is_advertised(tmp_path):
     config = parse("--listen", "tcp:19092:interface=127.0.0.1", "-d", str(tmp_path)).broker_config
     assert (config.advertised_host, config.advertised_port) == ("127.0.0.1", 19092)
@@ -55,6 +61,8 @@ def test_advertised_listener(tmp_path):
         (["--set", "log.cleanup.policy=shred"], "shred"),
         (["--set", "auto.create.topics.enable=perhaps"], "perhaps"),
         (["--config", "/nonexistent/broker.ini"], "/nonexistent/broker.ini"),
+        (["--http", "tcp:notaport"], "tcp:notaport"),
+        (["--http", "bogus:8081"], "bogus:8081"),
     ],
 )
 def test_bad_values_name_the_value(argv, needle, tmp_path):
