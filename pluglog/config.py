@@ -230,6 +230,19 @@ TOPIC_KEYS = {
         "",
         "follower.replication.throttled.replicas",
     ),
+    # Confluent Server's names: refuse records without a registered schema id.
+    "confluent.key.schema.validation": (
+        "confluent_key_schema_validation",
+        _parse_bool,
+        False,
+        "confluent.key.schema.validation",
+    ),
+    "confluent.value.schema.validation": (
+        "confluent_value_schema_validation",
+        _parse_bool,
+        False,
+        "confluent.value.schema.validation",
+    ),
 }
 
 _ATTR_TO_KEY = {spec[0]: key for key, spec in TOPIC_KEYS.items()}
@@ -260,6 +273,8 @@ class TopicConfig:
     unclean_leader_election_enable: bool = False
     leader_replication_throttled_replicas: str = ""
     follower_replication_throttled_replicas: str = ""
+    confluent_key_schema_validation: bool = False
+    confluent_value_schema_validation: bool = False
 
     def throttled(self, side, partition, broker):
         """True if ``broker``'s replica of ``partition`` is throttled on ``side``

@@ -20,6 +20,7 @@ from pluglog.errors import (
     NotLeaderOrFollowerError,
     UnknownTopicOrPartitionError,
 )
+from pluglog.serialization.validation import schema_check_for
 from pluglog.storage.offline import OfflineLog
 
 log = Logger()
@@ -126,6 +127,8 @@ class Broker:
                 part.config = topic_config
                 if hasattr(part.log, "update_config"):
                     part.log.update_config(topic_config)
+            if part is not None and hosted:
+                part.schema_check = schema_check_for(self, meta.name, topic_config)
 
     def _drop_partition(self, key):
         part = self.partitions.pop(key)

@@ -100,6 +100,10 @@ class Partition:
         #: Set by the replica manager: ``isr_writer(partition, new_isr)``.
         self.isr_writer = None
         self.isr_change_pending = False
+        #: Set by the broker for topics with confluent.*.schema.validation:
+        #: ``schema_check(records)`` raises InvalidRecordError. None costs one
+        #: test per batch (pluglog.serialization.validation).
+        self.schema_check = None
 
     # -- role ------------------------------------------------------------------
 
@@ -198,6 +202,8 @@ class Partition:
         if config.cleanup_policy != "delete":
             # Compacted: every record needs a key (Kafka refuses the batch).
             require_keys(records)
+        if self.schema_check is not None:
+            self.schema_check(records)
         if config.compression_type != "producer":
             records = recompress(records, config.compression_type)
         producer_id, epoch, first_seq, last_seq = producer_fields(records)

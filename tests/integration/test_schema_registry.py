@@ -202,3 +202,35 @@ def test_schemas_survive_sigkill(tmp_path):
         assert info.value.status == 409
     finally:
         broker.stop()
+
+
+def test_broker_side_validation_refuses_unregistered_values(web_broker):
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": web_broker.bootstrap})
+    topic = "validated"
+    futures = admin.create_topics(
+        [NewTopic(topic, 1, 1, config={"confluent.value.schema.validation": "true"})]
+    )
+    futures[topic].result(30)
+    schema_id = RegistryClient(web_broker.url).register(f"{topic}-value", USER_V1)
+    good = PluglogAvro(RegistryClient(web_broker.url), schema=USER_V1).serialize(topic, USERS[0])
+    assert int.from_bytes(good[1:5], "big") == schema_id
+
+    def produce(value, acks):
+        outcome = []
+        producer = Producer({"bootstrap.servers": web_broker.bootstrap, "acks": acks})
+        producer.produce(topic, value=value, key=b"k", on_delivery=lambda e, m: outcome.append(e))
+        producer.flush(30)
+        return outcome[0]
+
+    for acks in ("1", "all"):
+        assert produce(good, acks) is None
+        assert produce(None, acks) is None  # tombstones pass
+        for bad in (b"plain text", b"\x00\x00\x0f\x42\x40avro", b"\x00"):
+            error = produce(bad, acks)
+            assert error is not None and error.code() == KafkaError.INVALID_RECORD, error
+    # Only the accepted records are in the log.
+    values = _consume_values(web_broker.bootstrap, topic, 4)
+    assert values == [good, None, good, None]

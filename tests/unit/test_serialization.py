@@ -198,3 +198,43 @@ def test_http_client_provides_the_interface():
     assert verifyObject(ISchemaRegistry, RegistryClient("http://localhost:8081"))
     with pytest.raises(ValueError):
         RegistryClient("localhost:8081")
+
+
+def test_schema_check_is_none_unless_a_topic_asks():
+    from pluglog.config import TopicConfig
+    from pluglog.serialization.validation import SchemaCheck, schema_check_for
+
+    assert schema_check_for(None, "t", TopicConfig()) is None
+    on = TopicConfig().with_overrides({"confluent.value.schema.validation": "true"})
+    check = schema_check_for(None, "t", on)
+    assert isinstance(check, SchemaCheck) and check.values and not check.keys
+
+
+def test_schema_check_per_record():
+    from types import SimpleNamespace
+
+    from pluglog.errors import InvalidRecordError
+    from pluglog.protocol.records import Record, build_batch
+    from pluglog.serialization.validation import SchemaCheck
+
+    registry, _log = memory_registry()
+    schema_id = registry.register("t-value", json.dumps(REC))
+    broker = SimpleNamespace(schema_registry=registry)
+    check = SchemaCheck(broker, "t", keys=True, values=True)
+
+    def batch(*pairs):
+        return build_batch([Record(k, v, (), 0) for k, v in pairs], base_timestamp=0)
+
+    good = frame(schema_id, b"\x02")
+    check(batch((None, good), (good, None)))
+    for pairs in [((None, b"raw"),), ((None, good), (None, frame(99, b""))), ((b"rawkey", good),)]:
+        with pytest.raises(InvalidRecordError):
+            check(batch(*pairs))
+    # Compressed batches are checked too.
+    with pytest.raises(InvalidRecordError, match="record 1"):
+        check(
+            build_batch([Record(None, good, (), 0), Record(None, b"x", (), 0)], compression="gzip")
+        )
+    broker.schema_registry = None
+    with pytest.raises(InvalidRecordError, match="--http"):
+        check(batch((None, good)))
