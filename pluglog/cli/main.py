@@ -97,4 +97,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the imported module's main: under ``python -m`` this file is also
+    # ``__main__``, whose CliError is not the one commands import and raise.
+    from pluglog.cli.main import main as _main
+
+    sys.exit(_main())

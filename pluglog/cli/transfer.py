@@ -1,8 +1,10 @@
 """``pluglog produce`` and ``pluglog consume``: the console producer and consumer.
 
-produce reads lines from stdin (``--key-separator`` splits key and value),
-chooses partitions with a partitioner plugin (``murmur2`` by default, Kafka's
-choice for keyed records) and sends one batch per partition per request.
+produce reads lines from stdin (``--key-separator`` splits key and value;
+``--value-format avro`` turns JSON values into Avro, see
+:mod:`pluglog.cli.formats`), chooses partitions with a partitioner plugin
+(``murmur2`` by default, Kafka's choice for keyed records) and sends one
+batch per partition per request.
 consume prints records from every partition (or one), from the beginning,
 the end or an offset, and with ``--exit`` stops at the end offsets it found
 when it started.
@@ -12,6 +14,7 @@ import sys
 import time
 
 from pluglog import protocol as codec
+from pluglog.cli import formats
 from pluglog.cli.common import check, partitions_of
 from pluglog.cli.progress import Progress
 from pluglog.cli.routing import router
@@ -30,6 +33,7 @@ def add_parsers(sub, positive):
     produce.add_argument("--compression", choices=sorted(CODEC_NAMES), default="none")
     produce.add_argument("--acks", type=int, choices=(-1, 0, 1), default=-1)
     produce.add_argument("--batch-size", type=positive, default=500)
+    formats.add_arguments(produce, produce=True)
     produce.set_defaults(run=produce_lines)
 
     consume = sub.add_parser("consume", help="print records")
@@ -43,6 +47,7 @@ def add_parsers(sub, positive):
     consume.add_argument("--print-key", action="store_true")
     consume.add_argument("--print-offset", action="store_true")
     consume.add_argument("--timeout-ms", type=int, default=None, help="stop after this idle time")
+    formats.add_arguments(consume, produce=False)
     consume.set_defaults(run=consume_records)
 
 
@@ -100,10 +105,11 @@ def produce_lines(client, args):
 
         raise CliError(f"--partition {args.partition}: {args.topic} has partitions {partitions}")
     partitioner = None if args.partition is not None else _partitioner(args.partitioner)
+    value_format = formats.ValueFormat(args)
     pending = {}
     count = 0
     progress = Progress("produced")
-    for line in sys.stdin.buffer:
+    for number, line in enumerate(sys.stdin.buffer, 1):
         line = line.rstrip(b"\r\n")
         key = None
         if args.key_separator is not None:
@@ -113,6 +119,7 @@ def produce_lines(client, args):
         partition = args.partition
         if partition is None:
             partition = partitioner.partition(args.topic, key, len(partitions))
+        line = value_format.encode(args.topic, line, number)
         records = pending.setdefault(partition, [])
         records.append(Record(key=key, value=line, timestamp=int(time.time() * 1000)))
         count += 1
@@ -143,6 +150,7 @@ def consume_records(client, args):
 
 
 def _consume_loop(client, args, partitions, positions, stop_at, out, progress):
+    value_format = formats.ValueFormat(args)
     printed = 0
     idle_since = time.monotonic()
     while True:
@@ -171,7 +179,7 @@ def _consume_loop(client, args, partitions, positions, stop_at, out, progress):
                     prefix += f"{index}:{record.offset}\t".encode()
                 if args.print_key:
                     prefix += (record.key or b"") + b"\t"
-                out.write(prefix + (record.value or b"") + b"\n")
+                out.write(prefix + value_format.decode(args.topic, record.value) + b"\n")
                 positions[index] = record.offset + 1
                 printed += 1
                 got_any = True

@@ -234,3 +234,91 @@ def test_broker_side_validation_refuses_unregistered_values(web_broker):
     # Only the accepted records are in the log.
     values = _consume_values(web_broker.bootstrap, topic, 4)
     assert values == [good, None, good, None]
+
+
+def test_cli_produce_and_consume_avro_as_json(web_broker, tmp_path):
+    from tests.integration.test_cli import cli
+
+    topic = "cli-avro"
+    schema_file = tmp_path / "user.avsc"
+    schema_file.write_text(USER_V1)
+    lines = "".join(json.dumps(u) + "\n" for u in USERS)
+    registry = ["--schema-registry", web_broker.url]
+    produced = cli(
+        web_broker,
+        "produce",
+        topic,
+        "--value-format",
+        "avro",
+        "--value-schema",
+        f"@{schema_file}",
+        *registry,
+        data=lines,
+    )
+    assert "Produced 3 records" in produced.stderr
+    # confluent-kafka's deserializer reads what the CLI wrote.
+    raw = _consume_values(web_broker.bootstrap, topic, 3)
+    theirs = AvroDeserializer(SchemaRegistryClient({"url": web_broker.url}))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    assert [theirs(v, ctx) for v in raw] == USERS
+
+    out = cli(
+        web_broker,
+        "consume",
+        topic,
+        "--from-beginning",
+        "--exit",
+        "--value-format",
+        "avro",
+        *registry,
+    )
+    assert [json.loads(line) for line in out.stdout.splitlines()] == USERS
+
+    # Without --value-schema the subject's latest version writes.
+    cli(
+        web_broker,
+        "produce",
+        topic,
+        "--value-format",
+        "avro",
+        *registry,
+        data=(json.dumps(USERS[0]) + "\n") * 2,
+    )
+    # Bad input: one line naming the problem, exit 1, nothing sent.
+    bad = cli(
+        web_broker, "produce", topic, "--value-format", "avro", *registry, data="{oops\n", expect=1
+    )
+    assert bad.stderr.startswith("pluglog: line 1: not JSON")
+    bad = cli(
+        web_broker,
+        "produce",
+        topic,
+        "--value-format",
+        "avro",
+        *registry,
+        data='{"name": 5}\n',
+        expect=1,
+    )
+    assert "line 1" in bad.stderr and "Traceback" not in bad.stderr
+    bad = cli(
+        web_broker,
+        "produce",
+        "no-subject",
+        "--value-format",
+        "avro",
+        *registry,
+        data="{}\n",
+        expect=1,
+    )
+    assert "40401" in bad.stderr
+    out = cli(
+        web_broker,
+        "consume",
+        topic,
+        "--from-beginning",
+        "--exit",
+        "--value-format",
+        "avro",
+        *registry,
+    )
+    assert len(out.stdout.splitlines()) == 5
