@@ -97,7 +97,24 @@ class Registry:
         try:
             verifyObject(interface, provider)
         except Invalid as exc:
+            missing = _missing_names(exc)
+            what = f"lacks {', '.join(repr(m) for m in missing)}; " if missing else ""
             raise PluginError(
-                name, interface, f"{type(provider).__name__} does not provide it: {exc}"
+                plugin_name,
+                interface,
+                f"provider {name!r} ({type(provider).__name__}) {what}does not provide it: {exc}",
             ) from exc
         return provider
+
+
+def _missing_names(exc):
+    """The attribute/method names a zope verification error is about."""
+    errors = getattr(exc, "exceptions", None) or [exc]
+    names = []
+    for error in errors:
+        name = getattr(error, "name", None)
+        # BrokenImplementation holds the name or the interface's Method.
+        name = getattr(name, "__name__", name)
+        if isinstance(name, str):
+            names.append(name)
+    return names

@@ -71,7 +71,10 @@ def test_provider_missing_a_method_is_named():
         registry.build("retention", "broken", BrokerConfig(), Clock())
     assert "'broken'" in str(info.value)
     assert "IRetentionPolicy" in str(info.value)
-    assert "segments_to_delete" in str(info.value)
+    assert "lacks 'segments_to_delete'" in str(info.value)
+    # The plugin that offered it is named too (pluggy's name for it).
+    assert info.value.plugin == registry.plugin_of("retention", "broken")
+    assert repr(info.value.plugin) in str(info.value)
 
 
 def test_provider_not_declaring_interface_is_refused():
