@@ -66,6 +66,13 @@ def pluglog_add_web_resources(broker, root):
 
 
 @hookspec
+def pluglog_add_cli_commands(subparsers):
+    """Add ``pluglog`` subcommands: ``subparsers.add_parser(name)``, then
+    ``set_defaults(run=function)`` where ``function(client, args)`` returns
+    the exit status (None means 0)."""
+
+
+@hookspec
 def pluglog_broker_started(broker):
     """Called once the broker listens and its components are up."""
 

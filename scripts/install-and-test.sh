@@ -29,8 +29,10 @@ $PY setup.py -q build_ext --inplace
 # The Spark plugin is its own distribution; pyspark 4 needs pyarrow and Java 17.
 $PY -m pip install -q pyspark pyarrow
 $PY -m pip install -q -e plugins/pluglog-spark
+# The audit plugin: a third-party package found through its entry point.
+$PY -m pip install -q -e plugins/pluglog-audit
 
-LINTED="pluglog tests bench twisted plugins/pluglog-spark"
+LINTED="pluglog tests bench twisted plugins/pluglog-spark plugins/pluglog-audit"
 $PY -m ruff check $LINTED
 $PY -m ruff format --check $LINTED
 $PY -m pytest -q "$@"

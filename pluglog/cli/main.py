@@ -71,7 +71,21 @@ def build_parser():
     transfer.add_parsers(sub, _positive)
     groups.add_parser(sub)
     devcluster.add_parser(sub, _positive)
+    _plugin_commands(sub)
     return parser
+
+
+def _plugin_commands(sub):
+    """Subcommands of installed plugins (``pluglog_add_cli_commands``); a
+    broken plugin costs its commands and a warning, not the whole CLI."""
+    from pluglog.errors import PluginError
+    from pluglog.plugins import make_plugin_manager
+
+    try:
+        manager = make_plugin_manager()
+        manager.hook.pluglog_add_cli_commands(subparsers=sub)
+    except PluginError as exc:
+        print(f"pluglog: warning: plugin commands unavailable: {exc}", file=sys.stderr)
 
 
 def main(argv=None):
