@@ -26,6 +26,16 @@ def test_every_hook_has_a_heading():
         assert f"{name}({args})" in headings, f"docs/plugin_hooks.rst lacks {name}({args})"
 
 
+def test_every_hook_section_has_arguments_returns_and_example():
+    text = _read("plugin_hooks.rst")
+    sections = re.split(r"^(pluglog_\w+\([^)]*\))\n-+$", text, flags=re.M)[1:]
+    for heading, body in zip(sections[::2], sections[1::2]):
+        name = heading.split("(")[0]
+        assert "Arguments:" in body, heading
+        assert "Return" in body, heading
+        assert f"def {name}(" in body, f"{heading}: no example"
+
+
 def test_every_config_key_is_documented():
     text = _read("configuration.rst")
     for key in BROKER_KEYS:
