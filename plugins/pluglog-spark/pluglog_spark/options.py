@@ -106,6 +106,9 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = 120000
     kafka: dict = field(default_factory=dict)
+    value_format: str = "binary"
+    schema_registry_url: str | None = None
+    value_subject: str | None = None
 
     @classmethod
     def parse(cls, options, streaming):
@@ -181,6 +184,7 @@ class SourceOptions:
             fail_on_data_loss=_bool(opts, "failondataloss", True),
             poll_timeout_ms=_int(opts, "kafkaconsumer.polltimeoutms", minimum=1) or 120000,
             kafka=kafka_config(opts),
+            **value_format_options(opts, subscribe),
         )
 
 
@@ -201,6 +205,9 @@ class SinkOptions:
     topic: str | None = None
     commit_log: str | None = None
     kafka: dict = field(default_factory=dict)
+    value_format: str = "binary"
+    schema_registry_url: str | None = None
+    value_subject: str | None = None
 
     @classmethod
     def parse(cls, options):
@@ -213,12 +220,42 @@ class SinkOptions:
             topic=opts.get("topic") or None,
             commit_log=commit_log,
             kafka=kafka_config(opts),
+            **value_format_options(opts, (opts["topic"],) if opts.get("topic") else ()),
         )
 
 
-def check_write_schema(schema, topic_option):
+def value_format_options(opts, topics):
+    """``valueFormat`` (binary or avro), ``schemaRegistryUrl`` and
+    ``valueSubject`` (default ``<topic>-value`` of the single topic)."""
+    value_format = opts.get("valueformat", "binary").strip().lower()
+    if value_format not in ("binary", "avro"):
+        raise OptionError(f"option valueFormat: expected binary or avro, got {value_format!r}")
+    if value_format == "binary":
+        return {}
+    url = opts.get("schemaregistryurl")
+    if not url:
+        raise OptionError("option schemaRegistryUrl is required with valueFormat avro")
+    subject = opts.get("valuesubject")
+    if not subject:
+        if len(topics) != 1:
+            raise OptionError(
+                "valueFormat avro needs one topic (subscribe or topic) or the valueSubject option"
+            )
+        subject = f"{topics[0]}-value"
+    return {"value_format": "avro", "schema_registry_url": url, "value_subject": subject}
+
+
+def check_write_schema(schema, topic_option, value_format="binary"):
     """Refuse input columns the sink cannot map, naming the column and its type."""
     types = {f.name.lower(): f.dataType.simpleString() for f in schema.fields}
+    if value_format == "avro":
+        if not types.get("value", "").startswith("struct<"):
+            raise OptionError(
+                "valueFormat avro writes a struct 'value' column, got "
+                f"{types.get('value', 'no value column')}"
+            )
+        types.pop("value")
+        types["value"] = "binary"
     if "value" not in types:
         raise OptionError("writing to pluglog needs a 'value' column (binary or string)")
     allowed = {

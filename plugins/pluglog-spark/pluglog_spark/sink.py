@@ -97,6 +97,31 @@ class CommitLog:
                 os.unlink(os.path.join(folder, name))
 
 
+def avro_columns(opts):
+    """The value subject's schema with valueFormat avro, else None."""
+    if opts.value_format != "avro":
+        return None
+    from pluglog_spark.avro import AvroColumns
+
+    return AvroColumns(opts.schema_registry_url, opts.value_subject)
+
+
+def encode_batches(batches, avro):
+    """With valueFormat avro, turn the struct ``value`` column into framed Avro."""
+    if avro is None:
+        yield from batches
+        return
+    import pyarrow as pa
+
+    for batch in batches:
+        names = [n.lower() for n in batch.schema.names]
+        index = names.index("value")
+        encoded = pa.array(avro.encode_values(batch.column(index).to_pylist()), pa.binary())
+        arrays = list(batch.columns)
+        arrays[index] = encoded
+        yield pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
+
+
 class PluglogWriter(DataSourceArrowWriter):
     """Batch write: every task produces its rows; at-least-once on task retry."""
 
@@ -104,11 +129,13 @@ class PluglogWriter(DataSourceArrowWriter):
         if overwrite:
             raise OptionError("a pluglog topic is append-only: use mode('append')")
         self.opts = SinkOptions.parse(options)
-        check_write_schema(schema, self.opts.topic)
+        check_write_schema(schema, self.opts.topic, self.opts.value_format)
+        self.avro = avro_columns(self.opts)
 
     def write(self, iterator):
         opts = self.opts
-        rows = executor.write_batches(opts.bootstrap, opts.kafka, iterator, opts.topic)
+        batches = encode_batches(iterator, self.avro)
+        rows = executor.write_batches(opts.bootstrap, opts.kafka, batches, opts.topic)
         return WriteResult(rows)
 
     def commit(self, messages):
@@ -125,7 +152,8 @@ class PluglogStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, options, schema, overwrite):
         self.opts = SinkOptions.parse(options)
-        check_write_schema(schema, self.opts.topic)
+        check_write_schema(schema, self.opts.topic, self.opts.value_format)
+        self.avro = avro_columns(self.opts)
         self.commit_log = CommitLog(self.opts.commit_log) if self.opts.commit_log else None
         if self.commit_log is None:
             log.warning(
@@ -143,7 +171,8 @@ class PluglogStreamWriter(DataSourceStreamArrowWriter):
         if query_id and batch_id is not None and int(batch_id) in self.committed.get(query_id, ()):
             return WriteResult(0, query_id, skipped=True)
         opts = self.opts
-        rows = executor.write_batches(opts.bootstrap, opts.kafka, iterator, opts.topic)
+        batches = encode_batches(iterator, self.avro)
+        rows = executor.write_batches(opts.bootstrap, opts.kafka, batches, opts.topic)
         return WriteResult(rows, query_id)
 
     def commit(self, messages, batch_id):

@@ -27,7 +27,13 @@ from pyspark.sql.datasource import (
 
 from pluglog_spark import executor, offsets
 from pluglog_spark.control import ClusterView
-from pluglog_spark.options import EARLIEST, LATEST, OptionError, SourceOptions
+from pluglog_spark.options import (
+    EARLIEST,
+    LATEST,
+    OptionError,
+    SourceOptions,
+    value_format_options,
+)
 
 try:  # 4.2+: admission control and availableNow for Python sources
     from pyspark.sql.streaming.datasource import (
@@ -53,9 +59,11 @@ class RangePartition(InputPartition):
 class _Planner:
     """Driver-side planning shared by the batch and the stream reader."""
 
-    def __init__(self, opts):
+    def __init__(self, opts, avro=None):
         self.opts = opts
         self._cluster = None
+        #: AvroColumns with valueFormat avro: values decode into typed structs.
+        self.avro = avro
 
     @property
     def cluster(self):
@@ -131,7 +139,7 @@ class _Planner:
 
     def read(self, partition):
         opts = self.opts
-        yield from executor.read_range(
+        batches = executor.read_range(
             opts.bootstrap,
             opts.kafka,
             partition.topic,
@@ -141,6 +149,13 @@ class _Planner:
             opts.fail_on_data_loss,
             opts.poll_timeout_ms,
         )
+        if self.avro is None:
+            yield from batches
+        else:
+            from pluglog_spark.avro import decode_batch
+
+            for batch in batches:
+                yield decode_batch(batch, self.avro)
 
 
 class PluglogBatchReader(_Planner, DataSourceReader):
@@ -165,8 +180,8 @@ class PluglogBatchReader(_Planner, DataSourceReader):
 class PluglogStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream``: offsets as Spark's Kafka JSON, with admission control."""
 
-    def __init__(self, opts):
-        super().__init__(opts)
+    def __init__(self, opts, avro=None):
+        super().__init__(opts, avro)
         self._cap = None  # availableNow: the latest offsets when the trigger started
 
     def initialOffset(self):
@@ -229,6 +244,10 @@ class PluglogStreamReader(_Planner, DataSourceStreamReader, SupportsTriggerAvail
         self.cluster.close()
 
 
+def _lower_options(options):
+    return {str(k).lower(): str(v) for k, v in dict(options).items()}
+
+
 class PluglogDataSource(DataSource):
     """Spark's Kafka source and sink options and schema, served by pluglog."""
 
@@ -236,14 +255,37 @@ class PluglogDataSource(DataSource):
     def name(cls):
         return "pluglog"
 
+    def _avro(self, url, subject):
+        cached = getattr(self, "_avro_columns", None)
+        if cached is None or (cached.url, cached.subject) != (url, subject):
+            from pluglog_spark.avro import AvroColumns
+
+            self._avro_columns = cached = AvroColumns(url, subject)
+        return cached
+
+    def _avro_of(self, opts):
+        if opts.value_format != "avro":
+            return None
+        return self._avro(opts.schema_registry_url, opts.value_subject)
+
     def schema(self):
-        return executor.SPARK_SCHEMA
+        opts = _lower_options(self.options)
+        topics = tuple(t.strip() for t in opts.get("subscribe", "").split(",") if t.strip())
+        chosen = value_format_options(opts, topics)
+        if not chosen:
+            return executor.SPARK_SCHEMA
+        from pluglog_spark.avro import spark_schema
+
+        columns = self._avro(chosen["schema_registry_url"], chosen["value_subject"])
+        return spark_schema(columns.value_type)
 
     def reader(self, schema):
-        return PluglogBatchReader(SourceOptions.parse(self.options, streaming=False))
+        opts = SourceOptions.parse(self.options, streaming=False)
+        return PluglogBatchReader(opts, self._avro_of(opts))
 
     def streamReader(self, schema):
-        return PluglogStreamReader(SourceOptions.parse(self.options, streaming=True))
+        opts = SourceOptions.parse(self.options, streaming=True)
+        return PluglogStreamReader(opts, self._avro_of(opts))
 
     def writer(self, schema, overwrite):
         from pluglog_spark.sink import PluglogWriter
