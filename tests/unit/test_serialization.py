@@ -238,3 +238,32 @@ def test_schema_check_per_record():
     broker.schema_registry = None
     with pytest.raises(InvalidRecordError, match="--http"):
         check(batch((None, good)))
+
+
+def test_validation_walker_agrees_with_the_full_decoder():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from pluglog.protocol.records import Record, build_batch, iter_records
+    from pluglog.serialization.validation import iter_keys_values
+
+    field = st.none() | st.binary(max_size=300)
+    record = st.tuples(
+        field, field, st.lists(st.tuples(st.text(max_size=5), st.binary(max_size=5)), max_size=3)
+    )
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(record, min_size=1, max_size=20), st.sampled_from(["none", "gzip", "lz4"]))
+    def check(rows, codec):
+        batch = build_batch(
+            [Record(k, v, h, 1000 + i * 70000) for i, (k, v, h) in enumerate(rows)],
+            compression=codec,
+            base_timestamp=1000,
+        )
+        walked = [
+            (None if k is None else bytes(k), None if v is None else bytes(v))
+            for k, v in iter_keys_values(batch)
+        ]
+        assert walked == [(r.key, r.value) for r in iter_records(batch)]
+
+    check()
