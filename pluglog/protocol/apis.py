@@ -34,7 +34,7 @@ SUPPORTED = {
     19: (0, 4),  # CreateTopics
     20: (0, 3),  # DeleteTopics
     21: (0, 1),  # DeleteRecords
-    22: (0, 1),  # InitProducerId
+    22: (0, 4),  # InitProducerId; v3+ carries KIP-360's epoch bump
     23: (2, 3),  # OffsetForLeaderEpoch
     32: (0, 2),  # DescribeConfigs
     33: (0, 1),  # AlterConfigs
@@ -46,18 +46,10 @@ SUPPORTED = {
     45: (0, 1),  # AlterPartitionReassignments (flexible from v0)
     46: (0, 0),  # ListPartitionReassignments (flexible from v0)
     47: (0, 0),  # OffsetDelete
-    60: (0, 2),  # DescribeCluster (flexible from v0)
-    # SaslHandshake (17) is defined but not advertised.
-}
-
-
-#: Served but left out of ApiVersions. Advertising DescribeClientQuotas (48)
-#: and AlterClientQuotas (49) makes kafka-python take the broker for Kafka 2.6
-#: and bump producer epochs through InitProducerId v3, which is not served;
-#: clients that send them anyway (tools, pluglog's own client) are answered.
-UNADVERTISED = {
     48: (0, 1),  # DescribeClientQuotas; v1 is flexible
     49: (0, 1),  # AlterClientQuotas; v1 is flexible
+    60: (0, 2),  # DescribeCluster (flexible from v0)
+    # SaslHandshake (17) is defined but not advertised.
 }
 
 

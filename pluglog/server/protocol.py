@@ -31,7 +31,6 @@ from twisted.internet import defer, protocol
 from pluglog import protocol as codec
 from pluglog.errors import UNKNOWN_SERVER_ERROR, KafkaError
 from pluglog.logsafe import SafeLogger, Throttle
-from pluglog.protocol.apis import UNADVERTISED
 from pluglog.protocol.hotpath import PRODUCE_VERSIONS
 from pluglog.server.connections import ConnectionGuard
 from pluglog.server.fastlane import produce_fast
@@ -237,7 +236,7 @@ class KafkaServerProtocol(protocol.Protocol):
             self._bad_input(f"unparsable request header: {exc}")
             return
         api_key, version = header.api_key, header.api_version
-        supported = codec.SUPPORTED.get(api_key) or UNADVERTISED.get(api_key)
+        supported = codec.SUPPORTED.get(api_key)
         handler = HANDLERS.get(api_key)
         if (supported is None or handler is None) and not codec.is_defined(api_key, version):
             self._bad_input(f"unknown or unserved api key {api_key}", header)

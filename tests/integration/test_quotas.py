@@ -1,6 +1,7 @@
 """Client quotas against the real broker: AlterClientQuotas / DescribeClientQuotas
-(pluglog's BlockingClient; the admin clients refuse unadvertised APIs, see
-docs/protocol.rst), confluent-kafka producers held to them (and told of the throttle)."""
+(pluglog's BlockingClient: kafka-python's and confluent-kafka's admin clients have no
+quota calls, see docs/protocol.rst), confluent-kafka producers held to them (and told
+of the throttle)."""
 
 import os
 import threading
@@ -20,8 +21,7 @@ VALUE = os.urandom(10_000)
 
 def alter(admin, client_id, key, value, remove=False):
     """AlterClientQuotas v1 (flexible) for one client-id entity; ``admin`` is a
-    BlockingClient (kafka-python's admin client refuses APIs the broker does
-    not advertise, see docs/protocol.rst)."""
+    BlockingClient."""
     body = {
         "entries": [
             {

@@ -104,22 +104,20 @@ def test_no_advertised_version_is_flexible_except_known_ones():
     }
     operator = {(35, 2), (35, 3), (35, 4), (43, 2), (45, 0), (45, 1), (46, 0)}
     operator |= {(60, 0), (60, 1), (60, 2)}
-    assert flexible == {(18, 3), (18, 4), (44, 1)} | operator
+    # Client quotas (v1) and InitProducerId v2-4, which kafka-python sends
+    # once the quota APIs make it infer Kafka 2.6.
+    quotas = {(48, 1), (49, 1), (22, 2), (22, 3), (22, 4)}
+    assert flexible == {(18, 3), (18, 4), (44, 1)} | operator | quotas
 
 
-def test_kafka_python_still_infers_kafka_2_4():
+def test_kafka_python_infers_kafka_2_6_and_gets_the_epoch_bump_it_then_uses():
     # kafka-python gates behaviour (idempotence, zstd, epoch bumps) on the
-    # broker release it infers from ApiVersions; the operator APIs must not
-    # move it (DescribeLogDirs v5 alone would make it Kafka 4.3).
+    # broker release it infers from ApiVersions. The client quota APIs make it
+    # Kafka 2.6, from which it bumps producer epochs with InitProducerId v3
+    # (KIP-360): that version must be served. The operator APIs must not move
+    # the inference further (DescribeLogDirs v5 alone would make it Kafka 4.3).
     from kafka.protocol.broker_version_data import infer_broker_version_from_api_versions
 
-    assert infer_broker_version_from_api_versions(dict(SUPPORTED)) == (2, 4)
-
-
-def test_client_quota_apis_are_served_but_not_advertised():
-    from pluglog.protocol.apis import UNADVERTISED
-
-    assert UNADVERTISED == {48: (0, 1), 49: (0, 1)}
-    assert not set(UNADVERTISED) & set(SUPPORTED)
-    for key, (lo, hi) in UNADVERTISED.items():
-        assert APIS[key].defines(lo) and APIS[key].defines(hi)
+    assert infer_broker_version_from_api_versions(dict(SUPPORTED)) == (2, 6)
+    assert SUPPORTED[22][1] >= 3 and APIS[22].defines(3)
+    assert SUPPORTED[48] == (0, 1) and SUPPORTED[49] == (0, 1)

@@ -223,11 +223,14 @@ DELETE_RECORDS = Api(
 INIT_PRODUCER_ID = Api(
     22,
     "InitProducerId",
-    "0-1",
+    "0-4",
     "2+",
     request=[
         F("transactional_id", "string", nullable="0+"),
         F("transaction_timeout_ms", "int32"),
+        # KIP-360 (v3+): the producer's current id and epoch, to bump it.
+        F("producer_id", "int64", "3+", default=-1),
+        F("producer_epoch", "int16", "3+", default=-1),
     ],
     response=[
         F("throttle_time_ms", "int32"),
