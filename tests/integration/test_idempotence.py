@@ -96,3 +96,23 @@ def test_resent_batch_is_not_stored_twice(shared_broker):
             codec.INIT_PRODUCER_ID, 1, {"transactional_id": None, "transaction_timeout_ms": 60000}
         )["producer_id"]
         assert second_pid != pid
+
+
+def test_init_producer_id_epoch_bump_versions_answer_a_new_producer(shared_broker):
+    # KIP-360 (v3+): an idempotent producer sends its current id and epoch; like
+    # Kafka for producers without a transactional id, the answer is a new id.
+    with BlockingClient.from_bootstrap(shared_broker.bootstrap) as client:
+        first = client.request(
+            codec.INIT_PRODUCER_ID, 1, {"transactional_id": None, "transaction_timeout_ms": 60000}
+        )
+        for version in (2, 3, 4):
+            body = {
+                "transactional_id": None,
+                "transaction_timeout_ms": 60000,
+                "producer_id": first["producer_id"],
+                "producer_epoch": first["producer_epoch"],
+            }
+            answer = client.request(codec.INIT_PRODUCER_ID, version, body)
+            assert answer["error_code"] == 0
+            assert answer["producer_id"] > first["producer_id"]
+            assert answer["producer_epoch"] == 0
