@@ -29,6 +29,12 @@ setup(
         "lz4>=4.0",
         "zstandard>=0.22",
         "cramjam>=2.8",
+        # security: TLS listeners (Twisted's TLS needs pyOpenSSL + service-identity),
+        # PEM certificates and SCRAM (RFC 5802/7677)
+        "pyOpenSSL>=24.0",
+        "service-identity>=24.1",
+        "cryptography>=42",
+        "scramp>=1.4",
     ],
     extras_require={
         "test": [

@@ -73,3 +73,10 @@ def pluglog_add_services(broker):
     from pluglog.broker.log_cleaner import make_log_cleaner
 
     return make_log_cleaner(broker)
+
+
+@hookimpl
+def pluglog_register_authenticators():
+    from pluglog.security.sasl import make_plain, make_scram
+
+    return {"plain": make_plain, "scram": make_scram}

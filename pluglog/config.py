@@ -390,6 +390,22 @@ BROKER_KEYS = {
     "queued.max.request.bytes": ("queued_max_request_bytes", _int_parser(-1)),
     "metadata.max.topics.per.request": ("metadata_max_topics_per_request", _int_parser(1)),
     "log.max.open.segments": ("log_max_open_segments", _int_parser(0)),
+    # Security (pluglog.security parses and checks the listener keys at start-up).
+    "listeners": ("listeners", _string),
+    "advertised.listeners": ("advertised_listeners", _string),
+    "listener.security.protocol.map": ("listener_security_protocol_map", _string),
+    "sasl.enabled.mechanisms": ("sasl_enabled_mechanisms", _string),
+    "ssl.keystore.location": ("ssl_keystore_location", _string),
+    "ssl.key.location": ("ssl_key_location", _string),
+    "ssl.truststore.location": ("ssl_truststore_location", _string),
+    "ssl.client.auth": ("ssl_client_auth", _choice_parser("none", "requested", "required")),
+    "super.users": ("super_users", _string),
+    "authorizer.class.name": ("authorizer_class_name", _string),
+    "allow.everyone.if.no.acl.found": ("allow_everyone_if_no_acl_found", _parse_bool),
+    "connection.failed.authentication.delay.ms": (
+        "connection_failed_authentication_delay_ms",
+        _int_parser(0),
+    ),
 }
 
 
@@ -472,6 +488,23 @@ class BrokerConfig:
     log_max_open_segments: int = 0
     #: Strport of the HTTP listener (schema registry, plugin resources); off if empty.
     http: str = ""
+    #: Kafka's ``listeners`` (NAME://host:port,...); empty: ``listen`` alone, PLAINTEXT.
+    listeners: str = ""
+    advertised_listeners: str = ""
+    listener_security_protocol_map: str = ""
+    #: Kafka's default is GSSAPI, which pluglog does not offer.
+    sasl_enabled_mechanisms: str = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+    #: PEM files: certificate chain (may hold the key too), key, trusted CAs.
+    ssl_keystore_location: str = ""
+    ssl_key_location: str = ""
+    ssl_truststore_location: str = ""
+    ssl_client_auth: str = "none"
+    #: ``User:alice;User:bob``
+    super_users: str = ""
+    authorizer_class_name: str = ""
+    allow_everyone_if_no_acl_found: bool = False
+    #: KIP-306: close a failed login this late (the client reads the error first)
+    connection_failed_authentication_delay_ms: int = 100
     topic_defaults: TopicConfig = field(default_factory=TopicConfig)
     plugin_sections: dict = field(default_factory=dict)
     #: Broker-level Kafka keys set in the config file or with --set

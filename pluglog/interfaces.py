@@ -257,3 +257,28 @@ class IAuthenticator(Interface):
 
     def mechanisms():
         """Return the SASL mechanism names offered."""
+
+    def start(mechanism, store):
+        """Begin one server-side SASL exchange of ``mechanism`` checked
+        against ``store`` (``scram_credentials()``: salted credentials only).
+
+        Returns an object with ``step(token) -> bytes`` (the challenge to
+        send; raises :class:`pluglog.security.sasl.AuthenticationFailed`
+        with a reason that never holds the password), ``complete`` (bool)
+        and ``username`` (str, once complete)."""
+
+
+class IAuthorizer(Interface):
+    """Decides whether a principal may perform an operation on a resource (ACLs)."""
+
+    def authorize(principal, host, operation, resource_type, resource_name):
+        """Return True when allowed (Kafka's rules: deny wins, super users pass)."""
+
+    def create_acls(bindings):
+        """Add ACL bindings; return one error (code, message) or None per binding."""
+
+    def describe_acls(binding_filter):
+        """Return the bindings matching a filter."""
+
+    def delete_acls(filters):
+        """Remove and return the bindings matching each filter (one list per filter)."""

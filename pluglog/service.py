@@ -63,6 +63,7 @@ class BrokerService(service.MultiService):
         self.reactor = reactor
         self.broker = None
         self.port = None
+        self.ports = []
         self._timers = []
         self._started = None
         #: Set by ``twistd pluglog`` (tap.makeService): exit 1 after a failed start.
@@ -80,20 +81,25 @@ class BrokerService(service.MultiService):
         registry = Registry(self.plugin_manager)
         self.broker = broker = Broker(self.config, registry, self.reactor)
         yield broker.start()
-        endpoint = endpoints.serverFromString(self.reactor, self.config.listen)
-        factory = KafkaServerFactory(broker)
-        self.port = yield endpoint.listen(factory)
-        bound = self.port.getHost().port
-        broker.bound_port = bound  # DescribeConfigs' listeners when listening on tcp:0
-        if not self.config.advertised_port:
-            broker.advertised = (self.config.advertised_host, bound)
-            broker.config = broker.config.replace(advertised_port=bound)
+        from pluglog.security import Security
+
+        broker.security = Security(self.config, registry, broker.coordinator, self.reactor)
+        if broker.security.listeners:
+            yield self._listen_named(broker, broker.security.listeners)
+        else:
+            endpoint = endpoints.serverFromString(self.reactor, self.config.listen)
+            self.port = yield endpoint.listen(KafkaServerFactory(broker))
+            self.ports = [self.port]
+            bound = self.port.getHost().port
+            broker.bound_port = bound  # DescribeConfigs' listeners when listening on tcp:0
+            if not self.config.advertised_port:
+                broker.advertised = (self.config.advertised_host, bound)
+                broker.config = broker.config.replace(advertised_port=bound)
         log.info(
-            "pluglog broker {id} listening on {listen} (port {port}), advertised as "
+            "pluglog broker {id} listening on {listen}, advertised as "
             "{host}:{aport}, data in {data}",
             id=self.config.broker_id,
-            listen=self.config.listen,
-            port=bound,
+            listen=", ".join(str(p.getHost()) for p in self.ports),
             host=broker.advertised[0],
             aport=broker.advertised[1],
             data=self.config.data_dir,
@@ -115,6 +121,31 @@ class BrokerService(service.MultiService):
             yield web.start()
         self.plugin_manager.hook.pluglog_broker_started(broker=broker)
         tune_gc()
+
+    @defer.inlineCallbacks
+    def _listen_named(self, broker, listeners):
+        """One endpoint per configured listener; ``broker.listener_endpoints``
+        maps each name to what Metadata advertises on it."""
+        from pluglog.security.listeners import server_endpoint, tls_options
+        from pluglog.server.protocol import KafkaServerFactory
+
+        tls = tls_options(self.config) if any(item.tls for item in listeners) else None
+        advertised = {}
+        for listener in listeners:
+            endpoint = server_endpoint(self.reactor, listener, self.config, tls)
+            port = yield endpoint.listen(KafkaServerFactory(broker, listener))
+            self.ports.append(port)
+            host = listener.advertised_host or listener.host
+            if not host or host in ("0.0.0.0", "::"):
+                host = self.config.advertised_host
+            advertised[listener.name] = (host, listener.advertised_port or port.getHost().port)
+        self.port = self.ports[0]
+        broker.bound_port = self.port.getHost().port
+        broker.listener_endpoints = advertised
+        broker.advertised = advertised[listeners[0].name]
+        broker.config = broker.config.replace(
+            advertised_host=broker.advertised[0], advertised_port=broker.advertised[1]
+        )
 
     def _sink_services(self, registry, broker):
         """One service per ``[sink:NAME]`` config section; ``plugin`` picks the ISink."""
@@ -168,8 +199,8 @@ class BrokerService(service.MultiService):
                 yield self.broker.controlled_shutdown()
             except Exception:
                 log.failure("controlled shutdown failed; stopping anyway")
-        if self.port is not None:
-            yield self.port.stopListening()
+        for port in self.ports:
+            yield port.stopListening()
         for call in self._timers:
             if call.running:
                 call.stop()

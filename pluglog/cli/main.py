@@ -55,7 +55,7 @@ def plain(text):
 
 
 def build_parser():
-    from pluglog.cli import devcluster, groups, topics, transfer
+    from pluglog.cli import devcluster, groups, topics, transfer, users
 
     parser = argparse.ArgumentParser(prog="pluglog", description=plain(__doc__.splitlines()[0]))
     parser.add_argument(
@@ -72,6 +72,7 @@ def build_parser():
     groups.add_parser(sub)
     devcluster.add_parser(sub, _positive)
     _plugin_commands(sub)
+    users.add_parser(sub, _positive)
     return parser
 
 
@@ -92,8 +93,12 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "standalone", False):
-        # dev-cluster runs brokers; it does not talk to one.
-        return args.run(None, args) or 0
+        # dev-cluster runs brokers, users add writes a data dir: no broker to talk to.
+        try:
+            return args.run(None, args) or 0
+        except CliError as exc:
+            print(f"pluglog: {exc}", file=sys.stderr)
+            return 1
     try:
         with BlockingClient.from_bootstrap(
             args.bootstrap_server, client_id="pluglog-cli"

@@ -49,7 +49,11 @@ SUPPORTED = {
     48: (0, 1),  # DescribeClientQuotas; v1 is flexible
     49: (0, 1),  # AlterClientQuotas; v1 is flexible
     60: (0, 2),  # DescribeCluster (flexible from v0)
-    # SaslHandshake (17) is defined but not advertised.
+    17: (0, 1),  # SaslHandshake
+    36: (0, 2),  # SaslAuthenticate
+    29: (0, 1),  # DescribeAcls
+    30: (0, 1),  # CreateAcls
+    31: (0, 1),  # DeleteAcls
 }
 
 

@@ -77,9 +77,21 @@ class KafkaServerProtocol(protocol.Protocol):
     host = None
     expired = None
 
-    def __init__(self, broker, max_frame):
+    def __init__(self, broker, max_frame, listener=None):
         self.broker = broker
         self.max_frame = max_frame
+        #: pluglog.security.sasl.Session when listeners are configured
+        self.session = None
+        #: the session while SASL authentication is pending (None: pass everything)
+        self._gate = None
+        if listener is not None:
+            from pluglog.security.sasl import Session
+
+            self.session = Session(listener, self, broker.security)
+            if listener.sasl:
+                self._gate = self.session
+            elif self.session.authorizing:
+                self._gate = _authorizing(self.session)
         self._buf = bytearray()
         self._need = None
         self._slots = deque()
@@ -203,6 +215,8 @@ class KafkaServerProtocol(protocol.Protocol):
             self.transport.loseConnection()
 
     def _handle_frame(self, frame):
+        if self._gate is not None and self._gate.intercept(frame):
+            return
         if (
             not frame[0]
             and not frame[1]
@@ -230,6 +244,9 @@ class KafkaServerProtocol(protocol.Protocol):
                 else:
                     self.transport.write(response)
                 return
+        self._handle_request(frame)
+
+    def _handle_request(self, frame):
         try:
             header = codec.parse_request_header(frame)
         except ValueError as exc:
@@ -266,10 +283,15 @@ class KafkaServerProtocol(protocol.Protocol):
         except ValueError as exc:
             self._bad_input(f"malformed request body: {exc}", header)
             return
-        ctx = RequestContext(self.broker, header, self.peer)
+        ctx = RequestContext(self.broker, header, self.peer, self.session)
         started = time.perf_counter_ns()
         try:
-            result = handler(ctx, request)
+            if self._gate is not None:
+                # Only connections of a broker with an authorizer get here
+                # past authentication: check what the principal may do.
+                result = _checked(ctx, api_key, request, handler)
+            else:
+                result = handler(ctx, request)
             if self.broker.quotas.enabled:
                 result = apply_quotas(
                     self, header, len(frame), result, time.perf_counter_ns() - started
@@ -399,18 +421,35 @@ class KafkaServerProtocol(protocol.Protocol):
         self._slots.clear()
 
 
+def _authorizing(session):
+    from pluglog.security.sasl import _Authorizing
+
+    return _Authorizing(session)
+
+
+def _checked(ctx, api_key, request, handler):
+    from pluglog.security.checks import checked
+
+    if ctx.session is None or not ctx.session.authenticated:
+        return handler(ctx, request)  # ApiVersions / SASL during authentication
+    return checked(ctx, api_key, request, handler)
+
+
 class KafkaServerFactory(protocol.Factory):
     """Builds a KafkaServerProtocol per client connection."""
 
-    def __init__(self, broker):
+    def __init__(self, broker, listener=None):
         self.broker = broker
+        self.listener = listener
         self.guard = ConnectionGuard(broker.config, broker.reactor)
 
     def stopFactory(self):
         self.guard.stop()
 
     def buildProtocol(self, addr):
-        proto = KafkaServerProtocol(self.broker, self.broker.config.socket_request_max_bytes)
+        proto = KafkaServerProtocol(
+            self.broker, self.broker.config.socket_request_max_bytes, self.listener
+        )
         proto.factory = self
         return proto
 

@@ -5,6 +5,22 @@ come from Kafka's message JSON specs; fields first added after the highest versi
 pluglog defines are left out so decoded dicts carry nothing a handler can't use.
 """
 
-from pluglog.protocol.schemas import admin, cluster, core, groups, produce_fetch, quotas
+from pluglog.protocol.schemas import (
+    admin,
+    cluster,
+    core,
+    groups,
+    produce_fetch,
+    quotas,
+    security,
+)
 
-ALL_APIS = core.APIS + produce_fetch.APIS + admin.APIS + groups.APIS + cluster.APIS + quotas.APIS
+ALL_APIS = (
+    core.APIS
+    + produce_fetch.APIS
+    + admin.APIS
+    + groups.APIS
+    + cluster.APIS
+    + quotas.APIS
+    + security.APIS
+)

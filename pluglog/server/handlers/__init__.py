@@ -28,13 +28,15 @@ class CloseConnection(Exception):  # noqa: N818 - an instruction, not an error r
 class RequestContext:
     """What a handler knows about the request besides its body."""
 
-    __slots__ = ("broker", "header", "peer", "version")
+    __slots__ = ("broker", "header", "peer", "version", "session")
 
-    def __init__(self, broker, header, peer):
+    def __init__(self, broker, header, peer, session=None):
         self.broker = broker
         self.header = header
         self.peer = peer
         self.version = header.api_version
+        #: the connection's pluglog.security.sasl.Session (None: no listeners configured)
+        self.session = session
 
 
 def error_code(exc):
@@ -90,10 +92,10 @@ def per_partition(broker, topics, answer, topic_key="name", partition_key="parti
 
 
 def _build_table():
-    from pluglog.server.handlers import admin, cluster, core, fetch, produce, quotas
+    from pluglog.server.handlers import acls, admin, cluster, core, fetch, produce, quotas, sasl
 
     table = {}
-    for module in (core, produce, fetch, admin, cluster, quotas):
+    for module in (core, produce, fetch, admin, cluster, quotas, sasl, acls):
         table.update(module.HANDLERS)
     try:
         from pluglog.server.handlers import groups

@@ -113,7 +113,7 @@ def handle_metadata(ctx, request):
         names = list(dict.fromkeys(t["name"] for t in requested))
         auto_create = request.get("allow_auto_topic_creation", True) if version >= 4 else True
     auto_create = auto_create and broker.config.auto_create_topics_enable
-    brokers = _brokers(broker)
+    brokers = _brokers(broker, ctx.session)
     live = {node for node, _host, _port, _rack in brokers}
     entries = []
     created = 0  # partitions auto-created by this request
@@ -151,11 +151,20 @@ def handle_metadata(ctx, request):
     }
 
 
-def _brokers(broker):
+def own_endpoint(broker, session):
+    """This broker's advertised ``(host, port)`` on the client's listener:
+    Kafka answers with the endpoints of the listener the client came in on."""
+    if session is None:
+        return broker.advertised
+    return getattr(broker, "listener_endpoints", {}).get(session.listener.name, broker.advertised)
+
+
+def _brokers(broker, session=None):
+    own = own_endpoint(broker, session)
     out = []
     for node, host, port, rack in broker.coordinator.brokers():
         if node == broker.node_id:
-            host, port = broker.advertised
+            host, port = own
         out.append((node, host, port, rack))
     return out
 

@@ -70,6 +70,10 @@ def handle_find_coordinator(ctx, request):
         node = gc.coordinator_node(request["key"])
         if node is None:
             return answer(COORDINATOR_NOT_AVAILABLE, "the group's offsets partition has no leader")
+        if node[0] == ctx.broker.node_id and ctx.session is not None:
+            from pluglog.server.handlers.core import own_endpoint
+
+            node = (node[0], *own_endpoint(ctx.broker, ctx.session))
         return answer(NONE, node=node)
 
     def failed(failure):

@@ -1,0 +1,338 @@
+"""What each API needs from the authorizer, as Kafka's KafkaApis checks it.
+
+Runs only on connections of a broker with an authorizer (the protocol sends
+every request of such a connection here instead of the produce fast lane),
+so a broker without one pays nothing. Decisions are cached per connection
+(principal, operation, resource) until the ACLs change. Multi-topic requests
+answer the denied topics with TOPIC_AUTHORIZATION_FAILED and pass the rest
+on; group requests get GROUP_AUTHORIZATION_FAILED; cluster-level ones
+CLUSTER_AUTHORIZATION_FAILED. Metadata hides topics the principal may not
+DESCRIBE when it asks for all of them.
+"""
+
+from twisted.internet import defer
+
+from pluglog.errors import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    GROUP_AUTHORIZATION_FAILED,
+    TOPIC_AUTHORIZATION_FAILED,
+)
+from pluglog.security.acls import (
+    ALTER,
+    ALTER_CONFIGS,
+    CLUSTER,
+    CLUSTER_NAME,
+    CREATE,
+    DELETE,
+    DESCRIBE,
+    DESCRIBE_CONFIGS,
+    GROUP,
+    READ,
+    TOPIC,
+    WRITE,
+)
+
+_DENIED = "not authorized"
+
+
+def allowed(ctx, operation, resource_type, name):
+    session = ctx.session
+    authorizer = ctx.broker.security.authorizer
+    cache = session.acl_cache
+    if not cache and session.listener.tls and not session.listener.sasl:
+        # SSL listener: the principal is the client certificate's subject, as Kafka's.
+        from pluglog.security.listeners import peer_principal
+
+        session.principal = peer_principal(session.conn.transport) or session.principal
+    stamp = authorizer.version
+    if cache.get(None) != stamp:
+        cache.clear()
+        cache[None] = stamp
+    key = (operation, resource_type, name)
+    decision = cache.get(key)
+    if decision is None:
+        host = ctx.peer.rpartition(":")[0]
+        decision = authorizer.authorize(session.principal, host, operation, resource_type, name)
+        cache[key] = decision
+    return decision
+
+
+def _split(ctx, entries, key, operation):
+    ok, denied = [], []
+    for entry in entries:
+        (ok if allowed(ctx, operation, TOPIC, entry[key]) else denied).append(entry)
+    return ok, denied
+
+
+def _then(result, fix):
+    if isinstance(result, defer.Deferred):
+        return result.addCallback(fix)
+    return fix(result)
+
+
+def _produce(ctx, request, handler):
+    from pluglog.server.handlers import NO_RESPONSE
+    from pluglog.server.handlers.produce import partition_result
+
+    ok, denied = _split(ctx, request["topic_data"], "name", WRITE)
+    if not denied:
+        return handler(ctx, request)
+    request["topic_data"] = ok
+    result = handler(ctx, request)
+    extra = [
+        {
+            "name": t["name"],
+            "partition_responses": [
+                partition_result(p["index"], TOPIC_AUTHORIZATION_FAILED)
+                for p in t["partition_data"]
+            ],
+        }
+        for t in denied
+    ]
+
+    def fix(body):
+        if body is NO_RESPONSE:
+            return body
+        body["responses"].extend(extra)
+        return body
+
+    return _then(result, fix)
+
+
+def _fetch(ctx, request, handler):
+    ok, denied = _split(ctx, request["topics"], "topic", READ)
+    if not denied:
+        return handler(ctx, request)
+    request["topics"] = ok
+    extra = [
+        {
+            "topic": t["topic"],
+            "partitions": [
+                {
+                    "partition_index": p["partition"],
+                    "error_code": TOPIC_AUTHORIZATION_FAILED,
+                    "high_watermark": -1,
+                    "last_stable_offset": -1,
+                    "log_start_offset": -1,
+                    "records": None,
+                }
+                for p in t["partitions"]
+            ],
+        }
+        for t in denied
+    ]
+
+    def fix(body):
+        body["responses"].extend(extra)
+        return body
+
+    return _then(handler(ctx, request), fix)
+
+
+def _metadata(ctx, request, handler):
+    requested = request["topics"]
+    denied = []
+    if requested:
+        ok, denied = _split(ctx, requested, "name", DESCRIBE)
+        if not ok:
+            request["allow_auto_topic_creation"] = False
+            # An empty list would mean "all topics" in v0: ask for a name that
+            # cannot exist and drop its entry below.
+            ok = []
+        request["topics"] = ok
+
+    def fix(body):
+        topics = [t for t in body["topics"] if allowed(ctx, DESCRIBE, TOPIC, t["name"])]
+        topics += [
+            {
+                "error_code": TOPIC_AUTHORIZATION_FAILED,
+                "name": t["name"],
+                "is_internal": False,
+                "partitions": [],
+            }
+            for t in denied
+        ]
+        body["topics"] = topics
+        return body
+
+    if requested and not request["topics"]:
+        return fix(
+            {
+                "throttle_time_ms": 0,
+                "brokers": _brokers(ctx),
+                "cluster_id": ctx.broker.coordinator.cluster_id(),
+                "controller_id": ctx.broker.coordinator.controller_id(),
+                "topics": [],
+            }
+        )
+    return _then(handler(ctx, request), fix)
+
+
+def _brokers(ctx):
+    from pluglog.server.handlers.core import _brokers
+
+    return [
+        {"node_id": n, "host": h, "port": p, "rack": r}
+        for n, h, p, r in _brokers(ctx.broker, ctx.session)
+    ]
+
+
+def _named_topics(operation, list_key, name_key, response_key, alt_cluster=None):
+    def check(ctx, request, handler):
+        entries = request[list_key]
+        names = entries if entries and isinstance(entries[0], str) else None
+        if alt_cluster is not None and allowed(ctx, alt_cluster, CLUSTER, CLUSTER_NAME):
+            return handler(ctx, request)
+        if names is not None:
+            ok = [n for n in names if allowed(ctx, operation, TOPIC, n)]
+            denied = [n for n in names if n not in ok]
+            request[list_key] = ok
+        else:
+            ok, denied_entries = _split(ctx, entries, name_key, operation)
+            denied = [e[name_key] for e in denied_entries]
+            request[list_key] = ok
+        if not denied:
+            return handler(ctx, request)
+        extra = [
+            {"name": n, "error_code": TOPIC_AUTHORIZATION_FAILED, "error_message": _DENIED}
+            for n in denied
+        ]
+
+        def fix(body):
+            body.setdefault(response_key, []).extend(extra)
+            return body
+
+        return _then(handler(ctx, request), fix)
+
+    return check
+
+
+def _group(operation):
+    def check(ctx, request, handler):
+        if allowed(ctx, operation, GROUP, request["group_id"]):
+            return handler(ctx, request)
+        return {"throttle_time_ms": 0, "error_code": GROUP_AUTHORIZATION_FAILED, "topics": []}
+
+    return check
+
+
+def _find_coordinator(ctx, request, handler):
+    if request.get("key_type", 0) != 0 or allowed(ctx, DESCRIBE, GROUP, request["key"]):
+        return handler(ctx, request)
+    return {
+        "throttle_time_ms": 0,
+        "error_code": GROUP_AUTHORIZATION_FAILED,
+        "error_message": _DENIED,
+        "node_id": -1,
+        "host": "",
+        "port": -1,
+    }
+
+
+def _cluster(operation, body):
+    def check(ctx, request, handler):
+        if allowed(ctx, operation, CLUSTER, CLUSTER_NAME):
+            return handler(ctx, request)
+        return body(request)
+
+    return check
+
+
+def _acl_denied(request):
+    return {
+        "throttle_time_ms": 0,
+        "error_code": CLUSTER_AUTHORIZATION_FAILED,
+        "error_message": _DENIED,
+        "resources": [],
+        "results": [
+            {"error_code": CLUSTER_AUTHORIZATION_FAILED, "error_message": _DENIED}
+            for _ in request.get("creations", ())
+        ],
+        "filter_results": [
+            {"error_code": CLUSTER_AUTHORIZATION_FAILED, "error_message": _DENIED}
+            for _ in request.get("filters", ())
+        ],
+    }
+
+
+def _configs(operation):
+    def check(ctx, request, handler):
+        results = []
+        keep = []
+        for res in request["resources"]:
+            rtype = TOPIC if res["resource_type"] == 2 else CLUSTER
+            name = res["resource_name"] if rtype == TOPIC else CLUSTER_NAME
+            if allowed(ctx, operation, rtype, name):
+                keep.append(res)
+            else:
+                code = (
+                    TOPIC_AUTHORIZATION_FAILED if rtype == TOPIC else CLUSTER_AUTHORIZATION_FAILED
+                )
+                results.append(
+                    {
+                        "error_code": code,
+                        "error_message": _DENIED,
+                        "resource_type": res["resource_type"],
+                        "resource_name": res["resource_name"],
+                        "configs": [],
+                    }
+                )
+        request["resources"] = keep
+
+        def fix(body):
+            key = "results" if "results" in body else "responses"
+            if operation == DESCRIBE_CONFIGS:
+                _hide_paths(ctx, body[key])
+            body[key].extend(results)
+            return body
+
+        return _then(handler(ctx, request), fix)
+
+    return check
+
+
+#: broker configs whose values reveal the host's file system
+_PATH_CONFIGS = frozenset(("log.dirs", "log.dir"))
+
+
+def _hide_paths(ctx, results):
+    """Only super users see the data dir; others get it as Kafka shows a
+    sensitive config: no value, ``is_sensitive``."""
+    if ctx.session.principal in ctx.broker.security.super_users:
+        return
+    for result in results:
+        for item in result.get("configs") or ():
+            if item["name"] in _PATH_CONFIGS:
+                item["value"] = None
+                item["is_sensitive"] = True
+                item["synonyms"] = []
+
+
+CHECKS = {
+    0: _produce,
+    1: _fetch,
+    3: _metadata,
+    8: _group(READ),  # OffsetCommit (READ on each topic too, in Kafka)
+    9: _group(DESCRIBE),  # OffsetFetch
+    10: _find_coordinator,
+    11: _group(READ),  # JoinGroup
+    12: _group(READ),  # Heartbeat
+    13: _group(READ),  # LeaveGroup
+    14: _group(READ),  # SyncGroup
+    19: _named_topics(CREATE, "topics", "name", "topics", alt_cluster=CREATE),
+    20: _named_topics(DELETE, "topic_names", "name", "responses"),
+    29: _cluster(DESCRIBE, _acl_denied),
+    30: _cluster(ALTER, _acl_denied),
+    31: _cluster(ALTER, _acl_denied),
+    32: _configs(DESCRIBE_CONFIGS),
+    33: _configs(ALTER_CONFIGS),
+    44: _configs(ALTER_CONFIGS),
+}
+
+
+def checked(ctx, api_key, request, handler):
+    """Run ``handler`` as far as the principal is allowed to."""
+    check = CHECKS.get(api_key)
+    if check is None:
+        return handler(ctx, request)
+    return check(ctx, request, handler)
