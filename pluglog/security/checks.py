@@ -336,3 +336,17 @@ def checked(ctx, api_key, request, handler):
     if check is None:
         return handler(ctx, request)
     return check(ctx, request, handler)
+
+
+def authorized_operations(ctx, resource_type, name):
+    """KIP-430's bit field (bit n = operation code n) of what the principal
+    may do on a resource; every operation of the type when no authorizer is set."""
+    from pluglog.security.acls import RESOURCE_OPERATIONS
+
+    security = getattr(ctx.broker, "security", None)
+    authorizing = security is not None and security.authorizer is not None
+    bits = 0
+    for operation in RESOURCE_OPERATIONS[resource_type]:
+        if not authorizing or ctx.session is None or allowed(ctx, operation, resource_type, name):
+            bits |= 1 << operation
+    return bits

@@ -216,3 +216,30 @@ def test_describe_configs_hides_the_data_dir_from_non_super_users(acl_broker):
         assert (entry.value == acl_broker.data_dir) is visible
         if not visible:
             assert entry.value is None and entry.is_sensitive
+
+
+def test_authorized_operations_kip_430(acl_broker):
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation, AdminClient
+
+    topic = f"ops-{uuid.uuid4().hex[:6]}"
+    assert produce(acl_broker, ADMIN, topic, n=1) == [None]
+    admin = kp_admin(acl_broker, ADMIN)
+    admin.create_acls([acl("TOPIC", topic, "READ")])
+    admin.close()
+    for login, expected in (
+        (READER, {AclOperation.READ, AclOperation.DESCRIBE}),
+        (ADMIN, {AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE}),
+    ):
+        client = AdminClient(conf(acl_broker, login))
+        futures = client.describe_topics(
+            TopicCollection([topic]), request_timeout=10, include_authorized_operations=True
+        )
+        ops = set(futures[topic].result(10).authorized_operations)
+        if login is READER:
+            assert ops == expected
+        else:
+            assert expected <= ops
+        cluster = client.describe_cluster(include_authorized_operations=True).result(10)
+        cluster_ops = set(cluster.authorized_operations or ())
+        assert (AclOperation.ALTER in cluster_ops) is (login is ADMIN)

@@ -86,3 +86,12 @@ def test_garbage_tls_handshake_closes_quietly(secure):
         with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
             assert tls.version() in ("TLSv1.2", "TLSv1.3")
     assert "Traceback" not in secure.log()
+
+
+def test_all_operations_authorized_without_an_authorizer(secure):
+    from confluent_kafka.admin import AclOperation, AdminClient
+
+    client = AdminClient(confluent_conf(secure, "SASL_SSL", "SCRAM-SHA-256"))
+    cluster = client.describe_cluster(include_authorized_operations=True).result(20)
+    ops = set(cluster.authorized_operations or ())
+    assert {AclOperation.ALTER, AclOperation.CREATE, AclOperation.DESCRIBE} <= ops

@@ -100,6 +100,14 @@ def handle_describe_cluster(ctx, request):
         "brokers": [],
         "cluster_authorized_operations": AUTHORIZED_OPERATIONS_UNKNOWN,
     }
+    if request.get("include_cluster_authorized_operations"):
+        from pluglog.security.acls import CLUSTER, CLUSTER_NAME
+        from pluglog.security.checks import authorized_operations
+
+        # KIP-430: the principal's operations (all of them without an authorizer).
+        response["cluster_authorized_operations"] = authorized_operations(
+            ctx, CLUSTER, CLUSTER_NAME
+        )
     if endpoint == ENDPOINT_CONTROLLERS:
         # Kafka's brokers answer this way too: the ZooKeeper-era controller is
         # a broker, not a KRaft controller endpoint.

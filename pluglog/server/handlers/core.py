@@ -138,7 +138,7 @@ def handle_metadata(ctx, request):
             entries.append(_error_entry(name, UNKNOWN_TOPIC_OR_PARTITION))
         else:
             entries.append(_topic_entry(broker, name, meta, live))
-    return {
+    response = {
         "throttle_time_ms": 0,
         "brokers": [
             {"node_id": node, "host": host, "port": port, "rack": rack}
@@ -149,6 +149,28 @@ def handle_metadata(ctx, request):
         "topics": entries,
         "cluster_authorized_operations": -2147483648,
     }
+    if request.get("include_cluster_authorized_operations") or request.get(
+        "include_topic_authorized_operations"
+    ):
+        _authorized_operations(ctx, request, response)
+    return response
+
+
+def _authorized_operations(ctx, request, response):
+    # KIP-430: asked for, the principal's operations (all without an authorizer).
+    from pluglog.security.acls import CLUSTER, CLUSTER_NAME, TOPIC
+    from pluglog.security.checks import authorized_operations
+
+    if request.get("include_cluster_authorized_operations"):
+        response["cluster_authorized_operations"] = authorized_operations(
+            ctx, CLUSTER, CLUSTER_NAME
+        )
+    if request.get("include_topic_authorized_operations"):
+        for entry in response["topics"]:
+            if entry["error_code"] == NONE:
+                entry["topic_authorized_operations"] = authorized_operations(
+                    ctx, TOPIC, entry["name"]
+                )
 
 
 def own_endpoint(broker, session):

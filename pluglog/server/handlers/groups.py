@@ -178,6 +178,12 @@ def handle_describe_groups(ctx, request):
     for group_id in request["groups"]:
         described = gc.describe_group(group_id)
         described["authorized_operations"] = _OPERATIONS_OMITTED
+        if request.get("include_authorized_operations"):
+            from pluglog.security.acls import GROUP
+            from pluglog.security.checks import authorized_operations
+
+            # KIP-430: the principal's operations (all of them without an authorizer).
+            described["authorized_operations"] = authorized_operations(ctx, GROUP, group_id)
         groups.append(described)
     return {"throttle_time_ms": 0, "groups": groups}
 
