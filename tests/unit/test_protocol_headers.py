@@ -98,7 +98,7 @@ def test_is_flexible_and_supported():
     assert proto.is_flexible(18, 3) and not proto.is_flexible(18, 2)
     assert proto.is_flexible(60, 0) and not proto.is_flexible(0, 8)
     assert proto.is_supported(1, 4) and not proto.is_supported(1, 3)
-    assert not proto.is_supported(17, 1) and proto.is_defined(17, 1)
+    assert proto.is_supported(17, 1) and proto.is_defined(17, 1)  # SASL is served (#16)
     assert proto.API_NAMES[0] == "Produce" and proto.API_NAMES[60] == "DescribeCluster"
     with pytest.raises(proto.UnsupportedVersionError):
         proto.is_flexible(1, 12)

@@ -86,7 +86,7 @@ def test_schema_matches_kafka_json(key, kind):
 def test_supported_within_defined():
     for key, (lo, hi) in SUPPORTED.items():
         assert APIS[key].defines(lo) and APIS[key].defines(hi)
-    assert 17 not in SUPPORTED and SUPPORTED[60] == (0, 2)
+    assert SUPPORTED[17] == (0, 1) and SUPPORTED[36] == (0, 2) and SUPPORTED[60] == (0, 2)
     # DescribeLogDirs v5 would make kafka-python infer a Kafka 4.3 broker.
     assert SUPPORTED[35] == (0, 4)
     assert SUPPORTED[0] == (0, 8) and SUPPORTED[1] == (4, 11) and SUPPORTED[18] == (0, 4)
@@ -107,7 +107,9 @@ def test_no_advertised_version_is_flexible_except_known_ones():
     # Client quotas (v1) and InitProducerId v2-4, which kafka-python sends
     # once the quota APIs make it infer Kafka 2.6.
     quotas = {(48, 1), (49, 1), (22, 2), (22, 3), (22, 4)}
-    assert flexible == {(18, 3), (18, 4), (44, 1)} | operator | quotas
+    # SaslAuthenticate v2 (#16): flexible, sent by current librdkafka.
+    sasl = {(36, 2)}
+    assert flexible == {(18, 3), (18, 4), (44, 1)} | operator | quotas | sasl
 
 
 def test_kafka_python_infers_kafka_2_6_and_gets_the_epoch_bump_it_then_uses():

@@ -230,15 +230,15 @@ class ServerProtocolTests(SynchronousTestCase):
             assert transport.disconnecting
             assert transport.value() == b""
 
-    def test_unadvertised_api_with_error_field_gets_unsupported_version(self):
+    def test_sasl_handshake_without_a_sasl_listener_is_an_illegal_state(self):
         broker = self.broker
         proto, transport = connect(broker)
-        # SaslHandshake is defined by the codec but not served (no SASL listener).
+        # SaslHandshake is served (#16), but this connection is not on a SASL listener.
         proto.dataReceived(
             codec.encode_request(codec.SASL_HANDSHAKE, 1, 3, "t", {"mechanism": "PLAIN"})
         )
         [(cid, body)] = responses(transport, [(codec.SASL_HANDSHAKE, 1)])
-        assert (cid, body["error_code"]) == (3, 35)
+        assert (cid, body["error_code"]) == (3, 34)  # ILLEGAL_SASL_STATE
         assert not transport.disconnecting
 
     def test_unadvertised_version_without_error_field_closes(self):
