@@ -10,8 +10,6 @@ and its source with it. ``listeners`` and ``advertised.listeners`` are given
 in Kafka's form (``PLAINTEXT://host:port``), not as the Twisted strport.
 """
 
-import re
-
 from pluglog.config import BROKER_KEYS, TOPIC_KEYS, BrokerConfig, TopicConfig
 
 SOURCE_TOPIC = 1
@@ -37,19 +35,10 @@ def _host(host):
 def strport_address(strport):
     """``(interface, port)`` of a ``tcp:PORT[:interface=IP]`` strport; the
     interface is ``0.0.0.0`` when none is given (Twisted listens on all)."""
-    parts = [p.replace("\\:", ":") for p in re.split(r"(?<!\\):", strport)]
-    interface, port, positional = "0.0.0.0", None, []
-    for part in parts[1:]:
-        key, eq, value = part.partition("=")
-        if eq and key == "interface":
-            interface = value
-        elif eq and key == "port":
-            port = value
-        elif not eq:
-            positional.append(part)
-    if port is None and positional:
-        port = positional[0]
-    return interface, int(port or 0)
+    from pluglog.tap import listen_address  # the option parser's own reading
+
+    interface, port = listen_address(strport)
+    return interface or "0.0.0.0", port
 
 
 def kafka_listeners(broker):
