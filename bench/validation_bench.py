@@ -2,8 +2,8 @@
 
 Usage: ``python3 bench/validation_bench.py [--records 50] [--size 200]``.
 Prints, per codec, the best-of-5 time of
-:func:`pluglog.broker.validation.validate_records` (the C walk through
-aiokafka's record iterator, plus bounded decompression) and, for the
+:func:`pluglog.broker.validation.validate_records` (the C walk of
+pluglog._recordwalk, plus bounded decompression) and, for the
 uncompressed batch, the pure-Python reference walker and the batch's CRC-32C
 check for scale.
 """

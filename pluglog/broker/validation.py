@@ -28,12 +28,11 @@ The CRC mismatch stays the storage layer's CORRUPT_MESSAGE.
 
 Speed: the record walk runs in C, in :mod:`pluglog._recordwalk`
 (pluglog/_recordwalk.c, built by setup.py; about 1 us for 50 x 200-byte
-records). Without it (a checkout nobody ran ``build_ext`` in) the walk goes
-through aiokafka's Cython ``DefaultRecordBatch`` (about 15 us: it builds a
-Python object per record), and without that through the pure-Python
-:func:`walk_records` (about 500 us), which is also the reference the tests
-hold both C walks to and the fallback when aiokafka refuses something Kafka
-accepts (a header key that is not UTF-8: Java decodes it leniently).
+records). Without it (a checkout nobody ran ``build_ext`` in) the walk is
+the pure-Python :func:`walk_records` (about 500 us), which is also the
+reference the tests hold the C walk to. aiokafka's Cython iterator used to sit
+between the two; it reads varints of up to ten bytes where Kafka refuses a
+sixth, so it accepted batches Kafka refuses, and it went.
 bench/validation_bench.py and bench/RESULTS.md have the figures.
 
 Contract: pure functions over bytes-like objects, no I/O; the caller (the
@@ -51,17 +50,6 @@ try:  # our C walk (setup.py builds it; optional)
 except ImportError:  # pragma: no cover - a checkout without build_ext
     _c_walk = None
 
-
-def _aiokafka_batch():
-    try:  # aiokafka's Cython record iterator: the fallback without _recordwalk
-        from aiokafka.record._crecords.default_records import DefaultRecordBatch
-    except ImportError:  # pragma: no cover - aiokafka without its C extension
-        return None
-    return DefaultRecordBatch
-
-
-# Imported only when needed: aiokafka costs the broker ~5 MB of RSS.
-_CBatch = None if _c_walk is not None else _aiokafka_batch()
 
 #: a compressed batch may decompress to at most this many times max.message.bytes
 DECOMPRESSION_FACTOR = 64
@@ -261,16 +249,6 @@ def walk_records(data, count):
     return offsets
 
 
-def _walk_c(batch):
-    """Offset deltas through aiokafka's C iterator (``None``: walk in Python)."""
-    try:
-        return [record.offset for record in _CBatch(batch)]
-    except UnicodeDecodeError:
-        return None  # a non-UTF-8 header key: Kafka accepts it; walk in Python
-    except Exception as exc:  # aiokafka's CorruptRecordException and friends
-        raise _error(f"record framing: {exc}") from exc
-
-
 _ORDER = list(range(1 << 12))
 
 
@@ -313,9 +291,10 @@ def validate_records(batch, max_message_bytes):
         except ValueError as exc:
             raise _error(str(exc)) from None
         return count
-    offsets = _walk_c(view) if _CBatch is not None else None
-    if offsets is None:
-        offsets = [base_offset + delta for delta in walk_records(view[_HEADER_SIZE:], count)]
+    # Without the C walk (a checkout without build_ext): the reference walker.
+    # aiokafka's Cython iterator is not a substitute: it reads varints of up to
+    # ten bytes where Kafka refuses a sixth, so it accepts batches Kafka refuses.
+    offsets = [base_offset + delta for delta in walk_records(view[_HEADER_SIZE:], count)]
     if len(offsets) != count:
         raise _error(f"batch says {count} records but holds {len(offsets)}")
     if last_delta != count - 1 or offsets != _in_order(base_offset, count):
