@@ -252,7 +252,7 @@ def test_validation_walker_agrees_with_the_full_decoder():
         field, field, st.lists(st.tuples(st.text(max_size=5), st.binary(max_size=5)), max_size=3)
     )
 
-    @settings(max_examples=60, deadline=None)
+    @settings(max_examples=60, deadline=None, database=None)
     @given(st.lists(record, min_size=1, max_size=20), st.sampled_from(["none", "gzip", "lz4"]))
     def check(rows, codec):
         batch = build_batch(
