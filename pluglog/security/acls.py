@@ -165,6 +165,40 @@ class AclAuthorizer:
         allowing = ops + _IMPLIED.get(operation, ())
         return any(b.permission_type == ALLOW and b.operation in allowing for b in mine)
 
+    def authorize_by_resource_type(self, principal, host, operation, resource_type):
+        """True if ``operation`` is allowed on at least one resource of the
+        type (Kafka's ``Authorizer.authorizeByResourceType``): an ALLOW whose
+        pattern no DENY covers (a DENY on ``*`` covers everything)."""
+        if principal in self.super_users:
+            return True
+        typed = [b for b in self.bindings if b.resource_type == resource_type]
+        if not typed:
+            return self.allow_if_no_acl
+        mine = [
+            b
+            for b in typed
+            if b.principal in (principal, "User:*")
+            and b.host in (host, WILDCARD)
+            and b.operation in (operation, ALL)
+        ]
+        denies = [b for b in mine if b.permission_type == DENY]
+
+        def covered(allow):
+            for deny in denies:
+                if deny.pattern_type == LITERAL and deny.resource_name == WILDCARD:
+                    return True
+                if deny.pattern_type == PREFIXED and allow.resource_name.startswith(
+                    deny.resource_name
+                ):
+                    return True
+                if deny.pattern_type == allow.pattern_type == LITERAL and (
+                    deny.resource_name == allow.resource_name
+                ):
+                    return True
+            return False
+
+        return any(b.permission_type == ALLOW and not covered(b) for b in mine)
+
     def create_acls(self, bindings):
         results = []
         for binding in bindings:

@@ -78,7 +78,6 @@ def _produce(ctx, request, handler):
     if not denied:
         return handler(ctx, request)
     request["topic_data"] = ok
-    result = handler(ctx, request)
     extra = [
         {
             "name": t["name"],
@@ -90,13 +89,23 @@ def _produce(ctx, request, handler):
         for t in denied
     ]
 
+    if request.get("acks") == 0:
+        # No response slot to carry the error: Kafka closes the connection
+        # (after appending what was allowed).
+        from pluglog.server.handlers import CloseConnection
+
+        if ok:
+            handler(ctx, request)
+        names = ", ".join(sorted({t["name"] for t in denied}))
+        raise CloseConnection(f"acks=0 produce not authorized to WRITE topic(s) {names}")
+
     def fix(body):
         if body is NO_RESPONSE:
             return body
         body["responses"].extend(extra)
         return body
 
-    return _then(result, fix)
+    return _then(handler(ctx, request), fix)
 
 
 def _fetch(ctx, request, handler):
@@ -134,6 +143,8 @@ def _metadata(ctx, request, handler):
     denied = []
     if requested:
         ok, denied = _split(ctx, requested, "name", DESCRIBE)
+        ok, no_create = _creatable(ctx, request, ok)
+        denied += no_create
         if not ok:
             request["allow_auto_topic_creation"] = False
             # An empty list would mean "all topics" in v0: ask for a name that
@@ -166,6 +177,21 @@ def _metadata(ctx, request, handler):
             }
         )
     return _then(handler(ctx, request), fix)
+
+
+def _creatable(ctx, request, entries):
+    """Kafka's auto-creation rule: a missing topic the request would create
+    needs CREATE on the cluster or on the topic; without it the topic is not
+    created and is answered TOPIC_AUTHORIZATION_FAILED."""
+    auto = request.get("allow_auto_topic_creation", True) if ctx.version >= 4 else True
+    if not (auto and ctx.broker.config.auto_create_topics_enable):
+        return entries, []
+    existing = ctx.broker.coordinator.topics()
+    missing = [e for e in entries if e["name"] not in existing]
+    if not missing or allowed(ctx, CREATE, CLUSTER, CLUSTER_NAME):
+        return entries, []
+    refused = [e for e in missing if not allowed(ctx, CREATE, TOPIC, e["name"])]
+    return [e for e in entries if e not in refused], refused
 
 
 def _brokers(ctx):
@@ -312,7 +338,6 @@ CHECKS = {
     0: _produce,
     1: _fetch,
     3: _metadata,
-    8: _group(READ),  # OffsetCommit (READ on each topic too, in Kafka)
     9: _group(DESCRIBE),  # OffsetFetch
     10: _find_coordinator,
     11: _group(READ),  # JoinGroup
@@ -350,3 +375,10 @@ def authorized_operations(ctx, resource_type, name):
         if not authorizing or ctx.session is None or allowed(ctx, operation, resource_type, name):
             bits |= 1 << operation
     return bits
+
+
+# The remaining APIs' checks (offsets, groups, admin, cluster); imported last
+# because they build on the helpers above.
+from pluglog.security.api_checks import MORE_CHECKS  # noqa: E402
+
+CHECKS.update(MORE_CHECKS)

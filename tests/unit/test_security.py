@@ -138,6 +138,27 @@ def test_acl_rules(tmp_path):
     assert everyone.authorize("User:eve", "h", acls.READ, acls.TOPIC, "no-acl-topic")
 
 
+def test_authorize_by_resource_type(tmp_path):
+    """Kafka's authorizeByResourceType (an idempotent producer needs WRITE on
+    some topic): an ALLOW counts unless a DENY covers its whole pattern."""
+    config = BrokerConfig(data_dir=str(tmp_path), super_users="User:root")
+    authz = acls.AclAuthorizer(config)
+    by_type = authz.authorize_by_resource_type
+    assert not by_type("User:bob", "h", acls.WRITE, acls.TOPIC)  # no ACLs at all
+    assert by_type("User:root", "h", acls.WRITE, acls.TOPIC)
+    authz.create_acls([_binding("orders", acls.READ)])
+    assert not by_type("User:bob", "h", acls.WRITE, acls.TOPIC)  # READ is not WRITE
+    authz.create_acls([_binding("logs-", acls.WRITE, pattern=acls.PREFIXED)])
+    assert by_type("User:bob", "h", acls.WRITE, acls.TOPIC)
+    assert not by_type("User:eve", "h", acls.WRITE, acls.TOPIC)
+    authz.create_acls([_binding("log", acls.WRITE, perm=acls.DENY, pattern=acls.PREFIXED)])
+    assert not by_type("User:bob", "h", acls.WRITE, acls.TOPIC)  # the DENY covers logs-*
+    authz.create_acls([_binding("orders", acls.ALL)])
+    assert by_type("User:bob", "h", acls.WRITE, acls.TOPIC)
+    authz.create_acls([_binding("*", acls.WRITE, perm=acls.DENY)])
+    assert not by_type("User:bob", "h", acls.WRITE, acls.TOPIC)  # DENY on every topic
+
+
 class _Broker:
     def __init__(self, security, clock):
         self.security = security

@@ -1,0 +1,548 @@
+"""Every API checks what Kafka's KafkaApis checks, against the broker process.
+
+One table: for each API, a principal without the ACL is refused with
+Kafka's error code, and with it passes the check. Requests go through
+pluglog's blocking client logged in with SASL (no client library has most
+of these APIs); auto-creation is also checked with confluent-kafka's
+producer, and a denied acks=0 produce must close the connection.
+"""
+
+import uuid
+
+import pytest
+
+from pluglog.client.blocking import ProtocolError
+from pluglog.protocol.records import Record, build_batch
+from pluglog.security.client_login import connect
+from tests.broker_process import BrokerProcess, free_port
+from tests.integration.secure_broker import add_user
+
+ADMIN, BOB = ("admin", "admin-pw"), ("bob", "bob-pw")
+TOPIC, GROUP, CLUSTER, TXN = 2, 3, 4, 5
+OPS = {
+    "READ": 3,
+    "WRITE": 4,
+    "CREATE": 5,
+    "DELETE": 6,
+    "ALTER": 7,
+    "DESCRIBE": 8,
+    "CLUSTER_ACTION": 9,
+    "DESCRIBE_CONFIGS": 10,
+    "ALTER_CONFIGS": 11,
+    "IDEMPOTENT_WRITE": 12,
+}
+TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED, TXN_DENIED = 29, 30, 31, 53
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    data = tmp_path_factory.mktemp("aclapis") / "data"
+    for user, password in (ADMIN, BOB):
+        assert add_user(data, user, password).returncode == 0
+    sasl, plain = free_port(), free_port()
+    proc = BrokerProcess(
+        data,
+        port=plain,
+        settings={
+            "listeners": f"SASL_PLAINTEXT://127.0.0.1:{sasl},PLAINTEXT://127.0.0.1:{plain}",
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            "super.users": "User:admin",
+        },
+    ).start()
+    proc.sasl = f"127.0.0.1:{sasl}"
+    yield proc
+    proc.stop()
+
+
+def login(broker, who, mechanism="SCRAM-SHA-256"):
+    props = {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": mechanism,
+        "sasl.username": who[0],
+        "sasl.password": who[1],
+    }
+    return connect(broker.sasl, props)
+
+
+def acl_body(rtype, name, operation, pattern=3):
+    return {
+        "resource_type": rtype,
+        "resource_name": name,
+        "resource_pattern_type": pattern,
+        "principal": "User:bob",
+        "host": "*",
+        "operation": OPS[operation],
+        "permission_type": 3,
+    }
+
+
+def grant(admin, *acls):
+    answer = admin.request(30, 1, {"creations": [acl_body(*a) for a in acls]})
+    assert all(r["error_code"] == 0 for r in answer["results"]), answer
+
+
+def revoke(admin, *acls):
+    filters = [
+        {
+            "resource_type_filter": b["resource_type"],
+            "resource_name_filter": b["resource_name"],
+            "pattern_type_filter": b["resource_pattern_type"],
+            "principal_filter": "User:bob",
+            "host_filter": "*",
+            "operation": b["operation"],
+            "permission_type": 3,
+        }
+        for b in (acl_body(*a) for a in acls)
+    ]
+    answer = admin.request(31, 1, {"filters": filters})
+    assert all(r["error_code"] == 0 for r in answer["filter_results"]), answer
+
+
+def create_topic(admin, name):
+    body = {
+        "topics": [
+            {
+                "name": name,
+                "num_partitions": 1,
+                "replication_factor": 1,
+                "assignments": [],
+                "configs": [],
+            }
+        ],
+        "timeout_ms": 10000,
+        "validate_only": False,
+    }
+    assert admin.request(19, 4, body)["topics"][0]["error_code"] == 0
+
+
+def _partitions(topic, **fields):
+    return [{"name": topic, "partitions": [dict({"partition_index": 0}, **fields)]}]
+
+
+def _first_partition(key="topics"):
+    return lambda r: r[key][0]["partitions"][0]["error_code"]
+
+
+def _top(r):
+    return r["error_code"]
+
+
+def _partition_else_top(r):
+    # OffsetDelete of an unknown group answers GROUP_ID_NOT_FOUND with no topics.
+    return r["topics"][0]["partitions"][0]["error_code"] if r["topics"] else r["error_code"]
+
+
+def _epoch_body(replica_id):
+    def body(t, _g):
+        return {
+            "replica_id": replica_id,
+            "topics": [
+                {
+                    "topic": t,
+                    "partitions": [
+                        {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}
+                    ],
+                }
+            ],
+        }
+
+    return body
+
+
+def _fetch_replica(t, _g):
+    from pluglog.client.blocking import fetch_body
+
+    return dict(fetch_body(t, {0: 0}), replica_id=7)
+
+
+def _commit(t, g):
+    return {
+        "group_id": g,
+        "generation_id_or_member_epoch": -1,
+        "member_id": "",
+        "retention_time_ms": -1,
+        "topics": _partitions(t, committed_offset=0, committed_metadata=""),
+    }
+
+
+# (id, api key, version, body(topic, group), ACLs granted for both calls,
+#  the ACL the check needs, the error of the answer, the code without it)
+CASES = [
+    (
+        "ListOffsets",
+        2,
+        1,
+        lambda t, g: {"replica_id": -1, "topics": _partitions(t, timestamp=-1)},
+        [],
+        (TOPIC, "{t}", "DESCRIBE"),
+        _first_partition(),
+        TOPIC_DENIED,
+    ),
+    (
+        "OffsetForLeaderEpoch",
+        23,
+        3,
+        _epoch_body(-1),
+        [],
+        (TOPIC, "{t}", "DESCRIBE"),
+        lambda r: r["topics"][0]["partitions"][0]["error_code"],
+        TOPIC_DENIED,
+    ),
+    (
+        "OffsetForLeaderEpoch-replica",
+        23,
+        3,
+        _epoch_body(0),
+        [(TOPIC, "{t}", "DESCRIBE")],
+        (CLUSTER, "kafka-cluster", "CLUSTER_ACTION"),
+        lambda r: r["topics"][0]["partitions"][0]["error_code"],
+        CLUSTER_DENIED,
+    ),
+    (
+        "Fetch-replica",
+        1,
+        11,
+        _fetch_replica,
+        [(TOPIC, "{t}", "READ")],
+        (CLUSTER, "kafka-cluster", "CLUSTER_ACTION"),
+        _top,
+        CLUSTER_DENIED,
+    ),
+    (
+        "DeleteRecords",
+        21,
+        1,
+        lambda t, g: {"topics": _partitions(t, offset=0), "timeout_ms": 5000},
+        [],
+        (TOPIC, "{t}", "DELETE"),
+        _first_partition(),
+        TOPIC_DENIED,
+    ),
+    (
+        "CreatePartitions",
+        37,
+        1,
+        lambda t, g: {
+            "topics": [{"name": t, "count": 2, "assignments": None}],
+            "timeout_ms": 5000,
+            "validate_only": True,
+        },
+        [],
+        (TOPIC, "{t}", "ALTER"),
+        lambda r: r["results"][0]["error_code"],
+        TOPIC_DENIED,
+    ),
+    (
+        "DeleteGroups",
+        42,
+        1,
+        lambda t, g: {"groups_names": [g]},
+        [],
+        (GROUP, "{g}", "DELETE"),
+        lambda r: r["results"][0]["error_code"],
+        GROUP_DENIED,
+    ),
+    (
+        "OffsetDelete-group",
+        47,
+        0,
+        lambda t, g: {"group_id": g, "topics": _partitions(t)},
+        [(TOPIC, "{t}", "READ")],
+        (GROUP, "{g}", "DELETE"),
+        _top,
+        GROUP_DENIED,
+    ),
+    (
+        "OffsetDelete-topic",
+        47,
+        0,
+        lambda t, g: {"group_id": g, "topics": _partitions(t)},
+        [(GROUP, "{g}", "DELETE")],
+        (TOPIC, "{t}", "READ"),
+        _partition_else_top,
+        TOPIC_DENIED,
+    ),
+    (
+        "DescribeGroups",
+        15,
+        3,
+        lambda t, g: {"groups": [g], "include_authorized_operations": False},
+        [],
+        (GROUP, "{g}", "DESCRIBE"),
+        lambda r: r["groups"][0]["error_code"],
+        GROUP_DENIED,
+    ),
+    (
+        "OffsetCommit-group",
+        8,
+        2,
+        _commit,
+        [(TOPIC, "{t}", "READ")],
+        (GROUP, "{g}", "READ"),
+        _first_partition(),
+        GROUP_DENIED,
+    ),
+    (
+        "OffsetCommit-topic",
+        8,
+        2,
+        _commit,
+        [(GROUP, "{g}", "READ")],
+        (TOPIC, "{t}", "READ"),
+        _first_partition(),
+        TOPIC_DENIED,
+    ),
+    (
+        "InitProducerId-idempotent",
+        22,
+        1,
+        lambda t, g: {"transactional_id": None, "transaction_timeout_ms": 60000},
+        [],
+        (CLUSTER, "kafka-cluster", "IDEMPOTENT_WRITE"),
+        _top,
+        CLUSTER_DENIED,
+    ),
+    (
+        "InitProducerId-write-on-a-topic",
+        22,
+        1,
+        lambda t, g: {"transactional_id": None, "transaction_timeout_ms": 60000},
+        [],
+        (TOPIC, "{t}", "WRITE"),
+        _top,
+        CLUSTER_DENIED,
+    ),
+    (
+        "InitProducerId-transactional",
+        22,
+        1,
+        lambda t, g: {"transactional_id": f"tx-{g}", "transaction_timeout_ms": 60000},
+        [],
+        (TXN, "tx-{g}", "WRITE"),
+        _top,
+        TXN_DENIED,
+    ),
+    (
+        "DescribeLogDirs",
+        35,
+        3,
+        lambda t, g: {"topics": None},
+        [],
+        (CLUSTER, "kafka-cluster", "DESCRIBE"),
+        _top,
+        CLUSTER_DENIED,
+    ),
+    (
+        "ElectLeaders",
+        43,
+        1,
+        lambda t, g: {
+            "election_type": 0,
+            "topic_partitions": [{"topic": t, "partitions": [0]}],
+            "timeout_ms": 5000,
+        },
+        [],
+        (CLUSTER, "kafka-cluster", "ALTER"),
+        _top,
+        CLUSTER_DENIED,
+    ),
+    (
+        "AlterPartitionReassignments",
+        45,
+        0,
+        lambda t, g: {"timeout_ms": 5000, "topics": []},
+        [],
+        (CLUSTER, "kafka-cluster", "ALTER"),
+        _top,
+        CLUSTER_DENIED,
+    ),
+    (
+        "ListPartitionReassignments",
+        46,
+        0,
+        lambda t, g: {"timeout_ms": 5000, "topics": None},
+        [],
+        (CLUSTER, "kafka-cluster", "DESCRIBE"),
+        _top,
+        CLUSTER_DENIED,
+    ),
+    (
+        "DescribeClientQuotas",
+        48,
+        0,
+        lambda t, g: {"components": [], "strict": False},
+        [],
+        (CLUSTER, "kafka-cluster", "DESCRIBE_CONFIGS"),
+        _top,
+        CLUSTER_DENIED,
+    ),
+    (
+        "AlterClientQuotas",
+        49,
+        0,
+        lambda t, g: {
+            "entries": [
+                {
+                    "entity": [{"entity_type": "user", "entity_name": g}],
+                    "ops": [{"key": "consumer_byte_rate", "value": 1024.0, "remove": False}],
+                }
+            ],
+            "validate_only": True,
+        },
+        [],
+        (CLUSTER, "kafka-cluster", "ALTER_CONFIGS"),
+        lambda r: r["entries"][0]["error_code"],
+        CLUSTER_DENIED,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "api_key, version, body, pre, needed, error, denied",
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
+def test_api_refused_without_the_acl_and_served_with_it(
+    broker, api_key, version, body, pre, needed, error, denied
+):
+    suffix = uuid.uuid4().hex[:8]
+    topic, group = f"t-{suffix}", f"g-{suffix}"
+
+    def fill(acl):
+        rtype, name, operation = acl
+        return rtype, name.format(t=topic, g=group), operation
+
+    with login(broker, ADMIN) as admin, login(broker, BOB) as bob:
+        create_topic(admin, topic)
+        if pre:
+            grant(admin, *map(fill, pre))
+        assert error(bob.request(api_key, version, body(topic, group))) == denied
+        grant(admin, fill(needed))
+        try:
+            code = error(bob.request(api_key, version, body(topic, group)))
+        finally:
+            revoke(admin, fill(needed))
+        # Past the check: the API's own answer (0 or a non-authorization error).
+        assert code not in (TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED, TXN_DENIED), code
+
+
+def _list_group_ids(client):
+    answer = client.request(16, 2, {})
+    assert answer["error_code"] == 0
+    return {g["group_id"] for g in answer["groups"]}
+
+
+def test_list_groups_is_filtered_without_cluster_describe(broker):
+    suffix = uuid.uuid4().hex[:8]
+    topic, group = f"t-{suffix}", f"g-{suffix}"
+    with login(broker, ADMIN) as admin, login(broker, BOB) as bob:
+        create_topic(admin, topic)
+        # A simple-consumer commit creates the group.
+        assert _first_partition()(admin.request(8, 2, _commit(topic, group))) == 0
+        assert group in _list_group_ids(admin)
+        assert group not in _list_group_ids(bob)
+        grant(admin, (GROUP, group, "DESCRIBE"))
+        assert group in _list_group_ids(bob)
+        revoke(admin, (GROUP, group, "DESCRIBE"))
+        grant(admin, (CLUSTER, "kafka-cluster", "DESCRIBE"))
+        try:
+            assert group in _list_group_ids(bob)
+        finally:
+            revoke(admin, (CLUSTER, "kafka-cluster", "DESCRIBE"))
+
+
+def _metadata(client, name, auto=True):
+    body = {
+        "topics": [{"name": name}],
+        "allow_auto_topic_creation": auto,
+        "include_cluster_authorized_operations": False,
+        "include_topic_authorized_operations": False,
+    }
+    return client.request(3, 8, body)["topics"][0]["error_code"]
+
+
+def test_metadata_auto_creation_needs_create(broker):
+    suffix = uuid.uuid4().hex[:8]
+    prefix = f"auto-{suffix}-"
+    with login(broker, ADMIN) as admin, login(broker, BOB) as bob:
+        grant(admin, (TOPIC, prefix, "DESCRIBE", 4))
+        # DESCRIBE but no CREATE: not created, TOPIC_AUTHORIZATION_FAILED (Kafka's answer).
+        assert _metadata(bob, prefix + "a") == TOPIC_DENIED
+        assert _metadata(admin, prefix + "a", auto=False) == 3  # UNKNOWN_TOPIC_OR_PARTITION
+        # Without auto-creation asked for, an unknown topic is just unknown.
+        assert _metadata(bob, prefix + "a", auto=False) == 3
+        # CREATE on the topic (here: its prefix) lets the request create it.
+        grant(admin, (TOPIC, prefix, "CREATE", 4))
+        assert _metadata(bob, prefix + "a") == 0
+        assert _metadata(admin, prefix + "a", auto=False) == 0
+        revoke(admin, (TOPIC, prefix, "CREATE", 4))
+        assert _metadata(bob, prefix + "b") == TOPIC_DENIED
+        # CREATE on the cluster covers every topic.
+        grant(admin, (CLUSTER, "kafka-cluster", "CREATE"))
+        try:
+            assert _metadata(bob, prefix + "b") == 0
+        finally:
+            revoke(admin, (CLUSTER, "kafka-cluster", "CREATE"))
+
+
+def test_confluent_producer_cannot_auto_create_without_create(broker):
+    from confluent_kafka import KafkaError, Producer
+
+    suffix = uuid.uuid4().hex[:8]
+    topic = f"auto-cf-{suffix}"
+    with login(broker, ADMIN) as admin:
+        grant(admin, (TOPIC, topic, "WRITE"))
+        conf = {
+            "bootstrap.servers": broker.sasl,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": BOB[0],
+            "sasl.password": BOB[1],
+            "message.timeout.ms": 4000,
+        }
+        errors = []
+        producer = Producer(conf)
+        producer.produce(topic, b"x", on_delivery=lambda e, _m: errors.append(e))
+        producer.flush(15)
+        assert errors and errors[0] is not None
+        assert errors[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert _metadata(admin, topic, auto=False) == 3  # not created
+        grant(admin, (TOPIC, topic, "CREATE"))
+        errors.clear()
+        producer = Producer(conf)
+        producer.produce(topic, b"y", on_delivery=lambda e, _m: errors.append(e))
+        producer.flush(15)
+        assert errors == [None]
+
+
+def _produce_acks0(client, topic):
+    body = {
+        "acks": 0,
+        "timeout_ms": 5000,
+        "topic_data": [
+            {
+                "name": topic,
+                "partition_data": [{"index": 0, "records": build_batch([Record(value=b"z")])}],
+            }
+        ],
+    }
+    client.request(0, 8, body, expect_response=False)
+
+
+def test_denied_acks0_produce_closes_the_connection(broker):
+    suffix = uuid.uuid4().hex[:8]
+    topic = f"t0-{suffix}"
+    list_offsets = {"replica_id": -1, "topics": _partitions(topic, timestamp=-1)}
+    with login(broker, ADMIN) as admin:
+        create_topic(admin, topic)
+        with login(broker, BOB) as bob:
+            _produce_acks0(bob, topic)
+            # Kafka cannot answer an acks=0 request: it closes the connection.
+            with pytest.raises((ProtocolError, ConnectionError)):
+                bob.request(18, 0, {})
+        grant(admin, (TOPIC, topic, "WRITE"))
+        with login(broker, BOB) as bob:
+            _produce_acks0(bob, topic)
+            assert bob.request(18, 0, {})["error_code"] == 0  # still open
+        answer = admin.request(2, 1, list_offsets)
+        assert answer["topics"][0]["partitions"][0]["offset"] == 1  # only the allowed record
