@@ -73,11 +73,19 @@ def _as_view(buf):
     return buf if isinstance(buf, memoryview) else memoryview(buf)
 
 
-def _decode_body(decode, buf, pos, what):
+#: APIs a client library ends with one extra empty tag buffer (a 0 byte):
+#: librdkafka's AlterUserScramCredentials (through 2.16) writes the request's
+#: tags twice. Kafka ignores trailing bytes; accept exactly that one.
+_EXTRA_EMPTY_TAGS = frozenset((51,))
+
+
+def _decode_body(decode, buf, pos, what, extra_tags=False):
     try:
         body, end = decode(buf, pos)
     except _DECODE_FAILURES as exc:
         raise DecodeError(f"malformed {what}: {exc}") from None
+    if extra_tags and end == len(buf) - 1 and buf[end] == 0:
+        return body
     if end != len(buf):
         # Every version's layout is exact; leftovers mean the frame does not match.
         raise DecodeError(f"{len(buf) - end} trailing bytes after {what}")
@@ -100,7 +108,13 @@ def decode_request(header, buf):
             return fast[0]
         # Malformed or trailing bytes: the generic decoder says what is wrong.
     decode, _ = request_codec(header.api_key, header.api_version)
-    return _decode_body(decode, _as_view(buf), header.body_offset, _name(header.api_key, "req"))
+    return _decode_body(
+        decode,
+        _as_view(buf),
+        header.body_offset,
+        _name(header.api_key, "req"),
+        header.api_key in _EXTRA_EMPTY_TAGS,
+    )
 
 
 def _coalesce(chunks):

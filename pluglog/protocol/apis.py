@@ -54,6 +54,8 @@ SUPPORTED = {
     29: (0, 1),  # DescribeAcls
     30: (0, 1),  # CreateAcls
     31: (0, 1),  # DeleteAcls
+    50: (0, 0),  # DescribeUserScramCredentials (flexible from v0)
+    51: (0, 0),  # AlterUserScramCredentials (flexible from v0)
 }
 
 

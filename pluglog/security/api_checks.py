@@ -377,6 +377,27 @@ def _alter_scram_denied(request):
     }
 
 
+def _describe_scram_denied(request):
+    # Kafka's getErrorResponse puts the error top-level and on a result per
+    # user asked for. librdkafka (through 2.16) frees a top-level error
+    # message it never allocated and aborts, so when users are named the
+    # error goes on each of them only; describing all users has nowhere
+    # else to put it.
+    named = request["users"]
+    return dict(
+        _top_level(request) if not named else {"throttle_time_ms": 0},
+        results=[
+            {
+                "user": u["name"],
+                "error_code": CLUSTER_AUTHORIZATION_FAILED,
+                "error_message": _DENIED,
+                "credential_infos": [],
+            }
+            for u in named or ()
+        ],
+    )
+
+
 def _log_dirs_denied(request):
     return {"throttle_time_ms": 0, "error_code": CLUSTER_AUTHORIZATION_FAILED, "results": []}
 
@@ -399,6 +420,6 @@ MORE_CHECKS = {
     47: _group_and_topics(DELETE, per_partition_group_error=False),
     48: _cluster_refusal(DESCRIBE_CONFIGS, _top_level),
     49: _cluster_refusal(ALTER_CONFIGS, _alter_quotas_denied),
-    50: _cluster_refusal(DESCRIBE, _top_level),
+    50: _cluster_refusal(DESCRIBE, _describe_scram_denied),
     51: _cluster_refusal(ALTER, _alter_scram_denied),
 }

@@ -394,6 +394,26 @@ CASES = [
         lambda r: r["entries"][0]["error_code"],
         CLUSTER_DENIED,
     ),
+    (
+        "DescribeUserScramCredentials",
+        50,
+        0,
+        lambda t, g: {"users": None},
+        [],
+        (CLUSTER, "kafka-cluster", "DESCRIBE"),
+        _top,
+        CLUSTER_DENIED,
+    ),
+    (
+        "AlterUserScramCredentials",
+        51,
+        0,
+        lambda t, g: {"deletions": [{"name": g, "mechanism": 1}], "upsertions": []},
+        [],
+        (CLUSTER, "kafka-cluster", "ALTER"),
+        lambda r: r["results"][0]["error_code"],
+        CLUSTER_DENIED,
+    ),
 ]
 
 

@@ -109,6 +109,8 @@ def test_no_advertised_version_is_flexible_except_known_ones():
     quotas = {(48, 1), (49, 1), (22, 2), (22, 3), (22, 4)}
     # SaslAuthenticate v2 (#16): flexible, sent by current librdkafka.
     sasl = {(36, 2)}
+    # Describe/AlterUserScramCredentials (#16): flexible from v0.
+    sasl |= {(50, 0), (51, 0)}
     assert flexible == {(18, 3), (18, 4), (44, 1)} | operator | quotas | sasl
 
 

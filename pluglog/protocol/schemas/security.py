@@ -1,4 +1,5 @@
-"""Schemas of the security APIs: SaslAuthenticate (36), from Kafka's JSON specs.
+"""Schemas of the security APIs, from Kafka's JSON specs: SaslAuthenticate
+(36), the ACL APIs (29-31) and the SCRAM credential APIs (50, 51).
 
 SaslHandshake (17) lives with the connection-level APIs in :mod:`.core`.
 """
@@ -121,4 +122,65 @@ DELETE_ACLS = Api(
     ],
 )
 
-APIS = [SASL_AUTHENTICATE, DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS]
+# DescribeUserScramCredentials (50), AlterUserScramCredentials (51): v0, flexible.
+DESCRIBE_USER_SCRAM_CREDENTIALS = Api(
+    50,
+    "DescribeUserScramCredentials",
+    "0",
+    "0+",
+    request=[F("users", [F("name", "string")], nullable="0+")],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+        F("error_message", "string", nullable="0+", default=None),
+        F(
+            "results",
+            [
+                F("user", "string"),
+                F("error_code", "int16"),
+                F("error_message", "string", nullable="0+", default=None),
+                F("credential_infos", [F("mechanism", "int8"), F("iterations", "int32")]),
+            ],
+        ),
+    ],
+)
+
+ALTER_USER_SCRAM_CREDENTIALS = Api(
+    51,
+    "AlterUserScramCredentials",
+    "0",
+    "0+",
+    request=[
+        F("deletions", [F("name", "string"), F("mechanism", "int8")]),
+        F(
+            "upsertions",
+            [
+                F("name", "string"),
+                F("mechanism", "int8"),
+                F("iterations", "int32"),
+                F("salt", "bytes"),
+                F("salted_password", "bytes"),
+            ],
+        ),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F(
+            "results",
+            [
+                F("user", "string"),
+                F("error_code", "int16"),
+                F("error_message", "string", nullable="0+", default=None),
+            ],
+        ),
+    ],
+)
+
+APIS = [
+    SASL_AUTHENTICATE,
+    DESCRIBE_ACLS,
+    CREATE_ACLS,
+    DELETE_ACLS,
+    DESCRIBE_USER_SCRAM_CREDENTIALS,
+    ALTER_USER_SCRAM_CREDENTIALS,
+]

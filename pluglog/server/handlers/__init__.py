@@ -92,10 +92,20 @@ def per_partition(broker, topics, answer, topic_key="name", partition_key="parti
 
 
 def _build_table():
-    from pluglog.server.handlers import acls, admin, cluster, core, fetch, produce, quotas, sasl
+    from pluglog.server.handlers import (
+        acls,
+        admin,
+        cluster,
+        core,
+        fetch,
+        produce,
+        quotas,
+        sasl,
+        scram,
+    )
 
     table = {}
-    for module in (core, produce, fetch, admin, cluster, quotas, sasl, acls):
+    for module in (core, produce, fetch, admin, cluster, quotas, sasl, acls, scram):
         table.update(module.HANDLERS)
     try:
         from pluglog.server.handlers import groups
