@@ -67,12 +67,26 @@ def make_credential(mechanism, password, iterations=MIN_ITERATIONS, salt=None):
     return ScramCredential(salt_, stored, server, count)
 
 
+def _digest(mechanism):
+    import hashlib
+
+    return hashlib.sha256 if mechanism == "SCRAM-SHA-256" else hashlib.sha512
+
+
+def salted_password(mechanism, password, salt, iterations):
+    """RFC 5802's SaltedPassword, Hi(password, salt, i) = PBKDF2-HMAC: what an
+    AlterUserScramCredentials client sends instead of the password."""
+    import hashlib
+
+    name = _digest(mechanism)().name
+    return hashlib.pbkdf2_hmac(name, password.encode("utf-8"), bytes(salt), iterations)
+
+
 def from_salted_password(mechanism, salt, salted_password, iterations):
     """The credential for AlterUserScramCredentials' (salt, salted password)."""
-    import hashlib
     import hmac
 
-    digest = hashlib.sha256 if mechanism == "SCRAM-SHA-256" else hashlib.sha512
+    digest = _digest(mechanism)
     client_key = hmac.new(salted_password, b"Client Key", digest).digest()
     stored_key = digest(client_key).digest()
     server_key = hmac.new(salted_password, b"Server Key", digest).digest()

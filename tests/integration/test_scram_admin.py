@@ -162,3 +162,110 @@ def test_raw_requests_get_kafkas_codes(broker):
         assert results["dave"]["credential_infos"] == [{"mechanism": 2, "iterations": 4096}]
         assert results["hal"]["error_code"] == 91  # RESOURCE_NOT_FOUND: nothing was written
         assert results["x"]["error_code"] == 92
+
+
+def users_cli(*args, password=None):
+    import os
+    import subprocess
+    import sys
+
+    from tests.broker_process import ROOT
+
+    return subprocess.run(
+        [sys.executable, "-m", "pluglog.cli.main", "users", *args],
+        input=(password + "\n") if password is not None else "",
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        timeout=60,
+    )
+
+
+def test_users_cli_through_the_broker(broker, tmp_path):
+    admin_config = tmp_path / "admin.properties"
+    admin_config.write_text(
+        "# the admin login, as for kafka-configs --command-config\n"
+        "security.protocol=SASL_PLAINTEXT\n"
+        "sasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="admin" password="admin-pw";\n'
+    )
+    user = f"dana-{uuid.uuid4().hex[:6]}"
+    remote = ("--bootstrap-server", broker.sasl, "--command-config", str(admin_config))
+    done = users_cli(
+        "add",
+        user,
+        "--mechanism",
+        "SCRAM-SHA-512",
+        "--password-stdin",
+        *remote,
+        password="dana-pw",
+    )
+    assert done.returncode == 0, done.stderr
+    assert can_login(broker, user, "dana-pw", "SCRAM-SHA-512")
+    assert not can_login(broker, user, "dana-pw", "SCRAM-SHA-256")  # only the one asked for
+    listed = users_cli("list", *remote)
+    assert listed.returncode == 0, listed.stderr
+    assert f"{user}  SCRAM-SHA-512 (iterations 4096)" in listed.stdout.splitlines()
+
+    # A non-admin login is refused with Kafka's error, on one line.
+    dana_config = tmp_path / "dana.properties"
+    dana_config.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+        f"sasl.username={user}\nsasl.password=dana-pw\n"
+    )
+    refused = users_cli(
+        "list", "--bootstrap-server", broker.sasl, "--command-config", str(dana_config)
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.count("\n") == 1 and "CLUSTER_AUTHORIZATION_FAILED" in refused.stderr
+    bad_login = tmp_path / "bad.properties"
+    bad_login.write_text(admin_config.read_text().replace("admin-pw", "nope"))
+    refused = users_cli(
+        "list", "--bootstrap-server", broker.sasl, "--command-config", str(bad_login)
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.count("\n") == 1 and "Authentication failed" in refused.stderr
+    assert "nope" not in refused.stderr
+    bad_iterations = users_cli(
+        "add", user, "--iterations", "99999", "--password-stdin", *remote, password="x"
+    )
+    assert bad_iterations.returncode == 1 and "UNACCEPTABLE_CREDENTIAL" in bad_iterations.stderr
+
+    done = users_cli("delete", user, *remote)
+    assert done.returncode == 0, done.stderr
+    assert not can_login(broker, user, "dana-pw", "SCRAM-SHA-512")
+    again = users_cli("delete", user, *remote)
+    assert again.returncode == 1 and "RESOURCE_NOT_FOUND" in again.stderr
+    assert again.stderr.count("\n") == 1
+
+
+def test_users_cli_errors_are_one_line(tmp_path):
+    from tests.broker_process import free_port
+
+    unreachable = users_cli("list", "--bootstrap-server", f"127.0.0.1:{free_port()}")
+    assert unreachable.returncode == 1
+    assert unreachable.stderr.count("\n") == 1 and "cannot reach" in unreachable.stderr
+    missing = users_cli(
+        "list",
+        "--bootstrap-server",
+        "127.0.0.1:1",
+        "--command-config",
+        str(tmp_path / "none.properties"),
+    )
+    assert missing.returncode == 1 and "none.properties" in missing.stderr
+    # Offline, on a data dir: add, list, delete.
+    data = str(tmp_path / "data")
+    assert (
+        users_cli("add", "ivy", "--password-stdin", "--data-dir", data, password="p").returncode
+        == 0
+    )
+    listed = users_cli("list", "--data-dir", data).stdout
+    assert listed == "ivy  SCRAM-SHA-256 (iterations 4096), SCRAM-SHA-512 (iterations 4096)\n"
+    assert (
+        users_cli("delete", "ivy", "--mechanism", "SCRAM-SHA-256", "--data-dir", data).returncode
+        == 0
+    )
+    assert users_cli("list", "--data-dir", data).stdout == "ivy  SCRAM-SHA-512 (iterations 4096)\n"
+    gone = users_cli("delete", "ivy", "--mechanism", "SCRAM-SHA-256", "--data-dir", data)
+    assert gone.returncode == 1 and "RESOURCE_NOT_FOUND" in gone.stderr

@@ -159,6 +159,19 @@ def test_authorize_by_resource_type(tmp_path):
     assert not by_type("User:bob", "h", acls.WRITE, acls.TOPIC)  # DENY on every topic
 
 
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_client_salted_password_gives_the_brokers_credential(mechanism):
+    """What ``pluglog users add --bootstrap-server`` sends (salt + salted
+    password) derives the credential the broker would make from the password."""
+    from pluglog.security.credentials import from_salted_password, salted_password
+
+    salt = b"0123456789abcdef"
+    sent = salted_password(mechanism, "pässword", salt, 8192)
+    assert from_salted_password(mechanism, salt, sent, 8192) == make_credential(
+        mechanism, "pässword", 8192, salt=salt
+    )
+
+
 class _Broker:
     def __init__(self, security, clock):
         self.security = security
