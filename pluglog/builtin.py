@@ -80,3 +80,10 @@ def pluglog_register_authenticators():
     from pluglog.security.sasl import make_plain, make_scram
 
     return {"plain": make_plain, "scram": make_scram}
+
+
+@hookimpl
+def pluglog_register_authorizers():
+    from pluglog.security.acls import make_acl_authorizer
+
+    return {"acl": make_acl_authorizer}

@@ -55,6 +55,11 @@ def pluglog_register_authenticators():
 
 
 @hookspec
+def pluglog_register_authorizers():
+    """Return ``{name: factory}`` of IAuthorizer providers (``authorizer.class.name``)."""
+
+
+@hookspec
 def pluglog_add_services(broker):
     """Return an IService to run inside the broker (or None)."""
 

@@ -26,6 +26,7 @@ KINDS = {
     "coordinator": ("pluglog_register_coordinators", interfaces.ICoordinator),
     "sink": ("pluglog_register_sinks", interfaces.ISink),
     "authenticator": ("pluglog_register_authenticators", interfaces.IAuthenticator),
+    "authorizer": ("pluglog_register_authorizers", interfaces.IAuthorizer),
 }
 
 

@@ -42,10 +42,36 @@ class Security:
         self.mechanisms = [m for m in enabled if m in offered]
         self.authenticators = {m: offered[m] for m in self.mechanisms}
         #: IAuthorizer or None (no authorization: everything allowed)
-        self.authorizer = None
-        if config.authorizer_class_name.strip():
-            # Any non-empty value turns on the built-in ACL authorizer (Kafka's
-            # AclAuthorizer / StandardAuthorizer class names carry over).
-            from pluglog.security.acls import AclAuthorizer
+        self.authorizer = make_authorizer(config, registry, reactor)
 
-            self.authorizer = AclAuthorizer(config)
+
+#: Kafka's authorizer classes: aliases of the built-in ``acl`` provider
+KAFKA_AUTHORIZERS = (
+    "kafka.security.authorizer.AclAuthorizer",
+    "kafka.security.auth.SimpleAclAuthorizer",
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+)
+
+
+def make_authorizer(config, registry, reactor):
+    """The IAuthorizer ``authorizer.class.name`` names, or None when empty.
+
+    The name of a registered provider (``pluglog_register_authorizers``)
+    selects it; Kafka's class names and any other non-empty value select the
+    built-in ``acl`` provider, so a Kafka operator's setting carries over.
+    """
+    name = config.authorizer_class_name.strip()
+    if not name:
+        return None
+    if name not in registry.names("authorizer"):
+        if name not in KAFKA_AUTHORIZERS:
+            from twisted.logger import Logger
+
+            Logger().info(
+                "authorizer.class.name {name!r} is no registered authorizer "
+                "({known}): using the built-in ACL authorizer",
+                name=name,
+                known=", ".join(registry.names("authorizer")),
+            )
+        name = "acl"
+    return registry.build("authorizer", name, config, reactor)

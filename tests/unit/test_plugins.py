@@ -39,6 +39,7 @@ def _registry(*extra):
         ("serializer", "string"),
         ("serializer", "json"),
         ("coordinator", "local"),
+        ("authorizer", "acl"),
     ],
 )
 def test_every_builtin_provider_verifies(kind, name, tmp_path):

@@ -172,6 +172,46 @@ def test_client_salted_password_gives_the_brokers_credential(mechanism):
     )
 
 
+def test_authorizer_class_name_selects_a_registered_provider(tmp_path):
+    from zope.interface import implementer
+
+    from pluglog import hookimpl
+    from pluglog.interfaces import IAuthorizer
+    from pluglog.plugins import make_plugin_manager
+    from pluglog.registry import Registry
+    from pluglog.security import make_authorizer
+
+    @implementer(IAuthorizer)
+    class Nobody:
+        def authorize(self, principal, host, operation, resource_type, resource_name):
+            return False
+
+        def create_acls(self, bindings):
+            return [None] * len(bindings)
+
+        def describe_acls(self, binding_filter):
+            return []
+
+        def delete_acls(self, filters):
+            return [[] for _ in filters]
+
+    class Plugin:
+        @hookimpl
+        def pluglog_register_authorizers(self):
+            return {"nobody": lambda config, reactor: Nobody()}
+
+    registry = Registry(make_plugin_manager(extra_plugins=[Plugin()], autoload=False))
+    assert registry.names("authorizer") == ["acl", "nobody"]
+    config = BrokerConfig(data_dir=str(tmp_path))
+    clock = task.Clock()
+    assert make_authorizer(config, registry, clock) is None
+    named = config.replace(authorizer_class_name="nobody")
+    assert isinstance(make_authorizer(named, registry, clock), Nobody)
+    for value in ("kafka.security.authorizer.AclAuthorizer", "anything-else"):
+        chosen = make_authorizer(config.replace(authorizer_class_name=value), registry, clock)
+        assert isinstance(chosen, acls.AclAuthorizer), value
+
+
 class _Broker:
     def __init__(self, security, clock):
         self.security = security

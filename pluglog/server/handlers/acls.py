@@ -7,7 +7,7 @@ call them (DESCRIBE / ALTER on the cluster) is checked by
 
 from types import SimpleNamespace
 
-from pluglog.errors import NONE, SECURITY_DISABLED
+from pluglog.errors import INVALID_REQUEST, NONE, SECURITY_DISABLED
 from pluglog.security.acls import AclBinding
 
 
@@ -83,8 +83,10 @@ def handle_create_acls(ctx, request):
     for error in authorizer.create_acls(bindings):
         if error is None:
             results.append({"error_code": NONE, "error_message": None})
-        else:
-            results.append({"error_code": 87, "error_message": error})  # INVALID_REQUEST
+        elif isinstance(error, tuple):  # IAuthorizer's (code, message)
+            results.append({"error_code": error[0], "error_message": error[1]})
+        else:  # a message: the binding is invalid, as Kafka's InvalidRequestException
+            results.append({"error_code": INVALID_REQUEST, "error_message": error})
     return {"throttle_time_ms": 0, "results": results}
 
 
