@@ -399,6 +399,7 @@ BROKER_KEYS = {
     "ssl.key.location": ("ssl_key_location", _string),
     "ssl.truststore.location": ("ssl_truststore_location", _string),
     "ssl.client.auth": ("ssl_client_auth", _choice_parser("none", "requested", "required")),
+    "ssl.principal.mapping.rules": ("ssl_principal_mapping_rules", _string),
     "super.users": ("super_users", _string),
     "authorizer.class.name": ("authorizer_class_name", _string),
     "allow.everyone.if.no.acl.found": ("allow_everyone_if_no_acl_found", _parse_bool),
@@ -499,6 +500,8 @@ class BrokerConfig:
     ssl_key_location: str = ""
     ssl_truststore_location: str = ""
     ssl_client_auth: str = "none"
+    #: Kafka's SslPrincipalMapper rules (pluglog.security.principals)
+    ssl_principal_mapping_rules: str = "DEFAULT"
     #: ``User:alice;User:bob``
     super_users: str = ""
     authorizer_class_name: str = ""

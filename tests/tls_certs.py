@@ -54,8 +54,10 @@ def _write(path, *objs):
     return str(path)
 
 
-def make_certs(directory):
-    """Write ca.pem, server.pem, server.key, client.pem, client.key; return their paths."""
+def make_certs(directory, client_subject=None):
+    """Write ca.pem, server.pem, server.key, client.pem, client.key; return their paths.
+
+    ``client_subject``: the client certificate's ``x509.Name`` (default CN=client1)."""
     os.makedirs(directory, exist_ok=True)
     ca_key = _key()
     ca = _cert(_name("pluglog test CA"), ca_key, _name("pluglog test CA"), ca_key, ca=True)
@@ -70,7 +72,11 @@ def make_certs(directory):
     )
     client_key = _key()
     client = _cert(
-        _name("client1"), client_key, ca.subject, ca_key, usage=ExtendedKeyUsageOID.CLIENT_AUTH
+        client_subject or _name("client1"),
+        client_key,
+        ca.subject,
+        ca_key,
+        usage=ExtendedKeyUsageOID.CLIENT_AUTH,
     )
     join = os.path.join
     return {

@@ -9,6 +9,7 @@ store and (when ``authorizer.class.name`` is set) the IAuthorizer.
 from pluglog.errors import ConfigError
 from pluglog.security.credentials import credential_store
 from pluglog.security.listeners import parse_listeners
+from pluglog.security.principals import parse_mapping_rules
 
 #: authenticator provider name -> mechanisms it offers (built-ins)
 BUILTIN_AUTHENTICATORS = ("plain", "scram")
@@ -25,6 +26,8 @@ class Security:
     def __init__(self, config, registry, coordinator, reactor):
         self.config = config
         self.listeners = parse_listeners(config)
+        #: ssl.principal.mapping.rules, checked at start-up
+        self.principal_rules = parse_mapping_rules(config.ssl_principal_mapping_rules)
         self.store = credential_store(coordinator, config.data_dir)
         self.super_users = parse_super_users(config.super_users)
         enabled = [m.strip() for m in config.sasl_enabled_mechanisms.split(",") if m.strip()]

@@ -39,11 +39,10 @@ def allowed(ctx, operation, resource_type, name):
     session = ctx.session
     authorizer = ctx.broker.security.authorizer
     cache = session.acl_cache
-    if not cache and session.listener.tls and not session.listener.sasl:
-        # SSL listener: the principal is the client certificate's subject, as Kafka's.
-        from pluglog.security.listeners import peer_principal
-
-        session.principal = peer_principal(session.conn.transport) or session.principal
+    if "tls" not in cache and session.listener.tls and not session.listener.sasl:
+        # SSL listener: the principal is the client certificate's subject
+        # (mapped by ssl.principal.mapping.rules), as Kafka's; read once.
+        _tls_principal(ctx, session)
     # The built-in authorizer bumps ``version`` on every ACL change; one
     # without it is asked every time.
     stamp = getattr(authorizer, "version", None)
@@ -51,8 +50,11 @@ def allowed(ctx, operation, resource_type, name):
         host = ctx.peer.rpartition(":")[0]
         return authorizer.authorize(session.principal, host, operation, resource_type, name)
     if cache.get(None) != stamp:
+        tls = cache.get("tls")
         cache.clear()
         cache[None] = stamp
+        if tls is not None:
+            cache["tls"] = tls
     key = (operation, resource_type, name)
     decision = cache.get(key)
     if decision is None:
@@ -60,6 +62,20 @@ def allowed(ctx, operation, resource_type, name):
         decision = authorizer.authorize(session.principal, host, operation, resource_type, name)
         cache[key] = decision
     return decision
+
+
+def _tls_principal(ctx, session):
+    from pluglog.security.listeners import peer_principal
+
+    try:
+        principal = peer_principal(session.conn.transport, ctx.broker.security.principal_rules)
+    except ValueError as exc:
+        from pluglog.server.handlers import CloseConnection
+
+        # Kafka fails the authentication when no mapping rule applies.
+        raise CloseConnection(str(exc)) from None
+    session.principal = principal or session.principal
+    session.acl_cache["tls"] = True
 
 
 def _split(ctx, entries, key, operation):

@@ -174,8 +174,10 @@ def server_endpoint(reactor, listener, config, tls=None):
     return endpoints.TCP4ServerEndpoint(reactor, listener.port, interface=interface)
 
 
-def peer_principal(transport):
-    """``User:<subject DN>`` of a verified TLS client certificate, else None."""
+def peer_principal(transport, rules=None):
+    """``User:<name>`` of a verified TLS client certificate, else None: the
+    subject DN mapped by ``rules`` (ssl.principal.mapping.rules; ValueError
+    when none applies)."""
     get_cert = getattr(transport, "getPeerCertificate", None)
     if get_cert is None:
         return None
@@ -185,4 +187,12 @@ def peer_principal(transport):
         return None
     if cert is None:
         return None
-    return "User:" + cert.to_cryptography().subject.rfc4514_string()
+    name = cert.to_cryptography().subject.rfc4514_string()
+    if rules:
+        from pluglog.security.principals import map_principal
+
+        mapped = map_principal(name, rules)
+        if mapped is None:
+            raise ValueError(f"no ssl.principal.mapping.rules rule applies to {name!r}")
+        name = mapped
+    return "User:" + name

@@ -212,6 +212,27 @@ def test_authorizer_class_name_selects_a_registered_provider(tmp_path):
         assert isinstance(chosen, acls.AclAuthorizer), value
 
 
+def test_ssl_principal_mapping_rules():
+    """Kafka's SslPrincipalMapper: first whole-name match wins, $1 groups,
+    L/U case, DEFAULT keeps the name, nothing matching is None."""
+    from pluglog.security.principals import map_principal, parse_mapping_rules
+
+    rules = parse_mapping_rules(
+        "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/,RULE:^CN=(.*?),OU=(.*?),O=.*$/$1@$2/U, DEFAULT"
+    )
+    assert map_principal("CN=kafka1,OU=ServiceUsers,O=Org", rules) == "kafka1"
+    assert map_principal("CN=alice,OU=eng,O=Org", rules) == "ALICE@ENG"
+    assert map_principal("CN=bob", rules) == "CN=bob"
+    only = parse_mapping_rules("RULE:^CN=([^,]*)$/$1/L")
+    assert map_principal("CN=Carol", only) == "carol"
+    assert map_principal("CN=carol,O=x", only) is None
+    assert map_principal("CN=x", parse_mapping_rules("")) == "CN=x"  # empty is DEFAULT
+    with pytest.raises(ConfigError, match="ssl.principal.mapping.rules"):
+        parse_mapping_rules("RULE:^CN=(.*$/$1/")
+    with pytest.raises(ConfigError, match="ssl.principal.mapping.rules"):
+        parse_mapping_rules("DEFAULT,NONSENSE")
+
+
 class _Broker:
     def __init__(self, security, clock):
         self.security = security
