@@ -39,6 +39,7 @@ from pluglog.security.acls import (
     WRITE,
 )
 from pluglog.security.checks import _DENIED, _then, allowed
+from pluglog.security.checks import _fetch as _client_fetch
 
 CLUSTER_ACTION, IDEMPOTENT_WRITE, TRANSACTIONAL_ID = 9, 12, 5
 
@@ -132,10 +133,8 @@ def _offset_for_leader_epoch(ctx, request, handler):
 
 
 def _fetch(ctx, request, handler):
-    from pluglog.security.checks import _fetch as client_fetch
-
     if request.get("replica_id", -1) < 0:
-        return client_fetch(ctx, request, handler)
+        return _client_fetch(ctx, request, handler)
     if _cluster_ok(ctx, CLUSTER_ACTION):
         return handler(ctx, request)
     # A follower without CLUSTER_ACTION: Kafka's top-level error (v7+) and
