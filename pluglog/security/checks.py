@@ -391,6 +391,10 @@ def authorized_operations(ctx, resource_type, name):
 
     security = getattr(ctx.broker, "security", None)
     authorizing = security is not None and security.authorizer is not None
+    if authorizing and ctx.session is not None and not allowed(ctx, DESCRIBE, resource_type, name):
+        # Kafka answers 0 to a principal that may not DESCRIBE the resource
+        # (e.g. DescribeCluster, which it does not refuse).
+        return 0
     bits = 0
     for operation in RESOURCE_OPERATIONS[resource_type]:
         if not authorizing or ctx.session is None or allowed(ctx, operation, resource_type, name):

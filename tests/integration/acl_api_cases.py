@@ -55,6 +55,17 @@ def commit(t, g):
     }
 
 
+def _create_topic(_t, g):
+    topic = {
+        "name": f"c-{g}",
+        "num_partitions": 1,
+        "replication_factor": 1,
+        "assignments": [],
+        "configs": [],
+    }
+    return {"topics": [topic], "timeout_ms": 10000, "validate_only": True}
+
+
 # (id, api key, version, body(topic, group), ACLs granted for both calls,
 #  the ACL the check needs, the error of the answer, the code without it)
 CASES = [
@@ -283,6 +294,26 @@ CASES = [
         (CLUSTER, "kafka-cluster", "ALTER_CONFIGS"),
         lambda r: r["entries"][0]["error_code"],
         CLUSTER_DENIED,
+    ),
+    (
+        "CreateTopics",
+        19,
+        4,
+        _create_topic,
+        [],
+        (TOPIC, "c-{g}", "CREATE"),
+        lambda r: r["topics"][0]["error_code"],
+        TOPIC_DENIED,
+    ),
+    (
+        "CreateTopics-cluster",
+        19,
+        4,
+        _create_topic,
+        [],
+        (CLUSTER, "kafka-cluster", "CREATE"),
+        lambda r: r["topics"][0]["error_code"],
+        TOPIC_DENIED,
     ),
     (
         "DescribeUserScramCredentials",

@@ -275,3 +275,22 @@ def test_denied_acks0_produce_closes_the_connection(broker):
             assert bob.request(18, 0, {})["error_code"] == 0  # still open
         answer = admin.request(2, 1, list_offsets)
         assert answer["topics"][0]["partitions"][0]["offset"] == 1  # only the allowed record
+
+
+def test_describe_cluster_is_served_but_operations_need_describe(broker):
+    """As Kafka: DescribeCluster is not refused; its KIP-430 operations are 0
+    for a principal that may not DESCRIBE the cluster."""
+    body = {"include_cluster_authorized_operations": True}
+    with login(broker, ADMIN) as admin, login(broker, BOB) as bob:
+        grant(admin, (CLUSTER, "kafka-cluster", "CREATE"))
+        try:
+            answer = bob.request(60, 0, body)
+            assert answer["error_code"] == 0 and [b["broker_id"] for b in answer["brokers"]] == [0]
+            assert answer["cluster_authorized_operations"] == 0
+            grant(admin, (CLUSTER, "kafka-cluster", "DESCRIBE"))
+            ops = bob.request(60, 0, body)["cluster_authorized_operations"]
+            assert ops == (1 << 5) | (1 << 8)  # CREATE and DESCRIBE
+        finally:
+            revoke(
+                admin, (CLUSTER, "kafka-cluster", "CREATE"), (CLUSTER, "kafka-cluster", "DESCRIBE")
+            )
