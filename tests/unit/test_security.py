@@ -257,3 +257,63 @@ def test_request_before_sasl_authentication_closes(store):
     body = b"\x00\x03\x00\x01\x00\x00\x00\x07\x00\x01x\xff\xff\xff\xff"  # Metadata v1
     proto.dataReceived(len(body).to_bytes(4, "big") + body)
     assert transport.disconnecting and transport.value() == b""
+
+
+def test_alter_user_scram_credentials_tolerates_librdkafkas_extra_tag_byte():
+    """librdkafka ends AlterUserScramCredentials with a second empty tag
+    buffer; exactly that one 0 byte is accepted, anything else is not."""
+    from pluglog import protocol as proto
+    from pluglog.protocol.errors import DecodeError
+
+    body = {
+        "deletions": [{"name": "a", "mechanism": 1}],
+        "upsertions": [
+            {
+                "name": "b",
+                "mechanism": 2,
+                "iterations": 4096,
+                "salt": b"s",
+                "salted_password": b"p",
+            }
+        ],
+    }
+    frame = proto.encode_request(51, 0, 7, "rdkafka", body)[4:]
+    for payload in (frame, frame + b"\x00"):
+        decoded = proto.decode_request(proto.parse_request_header(payload), payload)
+        assert decoded["upsertions"][0]["salt"] == b"s"
+    for bad in (frame + b"\x01", frame + b"\x00\x00"):
+        with pytest.raises(DecodeError, match="trailing"):
+            proto.decode_request(proto.parse_request_header(bad), bad)
+    other = proto.encode_request(50, 0, 8, "rdkafka", {"users": None})[4:] + b"\x00"
+    with pytest.raises(DecodeError, match="trailing"):
+        proto.decode_request(proto.parse_request_header(other), other)
+
+
+def test_certificate_no_mapping_rule_matches_closes(tmp_path):
+    """Kafka fails the authentication when no ssl.principal.mapping.rules rule
+    applies; pluglog closes the connection at the first authorized request."""
+    from types import SimpleNamespace
+
+    from OpenSSL import crypto
+
+    from pluglog.security.checks import _tls_principal
+    from pluglog.security.principals import parse_mapping_rules
+    from pluglog.server.handlers import CloseConnection
+    from tests.tls_certs import make_certs
+
+    certs = make_certs(tmp_path)
+    with open(certs["client_cert"], "rb") as handle:
+        cert = crypto.load_certificate(crypto.FILETYPE_PEM, handle.read())
+    transport = SimpleNamespace(getPeerCertificate=lambda: cert)
+    session = SimpleNamespace(
+        conn=SimpleNamespace(transport=transport), principal="x", acl_cache={}
+    )
+
+    def ctx(rules):
+        security = SimpleNamespace(principal_rules=parse_mapping_rules(rules))
+        return SimpleNamespace(broker=SimpleNamespace(security=security))
+
+    _tls_principal(ctx("RULE:^CN=(.*)$/$1/U"), session)
+    assert session.principal == "User:CLIENT1" and session.acl_cache == {"tls": True}
+    with pytest.raises(CloseConnection, match="CN=client1"):
+        _tls_principal(ctx("RULE:^CN=admin$/admin/"), session)
