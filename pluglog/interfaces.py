@@ -275,7 +275,8 @@ class IAuthorizer(Interface):
         """Return True when allowed (Kafka's rules: deny wins, super users pass)."""
 
     def create_acls(bindings):
-        """Add ACL bindings; return one error (code, message) or None per binding."""
+        """Add ACL bindings; return per binding None (added), an error message
+        (answered INVALID_REQUEST) or a ``(code, message)`` pair."""
 
     def describe_acls(binding_filter):
         """Return the bindings matching a filter."""
