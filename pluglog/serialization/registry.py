@@ -110,6 +110,14 @@ class SchemaRegistry:
 
     def __init__(self, write=None):
         self.write = write
+        #: False in a cluster (pluglog.serialization.replicated): records are
+        #: applied when the tail of ``_schemas`` reaches them below the HW,
+        #: so no read anywhere sees a write before it is committed.
+        self.apply_on_write = True
+        self.reset()
+
+    def reset(self):
+        """Forget everything (before loading ``_schemas`` again)."""
         self.subjects_ = {}  # subject -> {version: Version}
         self.ids = {}  # id -> (schema text, schema type)
         self.identities = {}  # (schema type, sorted JSON) -> id
@@ -157,8 +165,9 @@ class SchemaRegistry:
 
     def _commit(self, records):
         self.write(records)
-        for key, value in records:
-            self.apply(key, value)
+        if self.apply_on_write:
+            for key, value in records:
+                self.apply(key, value)
 
     # -- lookups -------------------------------------------------------------------
 
@@ -305,7 +314,7 @@ class SchemaRegistry:
         if schema_type != "AVRO":
             value["schemaType"] = schema_type
         self._commit([(schema_key(subject, number), json.dumps(value).encode())])
-        return self.subjects_[subject][number]
+        return Version(subject, number, schema_id, text, schema_type, False)
 
     def _soft_delete_record(self, entry):
         value = entry.to_json()
@@ -322,8 +331,11 @@ class SchemaRegistry:
                     40405,
                     f"Subject '{subject}' was not deleted first before being permanently deleted",
                 )
-            self._commit([(schema_key(subject, v.version), None) for v in versions])
-            self.configs.pop(subject, None)
+            records = [(schema_key(subject, v.version), None) for v in versions]
+            if subject in self.configs:
+                # A record, not a local pop: every broker must forget it.
+                records.append((config_key(subject), None))
+            self._commit(records)
             return [v.version for v in versions]
         live = [v for v in versions if not v.deleted]
         if not live:
