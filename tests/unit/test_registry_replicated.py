@@ -255,6 +255,7 @@ def test_http_url_in_the_broker_registration(tmp_path):
     assert advertised_url(config.replace(http="tcp:8081")) == "http://b1.example:8081"
     local = config.replace(http="tcp:port=9001:interface=127.0.0.1")
     assert advertised_url(local) == "http://127.0.0.1:9001"
+    assert advertised_url(config.replace(http="tcp:0")) is None
     body = zkdata.broker_json("b1.example", 9092, None, "http://b1.example:8081")
     assert body["http_url"] == "http://b1.example:8081"
     assert zkdata.broker_from_json("1", body) == (1, "b1.example", 9092, None)
