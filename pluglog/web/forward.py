@@ -11,13 +11,41 @@ its status and JSON body come back unchanged. The request carries
 import io
 import json
 
-from twisted.internet import defer
-from twisted.web.client import Agent, FileBodyProducer, readBody
+from twisted.internet import defer, protocol
+from twisted.web.client import Agent, FileBodyProducer, ResponseDone
+from twisted.web.http import PotentialDataLoss
 from twisted.web.http_headers import Headers
 
 from pluglog.serialization.replicated import forwarding_error
 
 FORWARDED_HEADER = b"x-pluglog-forwarded-by"
+#: Registry answers are small JSON (a schema at most); anything larger is
+#: not a registry talking.
+MAX_ANSWER_BYTES = 4 << 20
+
+
+class _Collect(protocol.Protocol):
+    """Gathers a response body (at most MAX_ANSWER_BYTES) into ``finished``."""
+
+    def __init__(self, finished):
+        self.finished = finished
+        self.parts = []
+        self.size = 0
+
+    def dataReceived(self, data):  # noqa: N802 - twisted name
+        self.size += len(data)
+        if self.size > MAX_ANSWER_BYTES and not self.finished.called:
+            self.transport.stopProducing()
+            self.finished.errback(ValueError(f"answer larger than {MAX_ANSWER_BYTES} bytes"))
+        self.parts.append(data)
+
+    def connectionLost(self, reason):  # noqa: N802 - twisted name
+        if self.finished.called:
+            return
+        if reason.check(ResponseDone, PotentialDataLoss):
+            self.finished.callback(b"".join(self.parts))
+        else:
+            self.finished.errback(reason)
 
 
 @defer.inlineCallbacks
@@ -38,7 +66,8 @@ def forward(reactor, url, request, body, node_id, timeout_s):
         d = agent.request(request.method, target, headers, producer)
         d.addTimeout(timeout_s, reactor)
         response = yield d
-        d = readBody(response)
+        d = defer.Deferred()
+        response.deliverBody(_Collect(d))
         d.addTimeout(timeout_s, reactor)
         data = yield d
     except Exception as exc:  # noqa: BLE001 - every failure is the same 50003
