@@ -20,11 +20,13 @@ import json
 from zope.interface import implementer
 
 from pluglog.interfaces import ISchemaRegistry
-from pluglog.serialization import avro
+from pluglog.serialization import avro, json_schema
 from pluglog.serialization.compatibility import LEVELS, incompatibilities
 from pluglog.serialization.framing import SerializationError
 
 DEFAULT_LEVEL = "BACKWARD"
+#: JSON needs the optional jsonschema package (json_schema.available()).
+SCHEMA_TYPES = ("AVRO", json_schema.SCHEMA_TYPE)
 #: Largest schema text accepted; the record must fit the ``_schemas``
 #: topic's max.message.bytes (1 MiB by default) with its key and framing.
 MAX_SCHEMA_BYTES = 1_000_000
@@ -242,7 +244,9 @@ class SchemaRegistry:
     @staticmethod
     def check_schema(schema, schema_type="AVRO", references=None):
         """Return ``(compact text, decoded)``; 42201 when it is no valid schema."""
-        if schema_type != "AVRO":
+        if schema_type not in SCHEMA_TYPES or (
+            schema_type == json_schema.SCHEMA_TYPE and not json_schema.available()
+        ):
             raise RegistryError(
                 422, 42201, f"Invalid schema: unsupported schemaType {schema_type!r}"
             )
@@ -256,7 +260,14 @@ class SchemaRegistry:
                 f"the registry's limit of {MAX_SCHEMA_BYTES} bytes"
             )
         try:
-            _parsed, decoded = avro.parse(schema)
+            if schema_type == "AVRO":
+                _parsed, decoded = avro.parse(schema)
+            else:
+                try:
+                    decoded = json.loads(schema)
+                except ValueError as exc:
+                    raise SerializationError(f"schema is not JSON: {exc}") from None
+                json_schema.check(decoded)
         except SerializationError as exc:
             raise invalid_schema(str(exc)) from None
         return json.dumps(decoded, separators=(",", ":")), decoded
@@ -272,7 +283,7 @@ class SchemaRegistry:
                 return entry
         return None
 
-    def compatibility_problems(self, subject, decoded, against=None):
+    def compatibility_problems(self, subject, decoded, against=None, schema_type="AVRO"):
         """Reasons ``decoded`` may not join ``subject`` (its live versions, or
         ``against`` only); [] when it may."""
         if against is None:
@@ -280,8 +291,15 @@ class SchemaRegistry:
                 against = self.versions(subject)
             except RegistryError:
                 return []
+        level = self.level(subject)
+        if level != "NONE":
+            other = sorted({v.schema_type for v in against} - {schema_type})
+            if other:
+                return [f"schemaType {schema_type} differs from the subject's {other}"]
         existing = [json.loads(v.schema) for v in against]
-        return incompatibilities(self.level(subject), decoded, existing)
+        if schema_type == json_schema.SCHEMA_TYPE:
+            return json_schema.incompatibilities(level, decoded, existing)
+        return incompatibilities(level, decoded, existing)
 
     # -- writes ----------------------------------------------------------------------
 
@@ -291,7 +309,7 @@ class SchemaRegistry:
         existing = self.find(subject, decoded, schema_type)
         if existing is not None:
             return existing
-        problems = self.compatibility_problems(subject, decoded)
+        problems = self.compatibility_problems(subject, decoded, schema_type=schema_type)
         if problems:
             raise RegistryError(
                 409,
@@ -392,15 +410,15 @@ class SchemaRegistry:
 
     # -- ISchemaRegistry ---------------------------------------------------------------
 
-    def register(self, subject, schema):
-        return self.register_version(subject, schema).schema_id
+    def register(self, subject, schema, schema_type="AVRO"):
+        return self.register_version(subject, schema, schema_type).schema_id
 
     def get_schema(self, schema_id):
         return self.schema_by_id(schema_id)[0]
 
-    def lookup(self, subject, schema):
-        _text, decoded = self.check_schema(schema)
-        entry = self.find(subject, decoded)
+    def lookup(self, subject, schema, schema_type="AVRO"):
+        _text, decoded = self.check_schema(schema, schema_type)
+        entry = self.find(subject, decoded, schema_type)
         if entry is None:
             self.versions(subject)  # 40401 for an unknown subject
             raise schema_not_found()

@@ -234,7 +234,9 @@ class RegistryResource(resource.Resource):
             raise _method_not_allowed()
         reg = self.registry
         if path == ["types"]:
-            return 200, ["AVRO"]
+            from pluglog.serialization import json_schema
+
+            return 200, ["AVRO", "JSON"] if json_schema.available() else ["AVRO"]
         if len(path) < 2 or path[0] != "ids":
             raise _not_found()
         schema, schema_type = reg.schema_by_id(path[1])
@@ -298,7 +300,7 @@ class RegistryResource(resource.Resource):
                 against = reg.versions(subject)
             except RegistryError:
                 against = []
-        problems = reg.compatibility_problems(subject, decoded, against)
+        problems = reg.compatibility_problems(subject, decoded, against, schema_type)
         body = {"is_compatible": not problems}
         if _flag(request, "verbose"):
             body["messages"] = problems
