@@ -12,6 +12,11 @@ Java serializers, curl scripts) call, at Confluent's paths, so
 * ``/config`` and ``/config/S`` (GET, PUT, DELETE),
   ``/compatibility/subjects/S/versions[/V]`` (POST), ``/mode`` (GET)
 
+In a broker the resource has a :class:`~pluglog.serialization.replicated.RegistryNode`:
+writes (register, deletes, config changes) run on the leader of ``_schemas``-0
+and are answered after the high watermark, or are forwarded to it over HTTP
+(:mod:`pluglog.web.forward`); reads are served from this broker's replica.
+
 Every answer is JSON; errors carry Confluent's ``{"error_code", "message"}``
 body and status, unexpected failures a 500 with code 50001 (logged, never a
 traceback page).
