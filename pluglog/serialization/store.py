@@ -16,6 +16,7 @@ high watermark before answering.
 
 from twisted.internet import defer
 
+from pluglog.errors import TopicExistsError
 from pluglog.protocol import records as batches
 
 SCHEMAS_TOPIC = "_schemas"
@@ -55,10 +56,11 @@ class SchemaStore:
         d = self.broker.create_topic(self.topic, 1, rf, topic_configs(rf), internal=True)
 
         def lost_race(failure):
-            # Another creator (a second broker, an operator) is as good.
-            if not self.exists():
-                return failure
-            return None
+            # Another creator (a second broker, an operator) is as good, even
+            # before our view of the cluster shows its topic.
+            if self.exists() or failure.check(TopicExistsError):
+                return None
+            return failure
 
         return d.addErrback(lost_race)
 

@@ -11,10 +11,11 @@ import io
 import json
 
 import pytest
+from twisted.internet import defer
 from twisted.web.test.requesthelper import DummyRequest
 
 from pluglog.coordination import zkdata
-from pluglog.errors import ConfigError
+from pluglog.errors import ConfigError, TopicExistsError
 from pluglog.protocol import records as batches
 from pluglog.serialization.registry import config_key, schema_key
 from pluglog.serialization.replicated import RegistryNode, section_settings
@@ -260,3 +261,15 @@ def test_http_url_in_the_broker_registration(tmp_path):
     assert body["http_url"] == "http://b1.example:8081"
     assert zkdata.broker_from_json("1", body) == (1, "b1.example", 9092, None)
     assert "http_url" not in zkdata.broker_json("b1.example", 9092)
+
+
+def test_losing_the_creation_race_waits_for_the_winners_topic(node):
+    broker = node.broker
+    real_create = broker.create_topic
+    broker.create_topic = lambda *a, **k: defer.fail(TopicExistsError("another broker won"))
+    d = node.route()
+    assert not d.called  # waiting for the topic and its leader to show up
+    broker.create_topic = real_create
+    result_of(broker.create_topic(SCHEMAS_TOPIC, 1, 1, topic_configs(1), internal=True))
+    node.reactor.advance(0.1)
+    assert result_of(d) is None
