@@ -117,6 +117,9 @@ class RegistryResource(resource.Resource):
         from pluglog.web.forward import FORWARDED_HEADER, forward
 
         raw = request.content.read(MAX_BODY_BYTES + 1)
+        if len(raw) > MAX_BODY_BYTES:
+            request.content = io.BytesIO(raw)
+            self._body(request)  # raises the 42201 here, not after forwarding it
         node = self.node
         forwarded = request.getHeader(FORWARDED_HEADER) is not None
 

@@ -14,7 +14,7 @@ from pluglog.serialization.registry import RegistryError
 from pluglog.serialization.store import SCHEMAS_TOPIC
 from pluglog.web import forward as forwarding
 from pluglog.web.forward import FORWARDED_HEADER, forward
-from pluglog.web.registry import RegistryResource
+from pluglog.web.registry import MAX_BODY_BYTES, RegistryResource
 
 
 class Echo(resource.Resource):
@@ -128,3 +128,11 @@ def test_reads_are_forwarded_where_no_replica_is_hosted(tmp_path, monkeypatch):
     broker.coordinator.http_urls = lambda: {7: "http://b7:8081"}
     assert get(["subjects"]) == ["from-the-leader"]
     assert calls == [("http://b7:8081", broker.node_id)]
+    # An oversized body is refused here, not shipped to the leader.
+    request = DummyRequest([b"s", b"versions"])
+    request.prepath = [b"subjects"]
+    request.method = b"POST"
+    request.content = io.BytesIO(b"x" * (MAX_BODY_BYTES + 1))
+    answer = json.loads(leaf.render(request))
+    assert answer["error_code"] == 42201 and request.responseCode == 422
+    assert len(calls) == 1
