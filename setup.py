@@ -57,7 +57,12 @@ setup(
             "lz4>=4.0",
             "zstandard>=0.22",
             "hypothesis>=6.100",
+            # The registry's optional JSON Schema provider and
+            # confluent_kafka.schema_registry.json_schema (interop tests).
+            "jsonschema>=4.18",
+            "referencing>=0.30",
         ],
+        "jsonschema": ["jsonschema>=4.18"],
         "docs": ["sphinx>=7"],
     },
     entry_points={"console_scripts": ["pluglog = pluglog.cli.main:main"]},

@@ -32,10 +32,16 @@ def pluglog_register_retention_policies():
 
 @hookimpl
 def pluglog_register_serializers():
-    from pluglog.serialization.plugin import make_avro
+    from pluglog.serialization.plugin import make_avro, make_jsonschema
     from pluglog.serializers import make_bytes, make_json, make_string
 
-    return {"bytes": make_bytes, "string": make_string, "json": make_json, "avro": make_avro}
+    return {
+        "bytes": make_bytes,
+        "string": make_string,
+        "json": make_json,
+        "avro": make_avro,
+        "jsonschema": make_jsonschema,
+    }
 
 
 @hookimpl

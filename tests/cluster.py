@@ -28,11 +28,13 @@ FAST_SETTINGS = {
 class Cluster:
     """Brokers 1..N of one cluster."""
 
-    def __init__(self, root, zk_connect, brokers=3, settings=None, racks=None):
+    def __init__(self, root, zk_connect, brokers=3, settings=None, racks=None, http=False):
         self.root = root
         self.zk_connect = zk_connect
         self.settings = {**FAST_SETTINGS, **(settings or {})}
         self.racks = racks or {}
+        #: ``--http`` ports (the schema registry) when ``http``; kept across restarts.
+        self.http_ports = {node: free_port() for node in range(1, brokers + 1)} if http else {}
         self.brokers = {}
         for node in range(1, brokers + 1):
             self.brokers[node] = self._process(node, free_port())
@@ -41,12 +43,16 @@ class Cluster:
         settings = {**self.settings, "zookeeper.connect": self.zk_connect}
         if node in self.racks:
             settings["broker.rack"] = self.racks[node]
+        extra = ["--coordinator", "zookeeper", "--broker-id", str(node)]
+        if node in self.http_ports:
+            extra += ["--http", f"tcp:{self.http_ports[node]}:interface=127.0.0.1"]
         return BrokerProcess(
-            self.root / f"broker-{node}",
-            port=port,
-            settings=settings,
-            extra_args=["--coordinator", "zookeeper", "--broker-id", str(node)],
+            self.root / f"broker-{node}", port=port, settings=settings, extra_args=extra
         )
+
+    def url(self, node):
+        """The ``--http`` (schema registry) URL of ``node``."""
+        return f"http://127.0.0.1:{self.http_ports[node]}"
 
     @property
     def bootstrap(self):

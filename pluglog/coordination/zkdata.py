@@ -93,9 +93,11 @@ def config_path(topic):
     return f"{CONFIG_TOPICS}/{topic}"
 
 
-def broker_json(host, port, rack=None):
-    """Kafka's BrokerIdZNode version 5 body for one PLAINTEXT listener."""
-    return {
+def broker_json(host, port, rack=None, http_url=None):
+    """Kafka's BrokerIdZNode version 5 body for one PLAINTEXT listener, plus
+    pluglog's ``http_url`` (the ``--http`` listener, for forwarding schema
+    registry writes; Kafka's own parser ignores unknown fields)."""
+    body = {
         "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
         "endpoints": [f"PLAINTEXT://{host}:{port}"],
         "rack": rack or None,
@@ -106,6 +108,9 @@ def broker_json(host, port, rack=None):
         "port": port,
         "version": 5,
     }
+    if http_url:
+        body["http_url"] = http_url
+    return body
 
 
 def broker_from_json(broker_id, data):

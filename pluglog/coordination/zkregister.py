@@ -64,9 +64,14 @@ class RegistrationMixin:
     def _register(self, wait):
         """Create our ephemeral /brokers/ids/<id>; an id held by another live
         session is refused (after up to ``wait`` seconds for it to expire)."""
+        from pluglog.web.site import advertised_url
+
         body = z.dumps(
             z.broker_json(
-                self.config.advertised_host, self.config.advertised_port, self.config.broker_rack
+                self.config.advertised_host,
+                self.config.advertised_port,
+                self.config.broker_rack,
+                advertised_url(self.config),
             )
         )
         deadline = time.monotonic() + wait

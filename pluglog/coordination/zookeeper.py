@@ -52,6 +52,7 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin):
         self.controller = Controller(self, reactor)
         self._listeners = []
         self._brokers = {}
+        self._http_urls = {}
         self._topics = {}
         self._reassigning = {}
         self._states = {}
@@ -243,13 +244,18 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin):
         )
         pending = {c: self.client.get_async(f"{z.BROKER_IDS}/{c}") for c in children}
         brokers = {}
+        urls = {}
         for child, result in pending.items():
             try:
                 raw, _ = result.get()
             except NoNodeError:
                 continue
-            info = z.broker_from_json(child, z.loads(raw))
+            data = z.loads(raw)
+            info = z.broker_from_json(child, data)
             brokers[info[0]] = info
+            if data.get("http_url"):
+                urls[info[0]] = data["http_url"]
+        self.io.deliver(self._set_http_urls, urls)
         self.io.deliver(self._set_brokers, brokers)
         self.controller.post(self.controller.on_brokers_changed)
 
@@ -331,6 +337,9 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin):
         self._controller_id = controller
         self._check_waiters()
 
+    def _set_http_urls(self, urls):
+        self._http_urls = urls
+
     def _set_brokers(self, brokers):
         if brokers != self._brokers:
             self._brokers = brokers
@@ -396,6 +405,10 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin):
 
     def controller_id(self):
         return self._controller_id
+
+    def http_urls(self):
+        """``{broker id: --http URL}`` of live brokers that registered one."""
+        return dict(self._http_urls)
 
     def cluster_id(self):
         return self._cluster_id

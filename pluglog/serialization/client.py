@@ -58,15 +58,25 @@ class RegistryClient:
     def _subject(subject):
         return urllib.parse.quote(subject, safe="")
 
-    def register(self, subject, schema):
+    @staticmethod
+    def _schema_body(schema, schema_type):
+        body = {"schema": schema}
+        if schema_type != "AVRO":
+            body["schemaType"] = schema_type
+        return body
+
+    def register(self, subject, schema, schema_type="AVRO"):
         body = self.request(
-            "POST", f"subjects/{self._subject(subject)}/versions", {"schema": schema}
+            "POST",
+            f"subjects/{self._subject(subject)}/versions",
+            self._schema_body(schema, schema_type),
         )
         self._by_id.setdefault(body["id"], schema)
         return body["id"]
 
-    def lookup(self, subject, schema):
-        return self.request("POST", f"subjects/{self._subject(subject)}", {"schema": schema})["id"]
+    def lookup(self, subject, schema, schema_type="AVRO"):
+        body = self._schema_body(schema, schema_type)
+        return self.request("POST", f"subjects/{self._subject(subject)}", body)["id"]
 
     def get_schema(self, schema_id):
         schema = self._by_id.get(schema_id)

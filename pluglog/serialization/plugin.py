@@ -35,3 +35,11 @@ def make_avro(config, reactor):
     from pluglog.serialization.avro import AvroSerializer
 
     return AvroSerializer(make_http_registry(config, reactor))
+
+
+def make_jsonschema(config, reactor):
+    """Framed JSON validated against the subject's JSON schema (needs the
+    jsonschema package); the writer schema is the latest version."""
+    from pluglog.serialization.json_schema import JsonSchemaSerializer
+
+    return JsonSchemaSerializer(make_http_registry(config, reactor))

@@ -20,11 +20,13 @@ import json
 from zope.interface import implementer
 
 from pluglog.interfaces import ISchemaRegistry
-from pluglog.serialization import avro
+from pluglog.serialization import avro, json_schema
 from pluglog.serialization.compatibility import LEVELS, incompatibilities
 from pluglog.serialization.framing import SerializationError
 
 DEFAULT_LEVEL = "BACKWARD"
+#: JSON needs the optional jsonschema package (json_schema.available()).
+SCHEMA_TYPES = ("AVRO", json_schema.SCHEMA_TYPE)
 #: Largest schema text accepted; the record must fit the ``_schemas``
 #: topic's max.message.bytes (1 MiB by default) with its key and framing.
 MAX_SCHEMA_BYTES = 1_000_000
@@ -110,6 +112,14 @@ class SchemaRegistry:
 
     def __init__(self, write=None):
         self.write = write
+        #: False in a cluster (pluglog.serialization.replicated): records are
+        #: applied when the tail of ``_schemas`` reaches them below the HW,
+        #: so no read anywhere sees a write before it is committed.
+        self.apply_on_write = True
+        self.reset()
+
+    def reset(self):
+        """Forget everything (before loading ``_schemas`` again)."""
         self.subjects_ = {}  # subject -> {version: Version}
         self.ids = {}  # id -> (schema text, schema type)
         self.identities = {}  # (schema type, sorted JSON) -> id
@@ -157,8 +167,9 @@ class SchemaRegistry:
 
     def _commit(self, records):
         self.write(records)
-        for key, value in records:
-            self.apply(key, value)
+        if self.apply_on_write:
+            for key, value in records:
+                self.apply(key, value)
 
     # -- lookups -------------------------------------------------------------------
 
@@ -233,7 +244,9 @@ class SchemaRegistry:
     @staticmethod
     def check_schema(schema, schema_type="AVRO", references=None):
         """Return ``(compact text, decoded)``; 42201 when it is no valid schema."""
-        if schema_type != "AVRO":
+        if schema_type not in SCHEMA_TYPES or (
+            schema_type == json_schema.SCHEMA_TYPE and not json_schema.available()
+        ):
             raise RegistryError(
                 422, 42201, f"Invalid schema: unsupported schemaType {schema_type!r}"
             )
@@ -247,7 +260,14 @@ class SchemaRegistry:
                 f"the registry's limit of {MAX_SCHEMA_BYTES} bytes"
             )
         try:
-            _parsed, decoded = avro.parse(schema)
+            if schema_type == "AVRO":
+                _parsed, decoded = avro.parse(schema)
+            else:
+                try:
+                    decoded = json.loads(schema)
+                except ValueError as exc:
+                    raise SerializationError(f"schema is not JSON: {exc}") from None
+                json_schema.check(decoded)
         except SerializationError as exc:
             raise invalid_schema(str(exc)) from None
         return json.dumps(decoded, separators=(",", ":")), decoded
@@ -263,7 +283,7 @@ class SchemaRegistry:
                 return entry
         return None
 
-    def compatibility_problems(self, subject, decoded, against=None):
+    def compatibility_problems(self, subject, decoded, against=None, schema_type="AVRO"):
         """Reasons ``decoded`` may not join ``subject`` (its live versions, or
         ``against`` only); [] when it may."""
         if against is None:
@@ -271,8 +291,15 @@ class SchemaRegistry:
                 against = self.versions(subject)
             except RegistryError:
                 return []
+        level = self.level(subject)
+        if level != "NONE":
+            other = sorted({v.schema_type for v in against} - {schema_type})
+            if other:
+                return [f"schemaType {schema_type} differs from the subject's {other}"]
         existing = [json.loads(v.schema) for v in against]
-        return incompatibilities(self.level(subject), decoded, existing)
+        if schema_type == json_schema.SCHEMA_TYPE:
+            return json_schema.incompatibilities(level, decoded, existing)
+        return incompatibilities(level, decoded, existing)
 
     # -- writes ----------------------------------------------------------------------
 
@@ -282,7 +309,7 @@ class SchemaRegistry:
         existing = self.find(subject, decoded, schema_type)
         if existing is not None:
             return existing
-        problems = self.compatibility_problems(subject, decoded)
+        problems = self.compatibility_problems(subject, decoded, schema_type=schema_type)
         if problems:
             raise RegistryError(
                 409,
@@ -305,7 +332,7 @@ class SchemaRegistry:
         if schema_type != "AVRO":
             value["schemaType"] = schema_type
         self._commit([(schema_key(subject, number), json.dumps(value).encode())])
-        return self.subjects_[subject][number]
+        return Version(subject, number, schema_id, text, schema_type, False)
 
     def _soft_delete_record(self, entry):
         value = entry.to_json()
@@ -322,8 +349,11 @@ class SchemaRegistry:
                     40405,
                     f"Subject '{subject}' was not deleted first before being permanently deleted",
                 )
-            self._commit([(schema_key(subject, v.version), None) for v in versions])
-            self.configs.pop(subject, None)
+            records = [(schema_key(subject, v.version), None) for v in versions]
+            if subject in self.configs:
+                # A record, not a local pop: every broker must forget it.
+                records.append((config_key(subject), None))
+            self._commit(records)
             return [v.version for v in versions]
         live = [v for v in versions if not v.deleted]
         if not live:
@@ -380,15 +410,15 @@ class SchemaRegistry:
 
     # -- ISchemaRegistry ---------------------------------------------------------------
 
-    def register(self, subject, schema):
-        return self.register_version(subject, schema).schema_id
+    def register(self, subject, schema, schema_type="AVRO"):
+        return self.register_version(subject, schema, schema_type).schema_id
 
     def get_schema(self, schema_id):
         return self.schema_by_id(schema_id)[0]
 
-    def lookup(self, subject, schema):
-        _text, decoded = self.check_schema(schema)
-        entry = self.find(subject, decoded)
+    def lookup(self, subject, schema, schema_type="AVRO"):
+        _text, decoded = self.check_schema(schema, schema_type)
+        entry = self.find(subject, decoded, schema_type)
         if entry is None:
             self.versions(subject)  # 40401 for an unknown subject
             raise schema_not_found()

@@ -12,14 +12,22 @@ Java serializers, curl scripts) call, at Confluent's paths, so
 * ``/config`` and ``/config/S`` (GET, PUT, DELETE),
   ``/compatibility/subjects/S/versions[/V]`` (POST), ``/mode`` (GET)
 
+In a broker the resource has a :class:`~pluglog.serialization.replicated.RegistryNode`:
+writes (register, deletes, config changes) run on the leader of ``_schemas``-0
+and are answered after the high watermark, or are forwarded to it over HTTP
+(:mod:`pluglog.web.forward`); reads are served from this broker's replica.
+
 Every answer is JSON; errors carry Confluent's ``{"error_code", "message"}``
 body and status, unexpected failures a 500 with code 50001 (logged, never a
 traceback page).
 """
 
+import io
 import json
 
+from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web import resource
 
 from pluglog.errors import KafkaError
@@ -32,6 +40,26 @@ TOP_LEVEL = ("subjects", "schemas", "config", "compatibility", "mode")
 #: Bodies are schemas (or tiny config objects); a schema at the size limit
 #: escaped as JSON is at most about twice its size.
 MAX_BODY_BYTES = 2 * MAX_SCHEMA_BYTES + 65536
+
+
+def _is_write(top, method, path):
+    """PUT and DELETE, and POST /subjects/S/versions (register)."""
+    if method in ("PUT", "DELETE"):
+        return True
+    return top == "subjects" and method == "POST" and len(path) == 2
+
+
+def _error_answer(exc, request):
+    """``(status, body)`` for an exception a handler raised."""
+    if isinstance(exc, RegistryError):
+        return exc.status, exc.body()
+    if isinstance(exc, KafkaError):
+        log.warn("schema registry store error: {exc}", exc=exc)
+        return 500, {"error_code": 50001, "message": f"Error in the backend data store: {exc}"}
+    if isinstance(exc, UnicodeDecodeError):
+        return 400, {"error_code": 400, "message": "path is not UTF-8"}
+    log.failure("schema registry request {uri} failed", Failure(exc), uri=request.uri)
+    return 500, {"error_code": 50001, "message": "Internal error in the schema registry"}
 
 
 def _flag(request, name):
@@ -52,9 +80,13 @@ class RegistryResource(resource.Resource):
 
     isLeaf = True  # noqa: N815 - twisted.web name
 
-    def __init__(self, registry):
+    def __init__(self, registry, node=None):
         super().__init__()
         self.registry = registry
+        #: The broker's RegistryNode (pluglog.serialization.replicated): writes
+        #: run on the leader of _schemas-0 or are forwarded to it. None: a
+        #: registry of its own (tests), written synchronously.
+        self.node = node
 
     def render(self, request):
         try:
@@ -62,24 +94,73 @@ class RegistryResource(resource.Resource):
             path = [p.decode("utf-8") for p in request.postpath]
             while path and path[-1] == "":
                 path.pop()
-            status, body = getattr(self, f"_{top}")(request, request.method.decode(), path)
-        except RegistryError as exc:
-            status, body = exc.status, exc.body()
-        except KafkaError as exc:
-            log.warn("schema registry store error: {exc}", exc=exc)
-            status, body = (
-                500,
-                {"error_code": 50001, "message": f"Error in the backend data store: {exc}"},
-            )
-        except UnicodeDecodeError:
-            status, body = 400, {"error_code": 400, "message": "path is not UTF-8"}
-        except Exception:
-            log.failure("schema registry request {uri} failed", uri=request.uri)
-            status, body = (
-                500,
-                {"error_code": 50001, "message": "Internal error in the schema registry"},
-            )
+            method = request.method.decode()
+            handler = getattr(self, f"_{top}")
+            if self.node is not None and self._routed(top, method, path):
+                return self._render_routed(request, handler, top, method, path)
+            status, body = handler(request, method, path)
+        except Exception as exc:  # noqa: BLE001 - _error_answer sorts them out
+            status, body = _error_answer(exc, request)
         return json_response(request, status, body)
+
+    # -- cluster: writes on the leader -------------------------------------------
+
+    def _routed(self, top, method, path):
+        """Writes go to the leader; so do reads where we host no replica."""
+        if _is_write(top, method, path):
+            return True
+        return self.node.store.exists() and not self.node.hosts_replica()
+
+    def _render_routed(self, request, handler, top, method, path):
+        from twisted.web.server import NOT_DONE_YET
+
+        from pluglog.web.forward import FORWARDED_HEADER, forward
+
+        raw = request.content.read(MAX_BODY_BYTES + 1)
+        if len(raw) > MAX_BODY_BYTES:
+            request.content = io.BytesIO(raw)
+            self._body(request)  # raises the 42201 here, not after forwarding it
+        node = self.node
+        forwarded = request.getHeader(FORWARDED_HEADER) is not None
+
+        def local():
+            request.content = io.BytesIO(raw)
+            return handler(request, method, path)
+
+        @defer.inlineCallbacks
+        def run():
+            url = yield node.route()
+            if url is None:
+                if not _is_write(top, method, path):
+                    return local()
+                return (yield node.write(local))
+            if forwarded:
+                # Leadership moved while the request travelled: no loops.
+                raise RegistryError(
+                    500,
+                    50003,
+                    f"Error while forwarding the request to the leader: broker "
+                    f"{node.broker.node_id} does not lead; broker {node.leader_id()} does",
+                )
+            return (
+                yield forward(node.reactor, url, request, raw, node.broker.node_id, node.timeout_s)
+            )
+
+        lost = []
+        request.notifyFinish().addErrback(lost.append)
+
+        def answer(result):
+            if isinstance(result, Failure):
+                status, body = _error_answer(result.value, request)
+            else:
+                status, body = result
+            if lost:
+                return  # the client went away; nothing to answer
+            request.write(json_response(request, status, body))
+            request.finish()
+
+        run().addBoth(answer)
+        return NOT_DONE_YET
 
     # -- bodies ------------------------------------------------------------------
 
@@ -161,7 +242,9 @@ class RegistryResource(resource.Resource):
             raise _method_not_allowed()
         reg = self.registry
         if path == ["types"]:
-            return 200, ["AVRO"]
+            from pluglog.serialization import json_schema
+
+            return 200, ["AVRO", "JSON"] if json_schema.available() else ["AVRO"]
         if len(path) < 2 or path[0] != "ids":
             raise _not_found()
         schema, schema_type = reg.schema_by_id(path[1])
@@ -225,7 +308,7 @@ class RegistryResource(resource.Resource):
                 against = reg.versions(subject)
             except RegistryError:
                 against = []
-        problems = reg.compatibility_problems(subject, decoded, against)
+        problems = reg.compatibility_problems(subject, decoded, against, schema_type)
         body = {"is_compatible": not problems}
         if _flag(request, "verbose"):
             body["messages"] = problems
@@ -238,29 +321,26 @@ class RegistryResource(resource.Resource):
 
 
 def add_registry(broker, root):
-    """Create/load ``_schemas`` and serve the registry under ``root``.
+    """Load ``_schemas`` (if it exists yet) and serve the registry under ``root``.
 
-    Returns a Deferred fired once loaded (the listener waits for it)."""
-    from pluglog.serialization.registry import SchemaRegistry
-    from pluglog.serialization.store import SchemaStore
+    The topic is created by the first write. Returns a Deferred fired once
+    loaded (the listener waits for it)."""
+    from pluglog.serialization.replicated import RegistryNode
 
-    store = SchemaStore(broker)
-    registry = SchemaRegistry(store.write)
-
-    def load(_):
-        count = store.load(registry)
-        log.info(
-            "schema registry loaded {count} record(s) of _schemas: {subjects} subject(s), "
-            "{ids} schema id(s)",
-            count=count,
-            subjects=len(registry.subject_names()),
-            ids=len(registry.ids),
-        )
-        if registry.skipped:
-            log.warn("skipped {n} unreadable _schemas record(s)", n=registry.skipped)
-        leaf = RegistryResource(registry)
-        for name in TOP_LEVEL:
-            root.putChild(name.encode(), leaf)
-        broker.schema_registry = registry
-
-    return store.ensure_topic().addCallback(load)
+    node = RegistryNode(broker)
+    registry = node.registry
+    node.start()
+    log.info(
+        "schema registry loaded {count} offset(s) of _schemas: {subjects} subject(s), "
+        "{ids} schema id(s)",
+        count=node.applied,
+        subjects=len(registry.subject_names()),
+        ids=len(registry.ids),
+    )
+    if registry.skipped:
+        log.warn("skipped {n} unreadable _schemas record(s)", n=registry.skipped)
+    leaf = RegistryResource(registry, node)
+    for name in TOP_LEVEL:
+        root.putChild(name.encode(), leaf)
+    broker.schema_registry = registry
+    return defer.succeed(node)

@@ -322,3 +322,56 @@ def test_cli_produce_and_consume_avro_as_json(web_broker, tmp_path):
         *registry,
     )
     assert len(out.stdout.splitlines()) == 5
+
+
+def test_confluent_json_schema_serdes_through_pluglog_registry(web_broker):
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+
+    from pluglog.serialization.json_schema import JsonSchemaSerializer
+
+    person = json.dumps(
+        {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "title": "Person",
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+            "required": ["name"],
+        }
+    )
+    topic = "people"
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    sr = SchemaRegistryClient({"url": web_broker.url})
+    assert http(f"{web_broker.url}/schemas/types")[2] == ["AVRO", "JSON"]
+    theirs = JSONSerializer(person, sr)
+    people = [{"name": "ann", "age": 31}, {"name": "bo"}]
+    producer = Producer({"bootstrap.servers": web_broker.bootstrap})
+    for person_value in people:
+        producer.produce(topic, value=theirs(person_value, ctx))
+    assert producer.flush(30) == 0
+    latest = sr.get_latest_version(f"{topic}-value")
+    assert latest.schema.schema_type == "JSON"
+    raw = _consume_values(web_broker.bootstrap, topic, len(people))
+    assert all(int.from_bytes(v[1:5], "big") == latest.schema_id for v in raw)
+    ours = JsonSchemaSerializer(RegistryClient(web_broker.url))
+    assert [ours.deserialize(topic, v) for v in raw] == people
+    # Their deserializer reads what ours writes (same schema, same id).
+    written = JsonSchemaSerializer(RegistryClient(web_broker.url), person).serialize(
+        topic, {"name": "cy", "age": 1}
+    )
+    assert written[1:5] == raw[0][1:5]
+    assert JSONDeserializer(None, schema_registry_client=sr)(written, ctx) == {
+        "name": "cy",
+        "age": 1,
+    }
+    # A new required property is not BACKWARD compatible: Confluent's 409.
+    stricter = json.loads(person)
+    stricter["required"] = ["name", "age"]
+    with pytest.raises(SchemaRegistryError) as info:
+        sr.register_schema(f"{topic}-value", Schema(json.dumps(stricter), "JSON"))
+    assert (info.value.http_status_code, info.value.error_code) == (409, 409)
+    status, _ctype, body = http(
+        f"{web_broker.url}/subjects/{topic}-value/versions",
+        "POST",
+        {"schema": '{"type": "nope"}', "schemaType": "JSON"},
+    )
+    assert (status, body["error_code"]) == (422, 42201)
