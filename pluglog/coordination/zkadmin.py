@@ -28,6 +28,7 @@ from pluglog.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
     NoReassignmentInProgressError,
     PreferredLeaderNotAvailableError,
     RequestTimedOutError,
@@ -86,6 +87,39 @@ class AdminMixin:
     def _live_brokers(self):
         return [(b, rack) for b, _h, _p, rack in self.brokers()]
 
+    def _read_brokers(self):
+        """The registered brokers as ZooKeeper has them now (io worker)."""
+        brokers = {}
+        for child in self.client.get_children(z.BROKER_IDS):
+            try:
+                raw, _ = self.client.get(f"{z.BROKER_IDS}/{child}")
+            except NoNodeError:
+                continue
+            info = z.broker_from_json(child, z.loads(raw))
+            brokers[info[0]] = info
+        return brokers
+
+    def _planned(self, plan):
+        """A Deferred of ``plan(live brokers)``.
+
+        The broker list is fed by a watch, so a broker that registered a
+        moment ago may not be in it yet (its watch event is still on its
+        way). When the plan is refused for naming a broker the list lacks or
+        for too few brokers, ZooKeeper's list is read once and the plan
+        retried on it, so the refusal is about the cluster, not about the
+        watch's delay.
+        """
+        try:
+            return defer.succeed(plan(self._live_brokers()))
+        except (InvalidReplicaAssignmentError, InvalidReplicationFactorError):
+            pass
+        except Exception:
+            return defer.fail()
+        d = self.io.submit(self._read_brokers)
+        d.addCallback(self._set_brokers)
+        d.addCallback(lambda _: plan(self._live_brokers()))
+        return d
+
     def create_topic(
         self,
         name,
@@ -96,11 +130,10 @@ class AdminMixin:
         validate_only=False,
         assignments=None,
     ):
-        try:
+        def plan(live):
             validate_topic_name(name)
             if name in self._topics:
                 raise TopicExistsError(f"topic {name!r} already exists")
-            live = self._live_brokers()
             if assignments:
                 replicas = assign.validate_assignment(
                     {int(p): [int(b) for b in r] for p, r in assignments.items()},
@@ -111,20 +144,22 @@ class AdminMixin:
                     raise InvalidPartitionsError(
                         f"number of partitions must be >= 1, got {num_partitions}"
                     )
+                factor = replication_factor
                 if internal:
-                    replication_factor = max(
-                        1, min(self.config.offsets_topic_replication_factor, len(live))
-                    )
-                replicas = assign.assign_replicas(live, num_partitions, replication_factor)
+                    factor = max(1, min(self.config.offsets_topic_replication_factor, len(live)))
+                replicas = assign.assign_replicas(live, num_partitions, factor)
             try:
-                configs = validate_topic_overrides(configs or {})
+                return replicas, validate_topic_overrides(configs or {})
             except ConfigError as exc:
                 raise InvalidConfigError(str(exc)) from None
-        except Exception:
-            return defer.fail()
+
+        return self._planned(plan).addCallback(self._create_planned, name, internal, validate_only)
+
+    def _create_planned(self, planned, name, internal, validate_only):
+        replicas, configs = planned
         meta = TopicMetadata(name, len(replicas), configs, z.new_topic_id(), internal, replicas)
         if validate_only:
-            return defer.succeed(meta)
+            return meta
 
         def write():
             if self.client.exists(f"{z.DELETE_TOPICS}/{name}"):
@@ -185,26 +220,28 @@ class AdminMixin:
                     f"the new count {total_count} must be larger"
                 )
             )
-        try:
-            live = self._live_brokers()
-            if assignments:
-                added = assign.validate_assignment(
-                    {meta.num_partitions + i: list(r) for i, r in enumerate(assignments)},
-                    {b for b, _ in live},
-                    first_partition=meta.num_partitions,
-                )
-                if len(added) != total_count - meta.num_partitions:
-                    raise InvalidReplicaAssignmentError(
-                        f"{len(added)} assignments for {total_count - meta.num_partitions} "
-                        "new partitions"
-                    )
-            else:
-                added = assign.assign_new_partitions(live, meta.assignment, total_count)
-        except Exception:
-            return defer.fail()
-        if validate_only:
-            return defer.succeed(meta)
 
+        def plan(live):
+            if not assignments:
+                return assign.assign_new_partitions(live, meta.assignment, total_count)
+            added = assign.validate_assignment(
+                {meta.num_partitions + i: list(r) for i, r in enumerate(assignments)},
+                {b for b, _ in live},
+                first_partition=meta.num_partitions,
+            )
+            if len(added) != total_count - meta.num_partitions:
+                raise InvalidReplicaAssignmentError(
+                    f"{len(added)} assignments for {total_count - meta.num_partitions} "
+                    "new partitions"
+                )
+            return added
+
+        def planned(added):
+            return meta if validate_only else self._add_partitions(name, meta, total_count, added)
+
+        return self._planned(plan).addCallback(planned)
+
+    def _add_partitions(self, name, meta, total_count, added):
         def write():
             raw, stat = self.client.get(z.topic_path(name))
             current, topic_id, internal, adding, removing = z.topic_from_json(z.loads(raw))

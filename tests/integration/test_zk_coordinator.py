@@ -15,6 +15,7 @@ from pluglog.coordination.state import NO_LEADER, StaleStateError
 from pluglog.errors import (
     ConfigError,
     ElectionNotNeededError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     TopicExistsError,
 )
@@ -78,7 +79,7 @@ def zget(zk, path):
     return json.loads(raw), stat
 
 
-def test_registration_layout_and_interface(cluster, zk, tmp_path):
+def test_registration_layout_and_interface(rt, cluster, zk, tmp_path):
     (node,) = cluster(1, broker_rack="r1")
     assert verifyObject(ICoordinator, node.co)
     body, stat = zget(zk, "/brokers/ids/1")
@@ -93,6 +94,8 @@ def test_registration_layout_and_interface(cluster, zk, tmp_path):
     assert body["listener_security_protocol_map"] == {"PLAINTEXT": "PLAINTEXT"}
     cluster_id = zget(zk, "/cluster/id")[0]["id"]
     assert node.co.cluster_id() == cluster_id
+    # The election runs on the controller's worker after start() returned.
+    controller_of(rt, [node])
     controller, cstat = zget(zk, "/controller")
     assert controller["brokerid"] == 1 and controller["version"] == 1 and cstat.ephemeralOwner
     assert int(zk.get("/controller_epoch")[0]) >= 1
@@ -256,7 +259,9 @@ def test_leader_election_on_broker_loss(rt, cluster):
 def test_alter_isr_success_and_conflict(rt, cluster):
     nodes = cluster(1, 2)
     nodes[0].call("create_topic", "isr", 1, 2, {}, assignments={0: [1, 2]})
-    state = nodes[0].state("isr", 0)
+    # create_topic waits (bounded) for the controller's state; under load it
+    # may answer first, so wait for the state itself.
+    state = rt.wait(lambda: nodes[0].co.partition_state("isr", 0))
     new = nodes[0].call("alter_isr", "isr", 0, state, (1,))
     assert new.isr == (1,) and new.version == state.version + 1
     rt.wait(lambda: nodes[1].co.partition_state("isr", 0).isr == (1,))
@@ -282,6 +287,33 @@ def test_preferred_election_and_auto_rebalance(rt, cluster):
     rt.wait(lambda: back.co.partition_state("pref", 0).leader == 1, timeout=20)
     result = back.call("elect_leaders", [("pref", 0)], preferred=True)
     assert isinstance(result[("pref", 0)], ElectionNotNeededError)
+
+
+def test_admin_rereads_brokers_its_watch_has_not_delivered(rt, cluster):
+    """A broker that registered a moment ago may not be in another broker's
+    watch-fed list yet (the flake of the test above under load: "names unknown
+    broker(s) [3]"). Creation checks ZooKeeper's list before refusing."""
+    nodes = cluster(1, 2, 3)
+    rt.wait(lambda: [b[0] for b in nodes[0].co.brokers()] == [1, 2, 3])
+
+    def lag():  # as if broker 3's watch event were still on its way
+        nodes[0].co._brokers.pop(3)
+
+    rt.call(lag)
+    meta = nodes[0].call("create_topic", "late", 1, -1, {}, assignments={0: [1, 2, 3]})
+    assert meta.assignment == {0: [1, 2, 3]}
+    assert [b[0] for b in nodes[0].co.brokers()] == [1, 2, 3]
+    rt.call(lag)
+    meta = nodes[0].call("create_topic", "late-rf3", 2, 3, {})
+    assert all(sorted(r) == [1, 2, 3] for r in meta.assignment.values())
+    rt.call(lag)
+    meta = nodes[0].call("create_partitions", "late", 2, assignments=[[3, 2, 1]])
+    assert meta.assignment[1] == [3, 2, 1]
+    # A broker that is really not registered is still refused, after the re-read.
+    with pytest.raises(InvalidReplicaAssignmentError, match=r"unknown broker\(s\) \[9\]"):
+        nodes[0].call("create_topic", "nine", 1, -1, {}, assignments={0: [1, 9]})
+    with pytest.raises(InvalidReplicationFactorError):
+        nodes[0].call("create_topic", "rf4", 1, 4, {})
 
 
 def test_explicit_preferred_election(rt, cluster):
@@ -334,6 +366,7 @@ def test_reassignment(rt, cluster, zk):
     nodes = cluster(1, 2, 3)
     by_id = {n.broker_id: n for n in nodes}
     nodes[0].call("create_topic", "move", 1, -1, {}, assignments={0: [1]})
+    first = rt.wait(lambda: by_id[1].co.partition_state("move", 0))
     result = nodes[2].call("reassign_partitions", {("move", 0): [2, 3]})
     assert result == {("move", 0): None}
     rt.wait(lambda: nodes[2].co.topics()["move"].replicas(0) == [2, 3, 1])
@@ -341,8 +374,14 @@ def test_reassignment(rt, cluster, zk):
         ("move", 0): {"replicas": [2, 3, 1], "adding_replicas": [2, 3], "removing_replicas": [1]}
     }
     assert by_id[2].events_of("changed")[-1].replicas(0) == [2, 3, 1]
-    # The leader (1) sees the new replicas catch up and adds them to the ISR.
-    state = by_id[1].state("move", 0)
+    # The leader (1) sees the new replicas catch up and adds them to the ISR,
+    # writing over the state in which the controller bumped its epoch for
+    # the new replicas (the topic znode above is written before that state).
+    state = rt.wait(
+        lambda: (
+            (s := by_id[1].co.partition_state("move", 0)).leader_epoch > first.leader_epoch and s
+        )
+    )
     by_id[1].call("alter_isr", "move", 0, state, (1, 2, 3))
     rt.wait(lambda: nodes[2].co.topics()["move"].replicas(0) == [2, 3])
     state = nodes[2].state("move", 0)
