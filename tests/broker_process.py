@@ -6,33 +6,28 @@ read when something goes wrong.
 """
 
 import os
-import signal
 import socket
-import subprocess
 import sys
-import time
+
+from pluglog.childprocess import ChildProcess, free_port
+
+__all__ = ["ROOT", "TWISTD", "BrokerProcess", "free_port"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TWISTD = "from twisted.scripts.twistd import run; run()"
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class BrokerProcess:
+class BrokerProcess(ChildProcess):
     """A pluglog broker subprocess on 127.0.0.1."""
+
+    name = "broker"
 
     def __init__(self, data_dir, port=None, settings=None, extra_args=()):
         self.data_dir = str(data_dir)
         self.port = port or free_port()
         self.settings = {"group.initial.rebalance.delay.ms": "0", **(settings or {})}
         self.extra_args = list(extra_args)
-        self.proc = None
-        self.log_path = os.path.join(self.data_dir, "..", f"broker-{self.port}.log")
-        self._log = None
+        super().__init__(os.path.join(self.data_dir, "..", f"broker-{self.port}.log"))
 
     @property
     def bootstrap(self):
@@ -60,55 +55,19 @@ class BrokerProcess:
 
     def start(self, timeout=30):
         os.makedirs(self.data_dir, exist_ok=True)
-        self._log = open(self.log_path, "ab")
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
-        self.proc = subprocess.Popen(
-            self.command(), stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                time.sleep(0.05)
-        self.kill()
-        raise RuntimeError(f"broker did not listen within {timeout}s:\n{self.log()}")
+        return self._spawn(self.command(), self._listening, "listen", timeout, env=env, cwd=ROOT)
 
-    def log(self):
+    def _listening(self):
         try:
-            with open(self.log_path, encoding="utf-8", errors="replace") as handle:
-                return handle.read()
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                return True
         except OSError:
-            return ""
+            return False
 
     def stop(self, timeout=30):
         """SIGTERM and wait: the clean shutdown path."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise RuntimeError("broker ignored SIGTERM") from None
-        self._close_log()
+        if not self.terminate(timeout):
+            raise RuntimeError("broker ignored SIGTERM")
         return self.proc.returncode if self.proc else None
-
-    def kill(self):
-        """SIGKILL: the crash path."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-        self._close_log()
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def _close_log(self):
-        if self._log:
-            self._log.close()
-            self._log = None

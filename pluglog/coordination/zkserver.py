@@ -9,18 +9,12 @@ restart keep the port and data dir, so a restart loses nothing.
 
 import os
 import shutil
-import signal
 import socket
-import subprocess
 import tempfile
-import time
 
+from pluglog.childprocess import ChildProcess, free_port
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
+__all__ = ["ZK_JAR", "ZooKeeperServer", "four_letter", "free_port"]
 
 ZK_JAR = "/usr/share/java/zookeeper.jar"
 CLASSPATH = ":".join(
@@ -50,18 +44,18 @@ def four_letter(port, word=b"ruok", timeout=0.5):
         return ""
 
 
-class ZooKeeperServer:
+class ZooKeeperServer(ChildProcess):
     """A standalone ZooKeeper server subprocess on 127.0.0.1."""
+
+    name = "zookeeper"
 
     def __init__(self, base_dir=None, port=None):
         self._own_dir = base_dir is None
         self.base_dir = str(base_dir or tempfile.mkdtemp(prefix="pluglog-zk-"))
+        super().__init__(os.path.join(self.base_dir, "zookeeper.log"))
         self.port = port or free_port()
         self.data_dir = os.path.join(self.base_dir, "data")
-        self.log_path = os.path.join(self.base_dir, "zookeeper.log")
         self.cfg_path = os.path.join(self.base_dir, "zoo.cfg")
-        self.proc = None
-        self._log = None
 
     @property
     def hosts(self):
@@ -109,19 +103,13 @@ class ZooKeeperServer:
                 f"{ZK_JAR} is missing: apt-get install zookeeper (scripts/install-and-test.sh)"
             )
         self._write_config()
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            self.command(), stdout=self._log, stderr=subprocess.STDOUT, cwd=self.base_dir
+        return self._spawn(
+            self.command(),
+            lambda: four_letter(self.port) == "imok" and self._client_works(),
+            "serve",
+            timeout,
+            cwd=self.base_dir,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"zookeeper exited with {self.proc.returncode}:\n{self.log()}")
-            if four_letter(self.port) == "imok" and self._client_works():
-                return self
-            time.sleep(0.05)
-        self.kill()
-        raise RuntimeError(f"zookeeper did not serve within {timeout}s:\n{self.log()}")
 
     def _client_works(self):
         from kazoo.client import KazooClient
@@ -140,45 +128,16 @@ class ZooKeeperServer:
             except Exception:
                 pass
 
-    def log(self):
-        try:
-            with open(self.log_path, encoding="utf-8", errors="replace") as handle:
-                return handle.read()
-        except OSError:
-            return ""
-
     def stop(self, timeout=30):
-        """SIGTERM and wait."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._close_log()
-
-    def kill(self):
-        """SIGKILL: the crash path."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-        self._close_log()
+        """SIGTERM and wait (SIGKILL after ``timeout``)."""
+        self.terminate(timeout)
 
     def restart(self, timeout=30):
         """Stop and start again on the same port and data dir."""
         self.stop()
         return self.start(timeout)
 
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
     def cleanup(self):
         self.kill()
         if self._own_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
-
-    def _close_log(self):
-        if self._log:
-            self._log.close()
-            self._log = None
