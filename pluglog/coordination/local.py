@@ -9,43 +9,30 @@ the only broker and the controller.
 
 import json
 import os
-import re
 import uuid
 
 from twisted.internet import defer
 from zope.interface import implementer
 
-from pluglog.config import validate_topic_overrides
 from pluglog.coordination.state import PartitionState, TopicMetadata
+from pluglog.coordination.topicchecks import (
+    check_partition_count,
+    refuse_existing,
+    topic_configs,
+    validate_topic_name,
+)
 from pluglog.errors import (
-    ConfigError,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
-    InvalidTopicError,
     NoReassignmentInProgressError,
-    TopicExistsError,
     UnknownTopicOrPartitionError,
 )
 from pluglog.fileutil import atomic_write
 from pluglog.interfaces import ICoordinator
 
 METADATA_FILE = "pluglog-metadata.json"
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
-MAX_TOPIC_NAME = 249
-
-
-def validate_topic_name(name):
-    """Raise InvalidTopicError unless ``name`` is a legal Kafka topic name."""
-    if not name or name in (".", ".."):
-        raise InvalidTopicError(f"illegal topic name {name!r}")
-    if len(name) > MAX_TOPIC_NAME:
-        raise InvalidTopicError(f"topic name longer than {MAX_TOPIC_NAME} characters")
-    if not _LEGAL_TOPIC.match(name):
-        raise InvalidTopicError(
-            f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_', '-'"
-        )
 
 
 @implementer(ICoordinator)
@@ -167,22 +154,15 @@ class LocalCoordinator:
             validate_topic_name(name)
             if assignments:
                 num_partitions, replication_factor = self._check_assignment(assignments, 0)
-            if name in self._topics:
-                raise TopicExistsError(f"topic {name!r} already exists")
-            if num_partitions < 1:
-                raise InvalidPartitionsError(
-                    f"number of partitions must be >= 1, got {num_partitions}"
-                )
+            refuse_existing(name, self._topics)
+            check_partition_count(num_partitions)
             if replication_factor != 1:
                 raise InvalidReplicationFactorError(
                     f"replication factor {replication_factor} exceeds the 1 available broker"
                     if replication_factor > 1
                     else f"replication factor must be >= 1, got {replication_factor}"
                 )
-            try:
-                configs = validate_topic_overrides(configs or {})
-            except ConfigError as exc:
-                raise InvalidConfigError(str(exc)) from None
+            configs = topic_configs(configs)
         except Exception:
             return defer.fail()
         node = self.config.broker_id
@@ -279,9 +259,9 @@ class LocalCoordinator:
         if meta is None:
             return defer.fail(UnknownTopicOrPartitionError(f"no topic {name!r}"))
         try:
-            configs = validate_topic_overrides(configs)
-        except ConfigError as exc:
-            return defer.fail(InvalidConfigError(str(exc)))
+            configs = topic_configs(configs)
+        except InvalidConfigError:
+            return defer.fail()
         meta.configs = configs
         self._save()
         self._notify("changed", meta)

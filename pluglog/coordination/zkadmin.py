@@ -15,14 +15,17 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from pluglog.config import validate_topic_overrides
 from pluglog.coordination import assignment as assign
 from pluglog.coordination import zkdata as z
-from pluglog.coordination.local import validate_topic_name
 from pluglog.coordination.state import TopicMetadata
+from pluglog.coordination.topicchecks import (
+    check_partition_count,
+    refuse_existing,
+    topic_configs,
+    validate_topic_name,
+)
 from pluglog.coordination.zkbridge import DISCONNECTED
 from pluglog.errors import (
-    ConfigError,
     ElectionNotNeededError,
     EligibleLeadersNotAvailableError,
     InvalidConfigError,
@@ -132,26 +135,19 @@ class AdminMixin:
     ):
         def plan(live):
             validate_topic_name(name)
-            if name in self._topics:
-                raise TopicExistsError(f"topic {name!r} already exists")
+            refuse_existing(name, self._topics)
             if assignments:
                 replicas = assign.validate_assignment(
                     {int(p): [int(b) for b in r] for p, r in assignments.items()},
                     {b for b, _ in live},
                 )
             else:
-                if num_partitions < 1:
-                    raise InvalidPartitionsError(
-                        f"number of partitions must be >= 1, got {num_partitions}"
-                    )
+                check_partition_count(num_partitions)
                 factor = replication_factor
                 if internal:
                     factor = max(1, min(self.config.offsets_topic_replication_factor, len(live)))
                 replicas = assign.assign_replicas(live, num_partitions, factor)
-            try:
-                return replicas, validate_topic_overrides(configs or {})
-            except ConfigError as exc:
-                raise InvalidConfigError(str(exc)) from None
+            return replicas, topic_configs(configs)
 
         return self._planned(plan).addCallback(self._create_planned, name, internal, validate_only)
 
@@ -263,9 +259,9 @@ class AdminMixin:
         if name not in self._topics:
             return defer.fail(UnknownTopicOrPartitionError(f"no topic {name!r}"))
         try:
-            configs = validate_topic_overrides(configs)
-        except ConfigError as exc:
-            return defer.fail(InvalidConfigError(str(exc)))
+            configs = topic_configs(configs)
+        except InvalidConfigError:
+            return defer.fail()
 
         def write():
             body = z.dumps(z.config_json(configs))
