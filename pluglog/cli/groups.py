@@ -8,7 +8,7 @@ by its next commit anyway, so that is refused with a clear message.
 In a cluster each group has its own coordinator (the leader of its
 ``__consumer_offsets`` partition): group requests go to the broker
 FindCoordinator names, ``list`` asks every broker, and log end offsets come
-from each partition's leader.
+from each partition's leader (:mod:`pluglog.cli.routing`).
 """
 
 import contextlib
@@ -144,24 +144,6 @@ def committed(client, group):
     return out
 
 
-def leader_end_offsets(client, topic, partitions, timestamp):
-    """ListOffsets of ``partitions`` from each one's leader."""
-    meta = metadata(client, [topic])
-    check(meta["topics"][0]["error_code"], topic)
-    brokers = {b["node_id"]: (b["host"], b["port"]) for b in meta["brokers"]}
-    by_leader = {}
-    for part in meta["topics"][0]["partitions"]:
-        if part["partition_index"] in partitions:
-            by_leader.setdefault(part["leader_id"], []).append(part["partition_index"])
-    out = {}
-    for leader, parts in sorted(by_leader.items()):
-        if leader not in brokers:
-            check(errors.LEADER_NOT_AVAILABLE, f"{topic}-{parts[0]}")
-        with _connected(client, *brokers[leader]) as other:
-            out.update(end_offsets(other, topic, sorted(parts), timestamp))
-    return out
-
-
 def describe_group(client, args):
     with coordinator(client, args.group) as coord:
 
@@ -181,7 +163,7 @@ def describe_group(client, args):
     for topic, partition in set(offsets) | set(owners):
         by_topic.setdefault(topic, set()).add(partition)
     for topic in sorted(by_topic):
-        ends = leader_end_offsets(client, topic, sorted(by_topic[topic]), -1)
+        ends = end_offsets(client, topic, sorted(by_topic[topic]), -1)
         for partition in sorted(by_topic[topic]):
             current = offsets.get((topic, partition), -1)
             end = ends[partition]
@@ -197,9 +179,9 @@ def reset_offsets(client, args):
         targets = dict.fromkeys(partitions, args.to_offset)
     else:
         timestamp = -2 if args.to_earliest else -1 if args.to_latest else args.to_datetime
-        targets = leader_end_offsets(client, args.topic, partitions, timestamp)
+        targets = end_offsets(client, args.topic, partitions, timestamp)
         if args.to_datetime is not None:
-            latest = leader_end_offsets(client, args.topic, partitions, -1)
+            latest = end_offsets(client, args.topic, partitions, -1)
             targets = {p: o if o >= 0 else latest[p] for p, o in targets.items()}
     for partition in partitions:
         print(f"{args.topic}\t{partition}\t{targets[partition]}")
