@@ -27,6 +27,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 
+from tests import kafka_python_group
 from tests.broker_process import ROOT
 from tests.integration.clients import create_topic, produce_confluent
 
@@ -131,7 +132,10 @@ def _kafka_python_loop(spec, stopping, log):
     extra = {}
     if spec.get("assignor") == "range":
         extra["partition_assignment_strategy"] = [RangePartitionAssignor]
-    consumer = kafka.KafkaConsumer(
+    # kafka_python_group: kafka-python 3.0.12 can leave a finished join
+    # unapplied (a member with no partitions, no heartbeats, never rejoining).
+    consumer = kafka_python_group.group_consumer(
+        spec["topic"],
         bootstrap_servers=spec["bootstrap"],
         group_id=spec["group"],
         enable_auto_commit=False,
@@ -140,15 +144,13 @@ def _kafka_python_loop(spec, stopping, log):
         heartbeat_interval_ms=500,
         **extra,
     )
-    consumer.subscribe([spec["topic"]])
     try:
         while not stopping:
-            # kafka-python 3.0.12 has been seen to hang in poll() (main thread in
-            # NetworkSelector.run's Event.wait, IO thread idle in select); if a
-            # 200 ms poll takes 20 s, every thread's stack goes to the worker's
-            # .err file, which the test's failure message shows.
+            # If a poll (a 200 ms poll, or a join the rebalance bounds) takes
+            # 20 s, every thread's stack goes to the worker's .err file, which
+            # the test's failure message shows.
             faulthandler.dump_traceback_later(POLL_STALL_S, repeat=True)
-            polled = consumer.poll(timeout_ms=200)
+            polled = kafka_python_group.poll(consumer, 200)
             faulthandler.cancel_dump_traceback_later()
             log.assignment({tp.partition for tp in consumer.assignment()})
             pairs = [(m.partition, m.offset) for msgs in polled.values() for m in msgs]

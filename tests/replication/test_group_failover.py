@@ -28,6 +28,7 @@ from pluglog import errors
 from pluglog import protocol as codec
 from pluglog.cli.main import main as cli_main
 from pluglog.client.blocking import BlockingClient
+from tests import kafka_python_group
 from tests.chaos import ProducerThread, create_topic
 
 TOPIC = "gf"
@@ -93,7 +94,9 @@ class ConfluentMember(Member):
 
 class KafkaPythonMember(Member):
     def consume(self):
-        consumer = kafka.KafkaConsumer(
+        # kafka_python_group: kafka-python 3.0.12 can leave a finished join unapplied.
+        consumer = kafka_python_group.group_consumer(
+            TOPIC,
             bootstrap_servers=self.bootstrap,
             group_id=GROUP,
             client_id="kafka-python-member",
@@ -104,10 +107,9 @@ class KafkaPythonMember(Member):
             metadata_max_age_ms=1000,
             partition_assignment_strategy=[RangePartitionAssignor],
         )
-        consumer.subscribe([TOPIC])
         try:
             while not self.stopping.is_set():
-                polled = consumer.poll(timeout_ms=200)
+                polled = kafka_python_group.poll(consumer, 200)
                 self.assigned = {tp.partition for tp in consumer.assignment()}
                 msgs = [m for batch in polled.values() for m in batch]
                 if not msgs:
