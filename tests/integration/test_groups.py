@@ -360,6 +360,42 @@ def test_kafka_python_group_of_two(shared_broker, tmp_path):
     assert committed(bootstrap, f"{topic}-g", topic, 4) == dict.fromkeys(range(4), 500)
 
 
+def test_kafka_python_joins_are_applied_with_any_poll_timeout(shared_broker):
+    """The kafka-python work-around (tests/kafka_python_group.py) on its own:
+    polls whose timer always expires mid-join (timeout 0) still join, and the
+    leader's rejoin after partitions are added is applied. Plain
+    ``consumer.poll(timeout_ms=0)`` on kafka-python 3.0.12 never joins: every
+    finished join is dropped and sent again."""
+    bootstrap, topic = shared_broker.bootstrap, "grp-kp-timer"
+    create_topic(bootstrap, topic, partitions=2)
+    consumer = kafka_python_group.group_consumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=f"{topic}-g",
+        enable_auto_commit=False,
+        session_timeout_ms=SESSION_MS,
+        heartbeat_interval_ms=500,
+        metadata_max_age_ms=300,
+    )
+
+    def assigned():
+        kafka_python_group.poll(consumer, 0)
+        return {tp.partition for tp in consumer.assignment()}
+
+    try:
+        wait_for(lambda: assigned() == {0, 1}, 30, "the first assignment")
+        admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap)
+        try:
+            admin.create_partitions({topic: kafka.admin.NewPartitions(total_count=4)})
+        finally:
+            admin.close()
+        # The leader sees the new partitions in its metadata and rejoins.
+        wait_for(lambda: assigned() == {0, 1, 2, 3}, 30, "the new partitions assigned")
+        assert consumer._coordinator.stable()
+    finally:
+        consumer.close()
+
+
 def test_mixed_librdkafka_and_kafka_python_group(shared_broker, tmp_path):
     bootstrap, topic = shared_broker.bootstrap, "grp-mixed"
     create_topic(bootstrap, topic, partitions=6)
