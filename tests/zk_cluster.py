@@ -45,14 +45,25 @@ class ReactorThread:
         return result
 
     def wait(self, predicate, timeout=20, interval=0.05):
-        """Poll ``predicate()`` (run on the reactor) until true."""
+        """Poll ``predicate()`` (run on the reactor) until true.
+
+        A predicate that raises (``partition_state(...).isr`` while the state
+        is still None, a znode not written yet) counts as not yet true: under
+        load the state it reads can arrive after the first polls. The last
+        exception is named if the wait times out.
+        """
         deadline = time.monotonic() + timeout
+        last_error = None
         while True:
-            value = self.call(predicate)
+            try:
+                value = self.call(predicate)
+            except Exception as exc:  # noqa: BLE001 - reported on timeout
+                value, last_error = None, exc
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise AssertionError(f"condition {predicate!r} not met within {timeout}s")
+                why = f" (last raised {last_error!r})" if last_error is not None else ""
+                raise AssertionError(f"condition {predicate!r} not met within {timeout}s{why}")
             time.sleep(interval)
 
     def stop(self):
