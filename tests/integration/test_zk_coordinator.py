@@ -418,15 +418,19 @@ def test_deletion_partitions_and_config_events(rt, cluster, zk):
 def test_zookeeper_restart_loses_nothing(rt, cluster, zookeeper):
     nodes = cluster(1, 2)
     nodes[0].call("create_topic", "durable", 3, 2, {"retention.ms": "77"})
-    before = {p: nodes[0].state("durable", p) for p in range(3)}
+
+    def states(node):
+        found = {p: node.co.partition_state("durable", p) for p in range(3)}
+        return {p: (s.leader, s.isr) for p, s in found.items()} if all(found.values()) else None
+
+    # create_topic may answer before the controller wrote every state (it waits
+    # a bounded time): read them once they are all there.
+    before = rt.wait(lambda: states(nodes[0]))
     zookeeper.restart()
     # Both brokers come back registered (same or new session) and see the same data.
     rt.wait(lambda: len(nodes[1].co.brokers()) == 2, timeout=30)
     rt.wait(lambda: nodes[0].co.controller_id() != -1, timeout=30)
-    after = {p: nodes[1].state("durable", p) for p in range(3)}
-    assert {p: (s.leader, s.isr) for p, s in after.items()} == {
-        p: (s.leader, s.isr) for p, s in before.items()
-    }
+    rt.wait(lambda: states(nodes[1]) == before, timeout=30)
     assert nodes[1].co.topics()["durable"].configs == {"retention.ms": "77"}
     nodes[1].call("create_topic", "after", 1, 2, {})
     rt.wait(lambda: nodes[0].co.partition_state("after", 0) is not None)
