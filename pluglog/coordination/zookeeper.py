@@ -28,6 +28,7 @@ from pluglog.coordination.state import PartitionChange, StaleStateError, TopicMe
 from pluglog.coordination.zkadmin import AdminMixin
 from pluglog.coordination.zkbridge import DISCONNECTED, SerialWorker, connect
 from pluglog.coordination.zkregister import RegistrationMixin
+from pluglog.coordination.zkstores import StoresMixin
 from pluglog.errors import ConfigError
 from pluglog.interfaces import ICoordinator
 
@@ -35,7 +36,7 @@ log = Logger()
 
 
 @implementer(ICoordinator)
-class ZooKeeperCoordinator(RegistrationMixin, AdminMixin):
+class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
     """Brokers, controller, topics and partition states kept in ZooKeeper."""
 
     def __init__(self, config, reactor):
@@ -64,6 +65,7 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin):
         self._watchers = {}
         self._lost = False
         self._rebalance = None
+        self._init_stores()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -222,6 +224,7 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin):
         self.refresh_controller()
         self.refresh_brokers()
         self.refresh_topics()
+        self.refresh_stores()
 
     def refresh_controller(self):
         watch = self._watcher("controller", self.refresh_controller)

@@ -6,8 +6,10 @@ Rules as Kafka's AclAuthorizer: super users pass; any matching DENY wins;
 DESCRIBE is implied by READ, WRITE, DELETE and ALTER, DESCRIBE_CONFIGS by
 ALTER_CONFIGS, and ALL covers every operation; a resource with no ACL at all
 is allowed only with ``allow.everyone.if.no.acl.found``. Bindings persist in
-``<data dir>/acls.json`` (atomic writes); a ZooKeeper coordinator can keep
-them under ``/kafka-acl`` by offering ``acls()`` / ``set_acls(bindings)``.
+``<data dir>/acls.json`` (atomic writes), or in the coordinator when it
+offers ``acl_bindings()`` / ``acl_version()`` / ``alter_acls(additions,
+removals)`` (the ZooKeeper coordinator keeps them under ``/kafka-acl`` as
+Kafka does); then create_acls / delete_acls answer Deferreds.
 """
 
 import dataclasses
@@ -127,9 +129,25 @@ class AclAuthorizer:
         self.super_users = parse_super_users(config.super_users)
         self.allow_if_no_acl = config.allow_everyone_if_no_acl_found
         self.path = os.path.join(config.data_dir, FILE_NAME)
-        self.bindings = self._load()
-        #: bumped on every change: connections drop their cached decisions
-        self.version = 0
+        #: the coordinator's ACL store, or None for the data dir's file
+        self.store = store if _is_store(store) else None
+        self._bindings = [] if self.store is not None else self._load()
+        self._version = 0
+        self._cached = (None, [])
+
+    @property
+    def version(self):
+        """Bumped on every change: connections drop their cached decisions."""
+        return self.store.acl_version() if self.store is not None else self._version
+
+    @property
+    def bindings(self):
+        if self.store is None:
+            return self._bindings
+        version = self.store.acl_version()
+        if self._cached[0] != version:
+            self._cached = (version, self.store.acl_bindings())
+        return self._cached[1]
 
     def _load(self):
         try:
@@ -139,9 +157,9 @@ class AclAuthorizer:
             return []
 
     def _save(self):
-        self.version += 1
+        self._version += 1
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        data = [dataclasses.asdict(b) for b in self.bindings]
+        data = [dataclasses.asdict(b) for b in self._bindings]
         atomic_write(self.path, json.dumps(data, indent=1).encode())
 
     def authorize(self, principal, host, operation, resource_type, resource_name):
@@ -200,12 +218,18 @@ class AclAuthorizer:
         return any(b.permission_type == ALLOW and not covered(b) for b in mine)
 
     def create_acls(self, bindings):
-        results = []
+        """A list of error messages (None: created), or a Deferred of it."""
+        results, added = [], []
+        current = set(self.bindings)
         for binding in bindings:
             error = _valid(binding)
-            if error is None and binding not in self.bindings:
-                self.bindings.append(binding)
+            if error is None and binding not in current:
+                current.add(binding)
+                added.append(binding)
             results.append(error)
+        if self.store is not None:
+            return self.store.alter_acls(added, ()).addCallback(lambda _: results)
+        self._bindings.extend(added)
         self._save()
         return results
 
@@ -213,13 +237,21 @@ class AclAuthorizer:
         return [b for b in self.bindings if matches_filter(b, binding_filter)]
 
     def delete_acls(self, filters):
-        out = []
+        """The bindings each filter deleted, or a Deferred of them."""
+        out, gone_all = [], set()
         for flt in filters:
-            gone = [b for b in self.bindings if matches_filter(b, flt)]
-            self.bindings = [b for b in self.bindings if b not in gone]
+            gone = [b for b in self.bindings if matches_filter(b, flt) and b not in gone_all]
+            gone_all.update(gone)
             out.append(gone)
+        if self.store is not None:
+            return self.store.alter_acls((), sorted(gone_all, key=repr)).addCallback(lambda _: out)
+        self._bindings = [b for b in self._bindings if b not in gone_all]
         self._save()
         return out
+
+
+def _is_store(store):
+    return all(hasattr(store, name) for name in ("acl_bindings", "acl_version", "alter_acls"))
 
 
 def make_acl_authorizer(config, reactor):

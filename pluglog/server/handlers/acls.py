@@ -7,6 +7,8 @@ call them (DESCRIBE / ALTER on the cluster) is checked by
 
 from types import SimpleNamespace
 
+from twisted.internet import defer
+
 from pluglog.errors import INVALID_REQUEST, NONE, SECURITY_DISABLED
 from pluglog.security.acls import AclBinding
 
@@ -59,6 +61,7 @@ def handle_describe_acls(ctx, request):
     }
 
 
+@defer.inlineCallbacks
 def handle_create_acls(ctx, request):
     authorizer = _authorizer(ctx)
     creations = request["creations"]
@@ -80,7 +83,9 @@ def handle_create_acls(ctx, request):
         for c in creations
     ]
     results = []
-    for error in authorizer.create_acls(bindings):
+    # A ZooKeeper store answers once the write is in ZooKeeper (a Deferred).
+    errors = yield defer.maybeDeferred(authorizer.create_acls, bindings)
+    for error in errors:
         if error is None:
             results.append({"error_code": NONE, "error_message": None})
         elif isinstance(error, tuple):  # IAuthorizer's (code, message)
@@ -90,6 +95,7 @@ def handle_create_acls(ctx, request):
     return {"throttle_time_ms": 0, "results": results}
 
 
+@defer.inlineCallbacks
 def handle_delete_acls(ctx, request):
     authorizer = _authorizer(ctx)
     filters = request["filters"]
@@ -103,7 +109,8 @@ def handle_delete_acls(ctx, request):
         ] * len(filters)
         return {"throttle_time_ms": 0, "filter_results": results}
     out = []
-    for gone in authorizer.delete_acls([_filter(f) for f in filters]):
+    deleted = yield defer.maybeDeferred(authorizer.delete_acls, [_filter(f) for f in filters])
+    for gone in deleted:
         out.append(
             {
                 "error_code": NONE,
