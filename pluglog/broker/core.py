@@ -65,6 +65,7 @@ class Broker:
         yield self.coordinator.start()
         attach_quotas(self)
         dynamic_config.apply(self)
+        dynamic_config.follow(self)
         self.replicas = ReplicaManager(self)
         self.coordinator.add_listener(self._on_topic_event)
         for meta in self.coordinator.topics().values():

@@ -17,10 +17,12 @@ Kafka's names:
 
 Everything else is read-only (INVALID_CONFIG naming the key). Overrides are
 kept by the coordinator (``broker_configs()`` / ``alter_broker_configs()``;
-the local coordinator's metadata file) and applied on top of the static
-configuration at start and after every change: :func:`apply` builds a new
-BrokerConfig, then re-derives every topic's effective config, the storage's
-defaults and the quota table. Reactor thread only.
+the local coordinator's metadata file; ZooKeeper's ``/config/brokers/<id>``
+over ``/config/brokers/<default>``, so a change reaches every broker through
+the coordinator's ``broker_configs`` event, see :func:`follow`) and applied on
+top of the static configuration at start and after every change: :func:`apply`
+builds a new BrokerConfig, then re-derives every topic's effective config, the
+storage's defaults and the quota table. Reactor thread only.
 """
 
 from twisted.internet import defer
@@ -50,9 +52,13 @@ def describe_values(broker):
     return values
 
 
-def overrides(broker):
+def overrides(broker, name=None):
+    """The overrides in effect (or, with ``name``, those of the BROKER
+    resource ``name``: "" is the cluster-wide default, else a broker id)."""
     getter = getattr(broker.coordinator, "broker_configs", None)
-    return dict(getter()) if getter is not None else {}
+    if getter is None:
+        return {}
+    return dict(getter() if name is None else getter(name))
 
 
 def validate(changes):
@@ -78,6 +84,7 @@ def apply(broker, values=None):
         advertised_host=broker.config.advertised_host,
     )
     broker.config = config
+    broker.dynamic_applied = dict(values)
     if hasattr(broker.storage, "topic_defaults"):
         broker.storage.topic_defaults = config.topic_defaults
     # Topics opened so far follow (none yet while the broker starts).
@@ -88,9 +95,21 @@ def apply(broker, values=None):
     broker.quotas.update(broker.quotas.quotas, config)
 
 
+def follow(broker):
+    """Apply the overrides again whenever the coordinator says they changed
+    (another broker of a ZooKeeper cluster altered them)."""
+
+    def on_event(event, payload):
+        if event == "broker_configs" and payload != getattr(broker, "dynamic_applied", None):
+            apply(broker, payload)
+
+    broker.coordinator.add_listener(on_event)
+
+
 @defer.inlineCallbacks
-def alter(broker, configs, validate_only):
-    """Replace the dynamic overrides by ``configs`` ({key: str}); a Deferred."""
+def alter(broker, configs, validate_only, name=None):
+    """Replace the dynamic overrides of BROKER resource ``name`` (None: this
+    broker's) by ``configs`` ({key: str}); a Deferred."""
     validate(configs)
     if not hasattr(broker.coordinator, "alter_broker_configs"):
         raise InvalidConfigError(
@@ -98,5 +117,8 @@ def alter(broker, configs, validate_only):
         )
     if validate_only:
         return
-    yield broker.coordinator.alter_broker_configs(configs)
-    apply(broker, configs)
+    if name is None:
+        yield broker.coordinator.alter_broker_configs(configs)
+    else:
+        yield broker.coordinator.alter_broker_configs(configs, name)
+    apply(broker)

@@ -267,11 +267,12 @@ class LocalCoordinator:
         self._notify("changed", meta)
         return defer.succeed(meta)
 
-    def broker_configs(self):
-        """The dynamic broker config overrides ({Kafka key: str})."""
+    def broker_configs(self, name=None):
+        """The dynamic broker config overrides ({Kafka key: str}); one broker,
+        so the default ("") and this broker's id name the same set."""
         return dict(self._broker_configs)
 
-    def alter_broker_configs(self, configs):
+    def alter_broker_configs(self, configs, name=None):
         """Replace the dynamic broker config overrides; returns a Deferred."""
         self._broker_configs = {k: str(v) for k, v in configs.items()}
         self._save()

@@ -213,6 +213,30 @@ class StoresMixin:
 
     # -- SCRAM credentials -------------------------------------------------------
 
+    def _import_credentials(self):
+        """io thread, at start: credentials ``pluglog users add --data-dir`` wrote
+        into this broker's data dir go to ZooKeeper (they win: the file is the
+        newer intent), and the file is renamed ``*.imported`` so a later
+        deletion through the cluster is not undone by the next start."""
+        import os
+
+        from pluglog.security.credentials import FileCredentialStore
+
+        store = FileCredentialStore(self.config.data_dir)
+        users = store.scram_credentials()
+        if not os.path.exists(store.path):
+            return
+        for user, creds in sorted(users.items()):
+            values = {m: e.scram_to_string(c) for m, c in creds.items()}
+            self._update_entity(f"users/{e.sanitize(user)}", lambda cfg, v=values: {**cfg, **v})
+        os.replace(store.path, store.path + ".imported")
+        self.io.deliver(
+            log.info,
+            "imported SCRAM credentials of {users} from {path} into ZooKeeper",
+            users=", ".join(sorted(users)) or "no users",
+            path=store.path,
+        )
+
     def scram_credentials(self):
         """``{user: {mechanism: ScramCredential}}`` from ``/config/users/<user>``."""
         out = {}

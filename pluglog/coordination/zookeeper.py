@@ -107,6 +107,7 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
             cluster_id = self._cluster_id_blocking()
             self._check_meta_properties(cluster_id)
             self._register(wait=0)
+            self._import_credentials()
         except Exception:
             self.client.stop()
             self.client.close()

@@ -180,3 +180,21 @@ def test_concurrent_acl_updates_both_land(rt, cluster, zk):  # noqa: F811
     assert len(stored) == 16
     assert zk.get("/kafka-acl/Topic/t")[1].version == 15
     rt.wait(lambda: set(one.co.acl_bindings()) == set(two.co.acl_bindings()) == set(mine + theirs))
+
+
+def test_credentials_from_the_data_dir_are_imported_once(rt, cluster, zk, tmp_path):  # noqa: F811
+    """``pluglog users add --data-dir`` before the first start reaches every broker."""
+    from pluglog.security.credentials import FileCredentialStore
+
+    store = FileCredentialStore(str(tmp_path / "broker-1"))
+    store.alter_scram_credentials([("dave", "SCRAM-SHA-512", CRED)])
+    one, two = cluster(1, 2)
+    assert "SCRAM-SHA-512" in _zjson(zk, "/config/users/dave")["config"]
+    rt.wait(lambda: two.co.scram_credentials().get("dave", {}).get("SCRAM-SHA-512") == CRED)
+    # Renamed: deleting the user through the cluster is not undone by a restart.
+    assert not (tmp_path / "broker-1" / "scram-credentials.json").exists()
+    assert (tmp_path / "broker-1" / "scram-credentials.json.imported").exists()
+    two.call("alter_scram_credentials", (), [("dave", "SCRAM-SHA-512")])
+    one.stop()
+    (again,) = cluster(1, data_dir=str(tmp_path / "broker-1"))
+    assert "dave" not in again.co.scram_credentials() and again.co.scram_credentials() == {}

@@ -239,9 +239,9 @@ def _alter(ctx, request, incremental):
         if rtype == BROKER_RESOURCE and rname in ("", str(broker.node_id)):
             try:
                 configs = _apply_ops(
-                    dynamic_config.overrides(broker), resource["configs"], incremental
+                    dynamic_config.overrides(broker, rname), resource["configs"], incremental
                 )
-                yield dynamic_config.alter(broker, configs, request["validate_only"])
+                yield dynamic_config.alter(broker, configs, request["validate_only"], rname)
             except KafkaError as exc:
                 entry["error_code"], entry["error_message"] = _fail(exc)
             except ValueError as exc:
