@@ -407,7 +407,22 @@ BROKER_KEYS = {
         "connection_failed_authentication_delay_ms",
         _int_parser(0),
     ),
+    # Inter-broker traffic (pluglog.security.interbroker checks them at start-up).
+    "inter.broker.listener.name": ("inter_broker_listener_name", _string),
+    "security.inter.broker.protocol": (
+        "security_inter_broker_protocol",
+        _choice_parser("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+    ),
+    "sasl.mechanism.inter.broker.protocol": (
+        "sasl_mechanism_inter_broker_protocol",
+        _choice_parser("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+    ),
+    "inter.broker.sasl.username": ("inter_broker_sasl_username", _string),
+    "inter.broker.sasl.password": ("inter_broker_sasl_password", _string),
 }
+
+#: Keys DescribeConfigs reports as sensitive, with a null value (as Kafka does).
+SENSITIVE_KEYS = frozenset({"inter.broker.sasl.password"})
 
 
 @dataclass(frozen=True)
@@ -508,6 +523,14 @@ class BrokerConfig:
     allow_everyone_if_no_acl_found: bool = False
     #: KIP-306: close a failed login this late (the client reads the error first)
     connection_failed_authentication_delay_ms: int = 100
+    #: The listener replica fetchers connect to (default: the one named like
+    #: security.inter.broker.protocol), and how they log in on a SASL one.
+    inter_broker_listener_name: str = ""
+    security_inter_broker_protocol: str = "PLAINTEXT"
+    #: Kafka's default is GSSAPI, which pluglog does not offer.
+    sasl_mechanism_inter_broker_protocol: str = "PLAIN"
+    inter_broker_sasl_username: str = ""
+    inter_broker_sasl_password: str = ""
     topic_defaults: TopicConfig = field(default_factory=TopicConfig)
     plugin_sections: dict = field(default_factory=dict)
     #: Broker-level Kafka keys set in the config file or with --set

@@ -93,19 +93,25 @@ def config_path(topic):
     return f"{CONFIG_TOPICS}/{topic}"
 
 
-def broker_json(host, port, rack=None, http_url=None):
-    """Kafka's BrokerIdZNode version 5 body for one PLAINTEXT listener, plus
-    pluglog's ``http_url`` (the ``--http`` listener, for forwarding schema
-    registry writes; Kafka's own parser ignores unknown fields)."""
+def broker_json(host, port, rack=None, http_url=None, endpoints=None):
+    """Kafka's BrokerIdZNode version 5 body, plus pluglog's ``http_url`` (the
+    ``--http`` listener, for forwarding schema registry writes; Kafka's own
+    parser ignores unknown fields). ``endpoints`` is ``[(listener name,
+    security protocol, host, port)]`` (default: one PLAINTEXT listener at
+    host:port); the top-level host/port are the first PLAINTEXT endpoint's,
+    or null/-1 without one, as Kafka writes them for older clients."""
+    if endpoints is None:
+        endpoints = [("PLAINTEXT", "PLAINTEXT", host, port)]
+    plain = next(((h, p) for _n, proto, h, p in endpoints if proto == "PLAINTEXT"), (None, -1))
     body = {
-        "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
-        "endpoints": [f"PLAINTEXT://{host}:{port}"],
+        "listener_security_protocol_map": {name: proto for name, proto, _h, _p in endpoints},
+        "endpoints": [f"{name}://{_bracket(h)}:{p}" for name, _proto, h, p in endpoints],
         "rack": rack or None,
         "jmx_port": -1,
         "features": {},
-        "host": host,
+        "host": plain[0],
         "timestamp": now_ms_str(),
-        "port": port,
+        "port": plain[1],
         "version": 5,
     }
     if http_url:
@@ -113,14 +119,27 @@ def broker_json(host, port, rack=None, http_url=None):
     return body
 
 
-def broker_from_json(broker_id, data):
-    """-> ``(id, host, port, rack)``; endpoints win over the legacy host/port."""
-    host, port = data.get("host"), data.get("port")
+def _bracket(host):
+    return f"[{host}]" if ":" in host else host
+
+
+def broker_endpoints(data):
+    """``{listener name: (host, port)}`` of a broker registration."""
+    out = {}
     for endpoint in data.get("endpoints") or ():
-        _scheme, _, address = endpoint.partition("://")
+        name, _, address = endpoint.partition("://")
         h, _, p = address.rpartition(":")
-        host, port = h.strip("[]"), int(p)
-        break
+        out[name] = (h.strip("[]"), int(p))
+    if not out and data.get("host"):
+        out["PLAINTEXT"] = (data["host"], int(data["port"]))
+    return out
+
+
+def broker_from_json(broker_id, data, listener=None):
+    """-> ``(id, host, port, rack)`` with the address of ``listener`` (the
+    inter-broker one), else of the first endpoint, else the legacy host/port."""
+    endpoints = broker_endpoints(data)
+    host, port = endpoints.get(listener) or next(iter(endpoints.values()), (None, -1))
     return (int(broker_id), host, int(port), data.get("rack") or None)
 
 

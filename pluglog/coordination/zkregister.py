@@ -16,6 +16,7 @@ from pluglog.coordination import zkdata as z
 from pluglog.coordination.local import _new_cluster_id
 from pluglog.errors import ConfigError
 from pluglog.fileutil import atomic_write
+from pluglog.security.interbroker import advertised_endpoints
 
 META_PROPERTIES = "meta.properties"
 
@@ -66,12 +67,15 @@ class RegistrationMixin:
         session is refused (after up to ``wait`` seconds for it to expire)."""
         from pluglog.web.site import advertised_url
 
+        # Every advertised listener, so each broker can answer a client with
+        # the others' endpoints on the listener that client came in on.
         body = z.dumps(
             z.broker_json(
                 self.config.advertised_host,
                 self.config.advertised_port,
                 self.config.broker_rack,
                 advertised_url(self.config),
+                advertised_endpoints(self.config),
             )
         )
         deadline = time.monotonic() + wait

@@ -31,6 +31,7 @@ from pluglog.coordination.zkregister import RegistrationMixin
 from pluglog.coordination.zkstores import StoresMixin
 from pluglog.errors import ConfigError
 from pluglog.interfaces import ICoordinator
+from pluglog.security import interbroker
 
 log = Logger()
 
@@ -43,6 +44,8 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
         self.config = config
         self.reactor = reactor
         self.broker_id = config.broker_id
+        #: the listener whose endpoints brokers() gives (replica fetchers use it)
+        self.inter_broker_listener = interbroker.check(config)[0]
         try:
             self.hosts, self.chroot = z.parse_connect(config.zookeeper_connect)
         except ValueError as exc:
@@ -54,6 +57,7 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
         self._listeners = []
         self._brokers = {}
         self._http_urls = {}
+        self._endpoints = {}
         self._topics = {}
         self._reassigning = {}
         self._states = {}
@@ -247,7 +251,7 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
             z.BROKER_IDS, watch=self._watcher("brokers", self.refresh_brokers)
         )
         pending = {c: self.client.get_async(f"{z.BROKER_IDS}/{c}") for c in children}
-        brokers = {}
+        brokers, endpoints = {}, {}
         urls = {}
         for child, result in pending.items():
             try:
@@ -255,12 +259,13 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
             except NoNodeError:
                 continue
             data = z.loads(raw)
-            info = z.broker_from_json(child, data)
+            info = z.broker_from_json(child, data, self.inter_broker_listener)
             brokers[info[0]] = info
+            endpoints[info[0]] = z.broker_endpoints(data)
             if data.get("http_url"):
                 urls[info[0]] = data["http_url"]
         self.io.deliver(self._set_http_urls, urls)
-        self.io.deliver(self._set_brokers, brokers)
+        self.io.deliver(self._set_brokers, brokers, endpoints)
         self.controller.post(self.controller.on_brokers_changed)
 
     def refresh_topics(self):
@@ -344,7 +349,8 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
     def _set_http_urls(self, urls):
         self._http_urls = urls
 
-    def _set_brokers(self, brokers):
+    def _set_brokers(self, brokers, endpoints=None):
+        self._endpoints = endpoints or {}
         if brokers != self._brokers:
             self._brokers = brokers
             self._notify("brokers", self.brokers())
@@ -413,6 +419,10 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
     def http_urls(self):
         """``{broker id: --http URL}`` of live brokers that registered one."""
         return dict(self._http_urls)
+
+    def broker_endpoints(self):
+        """``{broker id: {listener name: (host, port)}}`` of the live brokers."""
+        return {node: dict(found) for node, found in self._endpoints.items()}
 
     def cluster_id(self):
         return self._cluster_id

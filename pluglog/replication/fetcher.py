@@ -95,20 +95,21 @@ class LeaderFetcher:
     def _connection(self):
         if self.conn is not None and self.conn.connected:
             return self.conn
-        from pluglog.client.connection import connect
+        from pluglog.security import interbroker
 
         address = self._leader_address()
         if address is None:
             raise KafkaError(f"leader {self.leader_id} is not registered")
         timeout = self.config.replica_socket_timeout_ms / 1000.0
-        self.conn = yield connect(
+        # The leader's endpoint on the inter-broker listener, over TLS and
+        # logged in when that listener asks for it.
+        self.conn = yield interbroker.connect(
             self.reactor,
+            self.config,
             address[0],
             address[1],
             client_id=f"replica-{self.broker.node_id}",
             timeout=timeout,
-            request_timeout=timeout,
-            negotiate=False,
         )
         self._address = address
         return self.conn

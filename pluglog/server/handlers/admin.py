@@ -4,6 +4,7 @@ from twisted.internet import defer
 
 from pluglog import protocol as codec
 from pluglog.broker import dynamic_config, limits
+from pluglog.config import SENSITIVE_KEYS
 from pluglog.errors import (
     INVALID_CONFIG,
     INVALID_REPLICA_ASSIGNMENT,
@@ -214,7 +215,7 @@ def handle_describe_configs(ctx, request):
                     and key not in dynamic_config.DYNAMIC_KEYS,
                     "config_source": source,
                     "is_default": source == SOURCE_DEFAULT,
-                    "is_sensitive": False,
+                    "is_sensitive": key in SENSITIVE_KEYS,
                     "synonyms": key_synonyms if synonyms else [],
                 }
             )

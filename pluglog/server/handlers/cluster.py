@@ -120,7 +120,7 @@ def handle_describe_cluster(ctx, request):
         return response
     response["brokers"] = [
         {"broker_id": node, "host": host, "port": port, "rack": rack, "is_fenced": False}
-        for node, host, port, rack in _brokers(broker)
+        for node, host, port, rack in _brokers(broker, ctx.session)
     ]
     return response
 

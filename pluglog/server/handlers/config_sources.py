@@ -10,7 +10,13 @@ and its source with it. ``listeners`` and ``advertised.listeners`` are given
 in Kafka's form (``PLAINTEXT://host:port``), not as the Twisted strport.
 """
 
-from pluglog.config import BROKER_KEYS, TOPIC_KEYS, BrokerConfig, TopicConfig
+from pluglog.config import (
+    BROKER_KEYS,
+    SENSITIVE_KEYS,
+    TOPIC_KEYS,
+    BrokerConfig,
+    TopicConfig,
+)
 
 SOURCE_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
@@ -42,7 +48,18 @@ def strport_address(strport):
 
 
 def kafka_listeners(broker):
-    """``(listeners, advertised.listeners)`` in Kafka's ``PLAINTEXT://`` form."""
+    """``(listeners, advertised.listeners)`` in Kafka's ``PLAINTEXT://`` form
+    (every named listener when ``listeners`` is set)."""
+    named = getattr(getattr(broker, "security", None), "listeners", None)
+    if named:
+        endpoints = getattr(broker, "listener_endpoints", {})
+        bound, advertised = [], []
+        for item in named:
+            host, port = endpoints.get(item.name, (item.advertised_host or item.host, item.port))
+            # Port 0 binds a free port: report the one the service got.
+            bound.append(f"{item.name}://{_host(item.host)}:{item.port or port}")
+            advertised.append(f"{item.name}://{_host(host)}:{port}")
+        return ",".join(bound), ",".join(advertised)
     interface, port = strport_address(broker.config.listen)
     # tcp:0 binds a free port: report the one the service got.
     port = port or getattr(broker, "bound_port", 0) or broker.advertised[1]
@@ -65,7 +82,8 @@ def broker_configs(broker):
     out = {}
     for key, (attr, _parse) in BROKER_KEYS.items():
         value, default = getattr(config, attr), getattr(_DEFAULTS, attr)
-        out[key] = (_text(value), _source(config, key, value, default), _text(default))
+        text = None if key in SENSITIVE_KEYS else _text(value)  # passwords: null, as Kafka
+        out[key] = (text, _source(config, key, value, default), _text(default))
     for attr, _parse, _default, key in TOPIC_KEYS.values():
         value, default = getattr(config.topic_defaults, attr), getattr(_TOPIC_DEFAULTS, attr)
         out[key] = (_text(value), _source(config, key, value, default), _text(default))

@@ -182,13 +182,30 @@ def own_endpoint(broker, session):
 
 
 def _brokers(broker, session=None):
+    """``[(node, host, port, rack)]``: every live broker's endpoint on the
+    client's listener; a broker without that listener is left out, as Kafka does."""
     own = own_endpoint(broker, session)
+    listeners = getattr(broker.coordinator, "broker_endpoints", None)
+    endpoints = listeners() if listeners is not None and session is not None else None
     out = []
     for node, host, port, rack in broker.coordinator.brokers():
         if node == broker.node_id:
             host, port = own
+        elif endpoints is not None:
+            found = endpoints.get(node, {}).get(session.listener.name)
+            if found is None:
+                continue
+            host, port = found
         out.append((node, host, port, rack))
     return out
+
+
+def endpoint_of(broker, node, session):
+    """``(host, port)`` of broker ``node`` on the client's listener, or None."""
+    for found, host, port, _rack in _brokers(broker, session):
+        if found == node:
+            return host, port
+    return None
 
 
 HANDLERS = {

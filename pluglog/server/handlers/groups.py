@@ -70,10 +70,14 @@ def handle_find_coordinator(ctx, request):
         node = gc.coordinator_node(request["key"])
         if node is None:
             return answer(COORDINATOR_NOT_AVAILABLE, "the group's offsets partition has no leader")
-        if node[0] == ctx.broker.node_id and ctx.session is not None:
-            from pluglog.server.handlers.core import own_endpoint
+        if ctx.session is not None:
+            # The coordinator's endpoint on the listener this client came in on.
+            from pluglog.server.handlers.core import endpoint_of
 
-            node = (node[0], *own_endpoint(ctx.broker, ctx.session))
+            address = endpoint_of(ctx.broker, node[0], ctx.session)
+            if address is None:
+                return answer(COORDINATOR_NOT_AVAILABLE, "the coordinator lacks this listener")
+            node = (node[0], *address)
         return answer(NONE, node=node)
 
     def failed(failure):
