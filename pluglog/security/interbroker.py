@@ -79,17 +79,22 @@ def check(config):
 def connect(reactor, config, host, port, client_id, timeout):
     """A KafkaClientProtocol to another broker's inter-broker endpoint, over
     TLS and logged in as configured; a Deferred."""
-    from twisted.internet.endpoints import HostnameEndpoint, connectProtocol, wrapClientTLS
+    from twisted.internet.endpoints import HostnameEndpoint
+    from twisted.internet.protocol import Factory
+    from twisted.protocols.tls import TLSMemoryBIOFactory
 
     from pluglog.client.connection import KafkaClientProtocol, KafkaConnectionError
 
     _name, protocol = check(config)
     endpoint = HostnameEndpoint(reactor, host, port, timeout=timeout)
-    if protocol.endswith("SSL"):
-        endpoint = wrapClientTLS(_tls_options(config, host), endpoint)
     proto = KafkaClientProtocol(reactor, client_id=client_id, request_timeout=timeout)
+    factory = Factory.forProtocol(lambda: proto)
+    if protocol.endswith("SSL"):
+        # Not wrapClientTLS: its TLS layer schedules writes on the global
+        # reactor, and this one may be another (tests run a private one).
+        factory = TLSMemoryBIOFactory(_tls_options(config, host), True, factory, clock=reactor)
     try:
-        yield connectProtocol(endpoint, proto)
+        yield endpoint.connect(factory)
     except Exception as exc:
         raise KafkaConnectionError(f"cannot connect to {host}:{port}: {exc}") from None
     if protocol.startswith("SASL_"):
