@@ -79,7 +79,7 @@ def secured(zookeeper_process, tmp_path_factory):
         cluster.stop()
 
 
-def sasl_conf(cluster, node, user=ADMIN, password=ADMIN_PASSWORD, mechanism="SCRAM-SHA-256"):
+def sasl_conf(cluster, node, user=ADMIN, password=ADMIN_PASSWORD, mechanism="PLAIN"):
     return {
         "bootstrap.servers": f"127.0.0.1:{cluster.sasl_ports[node]}",
         "security.protocol": "SASL_PLAINTEXT",
@@ -138,6 +138,9 @@ def test_sasl_clients_get_sasl_endpoints_and_replicate_acks_all(secured):
     consumer.close()
     assert got == [f"v{i}" for i in range(200)]
     assert sorted(secured.partition("replicated", 0)["isr"]) == [1, 2, 3]
+    # The clients here log in with PLAIN; SCRAM-SHA-256 logins are the followers'.
+    leader = secured.brokers[secured.leader("replicated")]
+    assert "authenticated as User:admin (SCRAM-SHA-256) on SASL_PLAINTEXT" in leader.log()
 
 
 def test_user_and_acls_apply_on_every_broker(secured):
@@ -285,3 +288,32 @@ def test_quotas_and_broker_configs_apply_on_every_broker(secured):
         )
 
     secured.wait_for(seen_on_3, timeout=15, what="broker 3 to follow the quota and config")
+
+
+def test_describe_configs_names_every_listener_and_hides_the_password(secured):
+    port, sasl = secured.brokers[2].port, secured.sasl_ports[2]
+    with BlockingClient("127.0.0.1", port, timeout=10) as client:
+        answer = client.request(
+            api_keys.DESCRIBE_CONFIGS,
+            1,
+            {
+                "resources": [
+                    {
+                        "resource_type": 4,
+                        "resource_name": "2",
+                        "configuration_keys": [
+                            "listeners",
+                            "advertised.listeners",
+                            "inter.broker.sasl.password",
+                        ],
+                    }
+                ],
+                "include_synonyms": False,
+            },
+        )
+    configs = {c["name"]: c for c in answer["results"][0]["configs"]}
+    expected = f"SASL_PLAINTEXT://127.0.0.1:{sasl},PLAINTEXT://127.0.0.1:{port}"
+    assert configs["listeners"]["value"] == expected
+    assert configs["advertised.listeners"]["value"] == expected
+    password = configs["inter.broker.sasl.password"]
+    assert password["value"] is None and password["is_sensitive"] is True
