@@ -138,6 +138,19 @@ def test_sasl_clients_get_sasl_endpoints_and_replicate_acks_all(secured):
     consumer.close()
     assert got == [f"v{i}" for i in range(200)]
     assert sorted(secured.partition("replicated", 0)["isr"]) == [1, 2, 3]
+    # FindCoordinator: the coordinator's endpoint on the listener asked on.
+    (described,) = admin.describe_consumer_groups(["g-replicated"]).values()
+    coordinator = described.result(30).coordinator
+    assert coordinator.port == secured.sasl_ports[coordinator.id]
+    for node in secured.brokers:
+        with BlockingClient("127.0.0.1", secured.brokers[node].port, timeout=10) as client:
+            found = client.request(
+                api_keys.FIND_COORDINATOR, 1, {"key": "g-replicated", "key_type": 0}
+            )
+        assert (found["node_id"], found["port"]) == (
+            coordinator.id,
+            secured.brokers[coordinator.id].port,
+        )
     # The clients here log in with PLAIN; SCRAM-SHA-256 logins are the followers'.
     leader = secured.brokers[secured.leader("replicated")]
     assert "authenticated as User:admin (SCRAM-SHA-256) on SASL_PLAINTEXT" in leader.log()

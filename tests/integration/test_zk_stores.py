@@ -24,21 +24,6 @@ def _changes(client, root):
     return [client.get(f"{root}/{c}")[0] for c in sorted(client.get_children(root))]
 
 
-def test_entity_names_are_kafkas_sanitized_form():
-    assert e.sanitize("alice") == "alice"
-    assert e.sanitize("bob smith*") == "bob%20smith%2A"
-    assert e.sanitize("CN=x,O=y~") == "CN%3Dx%2CO%3Dy%7E"
-    assert e.sanitize("jörg") == "j%C3%B6rg"
-    for name in ("bob smith*", "CN=x,O=y~", "jörg", "a+b/c"):
-        assert e.desanitize(e.sanitize(name)) == name
-    assert e.entity_path((("client-id", None), ("user", "a b"))) == "users/a%20b/clients/<default>"
-    assert e.quota_entity("users/a%20b/clients/<default>") == (
-        ("client-id", None),
-        ("user", "a b"),
-    )
-    assert e.quota_entity("brokers/1") is None
-
-
 def test_scram_credentials_shared_in_kafkas_layout(rt, cluster, zk):  # noqa: F811
     one, two = cluster(1, 2)
     one.call("alter_scram_credentials", [("alice", "SCRAM-SHA-256", CRED)])
