@@ -297,7 +297,7 @@ def test_quotas_and_broker_configs_apply_on_every_broker(secured):
         values = [v for entry in quotas["entries"] for v in entry["values"]]
         (config,) = configs["results"][0]["configs"]
         return values == [{"key": "producer_byte_rate", "value": 1024.0}] and (
-            config["value"] == "4321"
+            (config["value"], config["config_source"]) == ("4321", 3)  # DYNAMIC_DEFAULT_BROKER
         )
 
     secured.wait_for(seen_on_3, timeout=15, what="broker 3 to follow the quota and config")

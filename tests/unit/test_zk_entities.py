@@ -41,7 +41,9 @@ def test_config_and_change_bodies():
 def test_scram_string_round_trip():
     cred = make_credential("SCRAM-SHA-512", "pw", iterations=8192, salt=b"salty-salt-salt")
     text = e.scram_to_string(cred)
-    assert text.startswith("salt=c2FsdHktc2FsdC1zYWx0,stored_key=") and text.endswith(",iterations=8192")
+    assert text.startswith("salt=c2FsdHktc2FsdC1zYWx0,stored_key=") and text.endswith(
+        ",iterations=8192"
+    )
     assert e.scram_from_string(text) == cred
 
 

@@ -22,6 +22,7 @@ from pluglog.server.handlers.config_sources import SOURCE_DEFAULT, SOURCE_TOPIC
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 SOURCE_DYNAMIC_BROKER = 2
+SOURCE_DYNAMIC_DEFAULT = 3
 
 
 def _fail(exc):
@@ -188,14 +189,17 @@ def handle_describe_configs(ctx, request):
             entries = config_sources.topic_entries(broker, meta)
         elif rtype == BROKER_RESOURCE and rname in ("", str(broker.node_id)):
             entries = config_sources.broker_entries(broker)
+            # A ZooKeeper cluster tells the broker's own overrides from the
+            # cluster-wide <default> ones (Kafka's sources 2 and 3).
+            own = dynamic_config.overrides(broker, str(broker.node_id))
             for key in dynamic_config.overrides(broker):
                 if key in entries:
                     current, _source, key_synonyms = entries[key]
+                    source = SOURCE_DYNAMIC_BROKER if key in own else SOURCE_DYNAMIC_DEFAULT
                     entries[key] = (
                         current,
-                        SOURCE_DYNAMIC_BROKER,
-                        [{"name": key, "value": current, "source": SOURCE_DYNAMIC_BROKER}]
-                        + key_synonyms[1:],
+                        source,
+                        [{"name": key, "value": current, "source": source}] + key_synonyms[1:],
                     )
         else:
             entry["error_code"] = INVALID_REQUEST
