@@ -84,6 +84,11 @@ class BrokerService(service.MultiService):
         from pluglog.security import Security
 
         broker.security = Security(self.config, registry, broker.coordinator, self.reactor)
+        # A coordinator that keeps ACLs (ZooKeeper's /kafka-acl) shares them
+        # between brokers; the authorizer then reads and writes them there.
+        use_store = getattr(broker.security.authorizer, "use_store", None)
+        if use_store is not None:
+            use_store(broker.coordinator)
         if broker.security.listeners:
             yield self._listen_named(broker, broker.security.listeners)
         else:

@@ -135,6 +135,14 @@ class AclAuthorizer:
         self._version = 0
         self._cached = (None, [])
 
+    def use_store(self, store):
+        """Keep the ACLs in ``store`` (a coordinator offering ``acl_bindings``,
+        ``acl_version`` and ``alter_acls``) instead of ``acls.json``."""
+        if _is_store(store):
+            self.store = store
+            self._bindings = []
+            self._cached = (None, [])
+
     @property
     def version(self):
         """Bumped on every change: connections drop their cached decisions."""
