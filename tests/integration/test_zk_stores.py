@@ -11,7 +11,7 @@ import threading
 from pluglog.coordination import zkentities as e
 from pluglog.security.acls import AclAuthorizer, AclBinding
 from pluglog.security.credentials import make_credential
-from tests.integration.test_zk_coordinator import cluster, rt, zk  # noqa: F401
+from tests.integration.test_zk_coordinator import cluster, expire, rt, zk  # noqa: F401
 
 CRED = make_credential("SCRAM-SHA-256", "alice-secret", salt=b"0123456789abcdef")
 
@@ -183,3 +183,28 @@ def test_credentials_from_the_data_dir_are_imported_once(rt, cluster, zk, tmp_pa
     one.stop()
     (again,) = cluster(1, data_dir=str(tmp_path / "broker-1"))
     assert "dave" not in again.co.scram_credentials() and again.co.scram_credentials() == {}
+
+
+def test_changes_made_while_a_session_was_lost_are_seen(rt, cluster, zk, zk_connect):  # noqa: F811
+    """A broker whose session expired re-reads everything on restore: what changed
+    meanwhile (and whose notification it never saw) is not missed."""
+    one, two = cluster(1, 2)
+    # Hold broker 2's ZooKeeper worker, so its session restore runs only after
+    # the writes below: their notifications are then older than its new
+    # watches, and only the full read on restore can bring them.
+    gate = threading.Event()
+    two.co.io.post(gate.wait, 30)
+    expire(zk_connect, two)
+    rt.wait(lambda: ("session", "lost") in two.events)
+    one.call("alter_scram_credentials", [("late", "SCRAM-SHA-256", CRED)])
+    one.call("alter_acls", [AclBinding(2, "late", 3, "User:late", "*", 3, 3)])
+    one.call("alter_client_quotas", {(("user", "late"),): {"producer_byte_rate": 10.0}})
+    assert "late" not in two.co.scram_credentials()
+    gate.set()
+    rt.wait(lambda: ("session", "restored") in two.events)
+    rt.wait(lambda: "late" in two.co.scram_credentials())
+    assert [b.resource_name for b in two.co.acl_bindings()] == ["late"]
+    assert two.co.client_quotas() == {(("user", "late"),): {"producer_byte_rate": 10.0}}
+    # And it follows new notifications again afterwards.
+    one.call("alter_scram_credentials", (), [("late", "SCRAM-SHA-256")])
+    rt.wait(lambda: "late" not in two.co.scram_credentials())
