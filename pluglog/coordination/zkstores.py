@@ -42,6 +42,8 @@ class StoresMixin:
         self._entities = {}
         self._acls = {}
         self._acl_version = 0
+        #: scram_credentials() parsed once per change (it runs on every login)
+        self._scram_cache = None
         # io side: the last notification handled per change directory
         self._last_change = {}
 
@@ -101,7 +103,7 @@ class StoresMixin:
 
     def _changes(self, root):
         """Handle the notifications of ``root`` not seen yet; watch for more."""
-        watch = self._watcher(("changes", root), self._safely_changes, root)
+        watch = self._watcher(("changes", root), self._changes, root)
         children = sorted(self.client.get_children(root, watch=watch), key=e.sequence)
         last = self._last_change.get(root, -1)
         entities, acls = {}, {}
@@ -133,12 +135,10 @@ class StoresMixin:
         if entities or acls:
             self.io.deliver(self._stores_changed, entities, acls)
 
-    def _safely_changes(self, root):
-        self._safely(self._changes, root)
-
     # -- the cache (reactor thread) ----------------------------------------------
 
     def _stores_loaded(self, entities, acls):
+        self._scram_cache = None
         self._entities = {p: c for p, c in entities.items() if c is not None}
         self._acls = {k: v for k, v in acls.items() if v}
         self._acl_version += 1
@@ -147,6 +147,8 @@ class StoresMixin:
 
     def _stores_changed(self, entities, acls):
         old_quotas, old_brokers = self.client_quotas(), self.broker_configs()
+        if entities:
+            self._scram_cache = None
         for path, config in entities.items():
             if config is None:
                 self._entities.pop(path, None)
@@ -239,6 +241,11 @@ class StoresMixin:
 
     def scram_credentials(self):
         """``{user: {mechanism: ScramCredential}}`` from ``/config/users/<user>``."""
+        if self._scram_cache is None:
+            self._scram_cache = self._parse_credentials()
+        return self._scram_cache
+
+    def _parse_credentials(self):
         out = {}
         for path, config in self._entities.items():
             parts = path.split("/")
