@@ -193,7 +193,9 @@ def test_topic_creation_states_and_errors(rt, cluster, zk):
     assert body["partitions"] == {str(p): r for p, r in meta.assignment.items()}
     assert zget(zk, "/config/topics/t")[0] == {"version": 1, "config": {"retention.ms": "1000"}}
     for p, replicas in meta.assignment.items():
-        state = nodes[0].state("t", p)
+        # create_topic waits for the creating broker's view; broker 1 hears of
+        # the states through its own watches, a moment later under load.
+        state = rt.wait(lambda p=p: nodes[0].co.partition_state("t", p))
         assert (state.leader, state.leader_epoch, state.isr) == (replicas[0], 0, tuple(replicas))
         assert zget(zk, z.state_path("t", p))[0]["leader"] == replicas[0]
     # Every broker hears "created" and a "partition" event per replica it holds.
