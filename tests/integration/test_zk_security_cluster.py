@@ -330,3 +330,30 @@ def test_describe_configs_names_every_listener_and_hides_the_password(secured):
     assert configs["advertised.listeners"]["value"] == expected
     password = configs["inter.broker.sasl.password"]
     assert password["value"] is None and password["is_sensitive"] is True
+
+
+def test_user_added_through_one_broker_logs_in_on_another(secured):
+    """AlterUserScramCredentials on broker 1 writes /config/users/erin; broker 3
+    follows the change notification and lets erin log in."""
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient(sasl_conf(secured, 1))
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+    upsertion = UserScramCredentialUpsertion("erin", info, b"erin-secret")
+    for future in admin.alter_user_scram_credentials([upsertion]).values():
+        future.result(30)
+    stored = e.config_from_body(secured.zk.get("/config/users/erin")[0])
+    assert e.scram_from_string(stored["SCRAM-SHA-256"]).iterations == 4096
+
+    def logs_in_on_3():
+        conf = sasl_conf(secured, 3, "erin", "erin-secret", "SCRAM-SHA-256")
+        try:
+            return len(AdminClient(conf).list_topics(timeout=5).brokers) == 3
+        except KafkaException:
+            return False
+
+    secured.wait_for(logs_in_on_3, timeout=20, what="erin to log in on broker 3")
