@@ -14,7 +14,12 @@ setup(
     package_data={"twisted.plugins": ["pluglog_tap.py"]},
     # The produce-time record walk in C; optional: without a compiler the
     # broker falls back to aiokafka's Cython iterator (pluglog/broker/validation.py).
-    ext_modules=[Extension("pluglog._recordwalk", ["pluglog/_recordwalk.c"], optional=True)],
+    # The Twisted client's per-record encode/decode in C, optional too: without
+    # it pluglog.client uses the Python codec (pluglog/protocol/records.py).
+    ext_modules=[
+        Extension("pluglog._recordwalk", ["pluglog/_recordwalk.c"], optional=True),
+        Extension("pluglog._clientcodec", ["pluglog/_clientcodec.c"], optional=True),
+    ],
     install_requires=[
         "twisted>=24.0",
         "zope.interface>=6.0",

@@ -24,82 +24,32 @@ as acknowledgements free room, or fails after ``max.block.ms``) and
 """
 
 from collections import deque
-from typing import NamedTuple
 
 from twisted.internet import defer
-from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pluglog.client import plugins
-from pluglog.client.cluster import ClusterClient, TopicPartition
-from pluglog.client.config import PRODUCER, client_config, ms
-from pluglog.client.errors import (
-    REFRESH_METADATA,
-    BrokerResponseError,
-    KafkaClientError,
-    KafkaConnectionError,
-    RequestTimedOutError,
+from pluglog.client.batches import (
+    BATCH_OVERHEAD,
+    Batch,
+    KafkaTimeoutError,
+    RecordDeferred,
+    RecordMetadata,
+    RecordTooLargeError,
 )
+from pluglog.client.cluster import ClusterClient, TopicPartition
+from pluglog.client.codec import encode_record
+from pluglog.client.config import PRODUCER, client_config, ms
+from pluglog.client.errors import BrokerResponseError, KafkaClientError
+from pluglog.client.sender import SenderMixin
 from pluglog.errors import ConfigError
-from pluglog.protocol.api_keys import INIT_PRODUCER_ID, PRODUCE
-from pluglog.protocol.records import CODEC_NAMES, build_batch_from_encoded, encode_record_fields
+from pluglog.protocol.records import CODEC_NAMES
 from pluglog.serializers import BytesSerializer
 
-log = Logger()
-
-PRODUCE_VERSION = 8
-DUPLICATE_SEQUENCE_NUMBER = 46
-_BATCH_OVERHEAD = 61
+__all__ = ["KafkaTimeoutError", "Producer", "RecordMetadata", "RecordTooLargeError"]
 
 
-class RecordMetadata(NamedTuple):
-    """Where an acknowledged record landed (aiokafka's RecordMetadata)."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int = -1
-
-
-class KafkaTimeoutError(KafkaClientError):
-    """A record could not be buffered or delivered in time
-    (``max.block.ms`` / ``delivery.timeout.ms``)."""
-
-
-class RecordTooLargeError(KafkaClientError):
-    """One record is larger than ``max.request.size``."""
-
-
-class _Batch:
-    __slots__ = (
-        "tp",
-        "records",
-        "deferreds",
-        "size",
-        "base_ts",
-        "max_ts",
-        "created",
-        "built",
-        "base_sequence",
-        "attempts",
-        "not_before",
-    )
-
-    def __init__(self, tp, base_ts, now):
-        self.tp = tp
-        self.records = []
-        self.deferreds = []
-        self.size = _BATCH_OVERHEAD
-        self.base_ts = base_ts
-        self.max_ts = base_ts
-        self.created = now
-        self.built = None
-        self.base_sequence = -1
-        self.attempts = 0
-        self.not_before = 0.0  # a retried batch waits retry.backoff.ms
-
-
-class Producer:
+class Producer(SenderMixin):
     """Kafka producer on the reactor (aiokafka's AIOKafkaProducer, with Deferreds).
 
     ``Producer(reactor, bootstrap_servers="host:9092", acks="all", **kafka_config)``
@@ -141,6 +91,8 @@ class Producer:
         self._parked = deque()
         self._lookups = {}  # topic -> records waiting for its metadata
         self._tps = {}
+        self._lanes = {}  # topic -> its one partition's open batch (send's hot case)
+        self._seconds = reactor.seconds
         self._batch_size = config["batch.size"]
         self._max_request_size = config["max.request.size"]
         self._buffer_memory = config["buffer.memory"]
@@ -168,15 +120,6 @@ class Producer:
         return self
 
     @defer.inlineCallbacks
-    def _init_producer_id(self):
-        body = {"transactional_id": None, "transaction_timeout_ms": 2147483647}
-        response = yield self.client.send(None, INIT_PRODUCER_ID, 1, body)
-        if response["error_code"]:
-            raise BrokerResponseError(response["error_code"], where="InitProducerId")
-        self.producer_id = response["producer_id"]
-        self.producer_epoch = response["producer_epoch"]
-
-    @defer.inlineCallbacks
     def stop(self):
         """Send everything buffered, wait for the answers, close connections."""
         if self._stopped:
@@ -185,6 +128,7 @@ class Producer:
             yield self.flush()
         finally:
             self._stopped = True
+            self._lanes.clear()
             for timer in (self._timer, self._retry_timer):
                 if timer is not None and timer.active():
                     timer.cancel()
@@ -216,6 +160,39 @@ class Producer:
 
         ``headers``: a list of ``(str, bytes)`` pairs.
         """
+        lane = self._lanes.get(topic)
+        if (
+            lane is not None
+            and key is None
+            and partition is None
+            and headers is None
+            and timestamp_ms is None
+            and type(value) is bytes
+        ):
+            # The hot case in as few steps as possible: a key-less record for
+            # a one-partition topic whose open batch has room (a "lane",
+            # dropped when that batch closes, records park or the producer
+            # stops; key-less records may go to any partition, so a metadata
+            # change while the batch is open does not matter).
+            now = self._seconds()
+            if now < self.client.fresh_until:
+                ts = int(now * 1000)
+                records = lane.records
+                encoded = encode_record(None, value, None, ts - lane.base_ts, len(records))
+                size = len(encoded)
+                if (
+                    lane.size + size <= self._fast_batch_limit
+                    and self.buffered_bytes + size <= self._buffer_memory
+                ):
+                    d = RecordDeferred()
+                    records.append(encoded)
+                    lane.deferreds.append(d)
+                    lane.size += size
+                    self.buffered_bytes += size
+                    self.unacked += 1
+                    if ts > lane.max_ts:
+                        lane.max_ts = ts
+                    return d
         if self._stopped:
             return defer.fail(KafkaClientError("producer is stopped"))
         try:
@@ -230,7 +207,7 @@ class Producer:
         if timestamp_ms is None:
             timestamp_ms = int(now * 1000)
         headers = list(headers) if headers else ()
-        d = defer.Deferred()
+        d = RecordDeferred()
         self.unacked += 1
         parts = self.client.partitions.get(topic)
         if parts is not None and (partition is not None or now < self.client.fresh_until):
@@ -240,7 +217,7 @@ class Producer:
                 batch = self._open.get(self._tps.get((topic, parts[0])))
                 if batch is not None:
                     records = batch.records
-                    encoded = encode_record_fields(
+                    encoded = encode_record(
                         key, value, headers, timestamp_ms - batch.base_ts, len(records)
                     )
                     size = len(encoded)
@@ -256,6 +233,10 @@ class Producer:
                             batch.max_ts = timestamp_ms
                         return d
             self._place(parts, topic, partition, key, value, headers, timestamp_ms, d)
+            if len(parts) == 1 and self._raw_values and not self._parked and not self._stopped:
+                lane = self._open.get(self._tps.get((topic, parts[0])))
+                if lane is not None:
+                    self._lanes[topic] = lane
             return d
         key_bytes, value_bytes = key, value
         waiting = self._lookups.get(topic)
@@ -290,6 +271,7 @@ class Producer:
         if tp is None:
             tp = self._tps[(topic, partition)] = TopicPartition(topic, partition)
         if self._parked or not self._has_room(key, value):
+            self._lanes.clear()  # parked records go first: no overtaking
             timer = self.reactor.callLater(ms(self.config["max.block.ms"]), self._park_expired, d)
             self._parked.append((tp, key, value, headers, timestamp_ms, d, timer))
             return
@@ -298,16 +280,16 @@ class Producer:
     def _append(self, tp, key, value, headers, timestamp_ms, d):
         batch = self._open.get(tp)
         if batch is None:
-            batch = self._open[tp] = _Batch(tp, timestamp_ms, self.reactor.seconds())
+            batch = self._open[tp] = Batch(tp, timestamp_ms, self.reactor.seconds())
             if self._timer is None:
                 self._timer = self.reactor.callLater(
                     ms(self.config["linger.ms"]), self._linger_expired
                 )
-        encoded = encode_record_fields(
+        encoded = encode_record(
             key, value, headers, timestamp_ms - batch.base_ts, len(batch.records)
         )
         size = len(encoded)
-        if size + _BATCH_OVERHEAD > self._max_request_size:
+        if size + BATCH_OVERHEAD > self._max_request_size:
             self._drop(
                 d,
                 RecordTooLargeError(
@@ -334,6 +316,8 @@ class Producer:
     def _close_batch(self, batch):
         if self._open.get(batch.tp) is batch:
             del self._open[batch.tp]
+        if self._lanes.get(batch.tp.topic) is batch:
+            del self._lanes[batch.tp.topic]
         self._queued.setdefault(batch.tp, deque()).append(batch)
 
     def _linger_expired(self):
@@ -354,167 +338,8 @@ class Producer:
                 )
                 return
 
-    # -- drain --------------------------------------------------------------
-
-    def _drain(self):
-        """Send every queued batch whose partition has nothing in flight."""
-        if self._started is None or self._stopped:
-            return
-        if self.idempotent and self.producer_id < 0:
-            return
-        by_node = {}
-        limit = self.config["max.in.flight.requests.per.connection"]
-        now = self.reactor.seconds()
-        for tp, queue in list(self._queued.items()):
-            if not queue or tp in self._in_flight or queue[0].not_before > now:
-                continue
-            node = self.client.leader_for(tp)
-            if node < 0:
-                self._schedule_retry(refresh=True)
-                continue
-            if self._node_requests.get(node, 0) >= limit and node not in by_node:
-                continue
-            batch = queue.popleft()
-            if not queue:
-                del self._queued[tp]
-            self._in_flight.add(tp)
-            by_node.setdefault(node, []).append(batch)
-        for node, batches in by_node.items():
-            self._send_request(node, batches)
-
-    def _build(self, batch):
-        if batch.built is None:
-            if self.idempotent:
-                seq = self._sequences.get(batch.tp, 0)
-                batch.base_sequence = seq
-                self._sequences[batch.tp] = (seq + len(batch.records)) & 0x7FFFFFFF
-            batch.built = build_batch_from_encoded(
-                batch.records,
-                len(batch.records),
-                len(batch.records) - 1,
-                batch.base_ts,
-                batch.max_ts,
-                compression=self.compression,
-                producer_id=self.producer_id,
-                producer_epoch=self.producer_epoch,
-                base_sequence=batch.base_sequence,
-            )
-        return batch.built
-
-    def _send_request(self, node, batches):
-        topics = {}
-        for batch in batches:
-            batch.attempts += 1
-            topics.setdefault(batch.tp.topic, []).append(
-                {"index": batch.tp.partition, "records": self._build(batch)}
-            )
-        body = {
-            "transactional_id": None,
-            "acks": self.acks,
-            "timeout_ms": self.config["request.timeout.ms"],
-            "topic_data": [
-                {"name": topic, "partition_data": parts} for topic, parts in topics.items()
-            ],
-        }
-        self._node_requests[node] = self._node_requests.get(node, 0) + 1
-        d = self.client.send(node, PRODUCE, PRODUCE_VERSION, body, expect_response=self.acks != 0)
-        d.addCallbacks(self._answered, self._failed, (node, batches), None, (node, batches))
-        d.addErrback(lambda f: log.failure("producer bookkeeping failed", f))
-
-    def _request_done(self, node):
-        self._node_requests[node] -= 1
-
-    def _answered(self, response, node, batches):
-        self._request_done(node)
-        if response is None:  # acks=0
-            for batch in batches:
-                self._complete(batch, -1, -1)
-            self._drain()
-            return
-        results = {}
-        for topic in response["responses"]:
-            for part in topic["partition_responses"]:
-                results[(topic["name"], part["index"])] = part
-        refresh = False
-        for batch in batches:
-            part = results.get(batch.tp)
-            if part is None:
-                self._retry_or_fail(batch, KafkaClientError(f"no answer for {batch.tp}"))
-                continue
-            code = part["error_code"]
-            if code == 0 or code == DUPLICATE_SEQUENCE_NUMBER:
-                self._complete(batch, part["base_offset"], part.get("log_append_time_ms", -1))
-                continue
-            exc = BrokerResponseError(code, part.get("error_message"), f"{batch.tp}")
-            refresh = refresh or code in REFRESH_METADATA
-            self._retry_or_fail(batch, exc)
-        if refresh:
-            self._schedule_retry(refresh=True)
-        self._drain()
-
-    def _failed(self, failure, node, batches):
-        self._request_done(node)
-        failure.trap(KafkaConnectionError, RequestTimedOutError)
-        for batch in batches:
-            self._retry_or_fail(batch, failure.value)
-        self._schedule_retry(refresh=True)
-
-    def _retry_or_fail(self, batch, exc):
-        self._in_flight.discard(batch.tp)
-        expired = (self.reactor.seconds() - batch.created) > ms(self.config["delivery.timeout.ms"])
-        retriable = getattr(exc, "retriable", True)
-        if retriable and not expired and batch.attempts <= self.config["retries"]:
-            # Back to the head of its partition's queue, same bytes and sequence.
-            batch.not_before = self.reactor.seconds() + ms(self.config["retry.backoff.ms"])
-            self._queued.setdefault(batch.tp, deque()).appendleft(batch)
-            self._schedule_retry(refresh=False)
-            return
-        self._fail(batch, exc)
-
-    def _schedule_retry(self, refresh):
-        self._retry_refresh = self._retry_refresh or refresh
-        if self._retry_timer is not None and self._retry_timer.active():
-            return
-
-        def retry():
-            self._retry_timer = None
-            refresh, self._retry_refresh = self._retry_refresh, False
-            if refresh:
-                d = self.client.refresh_metadata()
-                d.addErrback(lambda f: log.info("metadata refresh failed: {f}", f=f.value))
-                d.addBoth(lambda _: self._drain())
-            else:
-                self._drain()
-
-        self._retry_timer = self.reactor.callLater(ms(self.config["retry.backoff.ms"]), retry)
-
-    def _complete(self, batch, base_offset, append_time):
-        self._in_flight.discard(batch.tp)
-        topic, partition = batch.tp
-        deferreds = batch.deferreds
-        self._release(batch)
-        if base_offset < 0:
-            for d in deferreds:
-                d.callback(RecordMetadata(topic, partition, -1, -1))
-        else:
-            ts = append_time if append_time is not None and append_time >= 0 else None
-            for i, d in enumerate(deferreds):
-                d.callback(
-                    RecordMetadata(
-                        topic, partition, base_offset + i, batch.base_ts if ts is None else ts
-                    )
-                )
-        self._check_idle()
-
-    def _fail(self, batch, exc):
-        deferreds = batch.deferreds
-        self._release(batch)
-        for d in deferreds:
-            d.errback(exc)
-        self._check_idle()
-
     def _release(self, batch):
-        self.buffered_bytes -= batch.size - _BATCH_OVERHEAD
+        self.buffered_bytes -= batch.size - BATCH_OVERHEAD
         self.unacked -= len(batch.deferreds)
         batch.deferreds = []
         limit = self.config["buffer.memory"]
