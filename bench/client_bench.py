@@ -11,12 +11,15 @@ its own subprocess. Both producers use the same settings: acks=all,
 linger.ms=5, batch.size=1000000, no compression, idempotence as given by
 ``--idempotence`` (default on for both). Printed per run and client:
 records/s and MB/s for produce and consume, and the broker's CPU seconds per
-million records (from /proc), since client and broker share the machine.
+million records (from /proc), and the client process's own CPU seconds per
+million records (rusage), since client and broker share the machine and on
+a loaded machine wall-clock rates favour multi-threaded librdkafka.
 """
 
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -159,10 +162,13 @@ def run_role(role, bootstrap, topic, n, size, idem):
     cmd += ["--topic", topic, "--n", str(n), "--size", str(size)]
     cmd += ["--idempotence", "on" if idem else "off"]
     env = dict(os.environ, PYTHONPATH=ROOT)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800, check=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode != 0:
         raise SystemExit(f"{role} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return json.loads(out.stdout.strip().splitlines()[-1])["seconds"], cpu
 
 
 def main():
@@ -196,20 +202,22 @@ def main():
                 row = {"run": run, "client": client}
                 for phase in ("produce", "consume"):
                     cpu0 = cpu_seconds(broker.proc.pid)
-                    seconds = run_role(
+                    seconds, client_cpu = run_role(
                         f"{client}-{phase}", broker.bootstrap, topic, args.n, args.size, args.idem
                     )
                     cpu = cpu_seconds(broker.proc.pid) - cpu0
                     row[phase] = args.n / seconds
                     row[f"{phase}_mb"] = args.n * args.size / seconds / 1e6
                     row[f"{phase}_broker_cpu"] = cpu * 1e6 / args.n
+                    row[f"{phase}_client_cpu"] = client_cpu * 1e6 / args.n
                 rows.append(row)
                 print(
                     f"run {run} {client:9s} produce {row['produce']:>9,.0f} rec/s "
                     f"({row['produce_mb']:.1f} MB/s, broker {row['produce_broker_cpu']:.1f} "
-                    f"CPU-s/M)  consume {row['consume']:>9,.0f} rec/s "
+                    f"client {row['produce_client_cpu']:.1f} CPU-s/M)  "
+                    f"consume {row['consume']:>9,.0f} rec/s "
                     f"({row['consume_mb']:.1f} MB/s, broker {row['consume_broker_cpu']:.1f} "
-                    "CPU-s/M)",
+                    f"client {row['consume_client_cpu']:.1f} CPU-s/M)",
                     flush=True,
                 )
     finally:
@@ -221,6 +229,13 @@ def main():
         print(
             f"median {phase}: twisted {mo:,.0f} rec/s, confluent {mt:,.0f} rec/s, "
             f"ratio {mo / mt:.0%}"
+        )
+        ours = sorted(r[f"{phase}_client_cpu"] for r in rows if r["client"] == "twisted")
+        theirs = sorted(r[f"{phase}_client_cpu"] for r in rows if r["client"] == "confluent")
+        mo, mt = ours[len(ours) // 2], theirs[len(theirs) // 2]
+        print(
+            f"median {phase} client CPU: twisted {mo:.1f} s/M, confluent {mt:.1f} s/M, "
+            f"confluent / twisted {mt / mo:.0%}"
         )
 
 
