@@ -36,6 +36,8 @@ PRODUCER = {
     "partitioner": "murmur2",
     "key.serializer": "bytes",
     "value.serializer": "bytes",
+    # Confluent's key: the registry the "avro" serializer talks to.
+    "schema.registry.url": None,
 }
 
 CONSUMER = {
@@ -58,6 +60,7 @@ CONSUMER = {
     "check.crcs": True,
     "key.deserializer": "bytes",
     "value.deserializer": "bytes",
+    "schema.registry.url": None,
 }
 
 ADMIN = dict(_COMMON)

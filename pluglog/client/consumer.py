@@ -85,9 +85,12 @@ class Consumer(OffsetsMixin):
         self.group_id = config["group.id"]
         self.listener = listener
         self.isolation = 1 if config["isolation.level"] == "read_committed" else 0
-        self.key_deserializer = plugins.build("serializer", config["key.deserializer"], reactor)
-        self.value_deserializer = plugins.build(
-            "serializer", config["value.deserializer"], reactor
+        url = config["schema.registry.url"]
+        self.key_deserializer = plugins.build_serializer(
+            config["key.deserializer"], reactor, url, is_key=True
+        )
+        self.value_deserializer = plugins.build_serializer(
+            config["value.deserializer"], reactor, url
         )
         self.client = ClusterClient(reactor, config)
         self._states = {}

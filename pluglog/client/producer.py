@@ -74,8 +74,11 @@ class Producer(SenderMixin):
         self.idempotent = config["enable.idempotence"]
         self.compression = CODEC_NAMES[config["compression.type"]]
         self.partitioner = plugins.build("partitioner", config["partitioner"], reactor)
-        self.key_serializer = plugins.build("serializer", config["key.serializer"], reactor)
-        self.value_serializer = plugins.build("serializer", config["value.serializer"], reactor)
+        url = config["schema.registry.url"]
+        self.key_serializer = plugins.build_serializer(
+            config["key.serializer"], reactor, url, is_key=True
+        )
+        self.value_serializer = plugins.build_serializer(config["value.serializer"], reactor, url)
         self.client = ClusterClient(reactor, config)
         self.client.allow_auto_topic_creation = True
         self.producer_id = -1

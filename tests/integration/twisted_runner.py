@@ -4,9 +4,12 @@
 reads JSON records ``[partition, key, value, headers]`` (bytes as latin-1
 strings) from stdin and produces them, every record acknowledged or exit 1;
 ``consume BOOTSTRAP TOPIC PARTITIONS EXPECTED`` prints what it reads the same
-way; ``member BOOTSTRAP GROUP TOPIC OUT`` is a group member that appends each
-record it consumes to OUT (``partition offset value``), commits after every
-batch and runs until SIGTERM/SIGKILL (see test_client_group.py).
+way; ``avro-produce BOOTSTRAP TOPIC URL SCHEMA|latest`` and ``avro-consume
+BOOTSTRAP TOPIC URL EXPECTED`` do JSON values as Confluent-framed Avro
+through the schema registry at URL; ``member BOOTSTRAP GROUP TOPIC OUT`` is
+a group member that appends each record it consumes to OUT (``partition
+offset value``), commits after every batch and runs until SIGTERM/SIGKILL
+(see test_client_group.py).
 Each subcommand runs its own reactor, so tests need no reactor in-process.
 """
 
@@ -157,7 +160,61 @@ def confluent_member(bootstrap, group, topic, out_path, *extra):
         out.write("left\n")
 
 
-COMMANDS = {"produce": produce, "consume": consume, "member": member}
+@defer.inlineCallbacks
+def avro_produce(reactor, bootstrap, topic, url, schema):
+    """JSON values from stdin, Avro in Confluent's framing: ``schema`` is the
+    writer schema (a provider object), or ``latest`` for the serializer
+    plugin by name (the subject's latest version)."""
+    if schema == "latest":
+        serializer = "avro"
+    else:
+        from pluglog.serialization.avro import AvroSerializer
+        from pluglog.serialization.client import RegistryClient
+
+        serializer = AvroSerializer(RegistryClient(url), schema=schema)
+    producer = Producer(
+        reactor,
+        bootstrap_servers=bootstrap,
+        value_serializer=serializer,
+        schema_registry_url=url,
+    )
+    yield producer.start()
+    sends = [producer.send(topic, json.loads(line)) for line in sys.stdin]
+    metas = yield defer.gatherResults(sends, consumeErrors=True)
+    yield producer.stop()
+    print(json.dumps([m.offset for m in metas]))
+
+
+@defer.inlineCallbacks
+def avro_consume(reactor, bootstrap, topic, url, expected):
+    """Print each value of partition 0 as JSON, read with the avro plugin."""
+    consumer = Consumer(
+        reactor,
+        bootstrap_servers=bootstrap,
+        value_deserializer="avro",
+        schema_registry_url=url,
+        auto_offset_reset="earliest",
+    )
+    yield consumer.start()
+    consumer.assign([TopicPartition(topic, 0)])
+    got = 0
+    deadline = reactor.seconds() + 60
+    while got < int(expected) and reactor.seconds() < deadline:
+        batches = yield consumer.getmany(timeout_ms=500)
+        for records in batches.values():
+            for r in records:
+                got += 1
+                sys.stdout.write(json.dumps(r.value) + "\n")
+    yield consumer.stop()
+
+
+COMMANDS = {
+    "produce": produce,
+    "consume": consume,
+    "member": member,
+    "avro-produce": avro_produce,
+    "avro-consume": avro_consume,
+}
 
 if __name__ == "__main__" and sys.argv[1] == "confluent_member":
     confluent_member(*sys.argv[2:])

@@ -1,5 +1,7 @@
 """Producer unit tests: batching, retries, reconnects and timeouts on task.Clock."""
 
+import pytest
+from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from pluglog.client import Producer
@@ -244,3 +246,48 @@ class ProducerTests(SynchronousTestCase):
             Producer(self.cluster.clock, compression_type="brotli")
         with self.assertRaises(ConfigError):
             Producer(self.cluster.clock, partitioner="nope")
+
+
+# -- serializers: plugin names with schema.registry.url, providers, callables --
+
+
+def test_serializers_by_name_provider_or_callable():
+    from pluglog.client import Consumer, plugins
+    from pluglog.serialization.avro import AvroSerializer
+    from pluglog.serializers import JsonSerializer
+
+    producer = Producer(
+        Clock(),
+        bootstrap_servers="h:1",
+        key_serializer="avro",
+        value_serializer=lambda v: v.upper().encode(),
+        schema_registry_url="http://registry.example:8081",
+    )
+    assert isinstance(producer.key_serializer, AvroSerializer)
+    assert producer.key_serializer.is_key  # the <topic>-key subject
+    assert producer.key_serializer.registry.url == "http://registry.example:8081"
+    assert producer.value_serializer.serialize("t", "abc") == b"ABC"
+    consumer = Consumer(
+        Clock(),
+        bootstrap_servers="h:1",
+        value_deserializer="avro",
+        key_deserializer=JsonSerializer(),
+        schema_registry_url="http://registry.example:8081",
+    )
+    assert not consumer.value_deserializer.is_key
+    assert consumer.value_deserializer.registry.url == "http://registry.example:8081"
+    assert isinstance(consumer.key_deserializer, JsonSerializer)
+    assert plugins.build_serializer(bytes.upper).deserialize("t", b"x") == b"X"
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"value_serializer": "avro", "schema_registry_url": "ftp://x"}, "ftp://x"),
+        ({"value_serializer": "nosuch"}, "nosuch"),
+        ({"value_serializer": 42}, "42"),
+    ],
+)
+def test_bad_serializer_config_names_the_value(config, message):
+    with pytest.raises(ConfigError, match=message):
+        Producer(Clock(), bootstrap_servers="h:1", **config)
