@@ -93,9 +93,16 @@ class Batch:
         "base_sequence",
         "attempts",
         "not_before",
+        "order",
     )
 
+    _created = 0
+
     def __init__(self, tp, base_ts, now):
+        # Creation order: a partition's batches are sent, and put back after a
+        # failure, in this order.
+        Batch._created += 1
+        self.order = Batch._created
         self.tp = tp
         self.records = []
         self.deferreds = []

@@ -86,7 +86,7 @@ class Producer(SenderMixin):
         self._sequences = {}
         self._open = {}  # tp -> the batch records go into
         self._queued = {}  # tp -> deque of closed batches waiting to be sent
-        self._in_flight = set()  # tps with a batch on the wire
+        self._in_flight = {}  # tp -> batches on the wire
         self._node_requests = {}  # node id -> Produce requests in flight
         self._timer = None
         self._retry_timer = None

@@ -3,11 +3,17 @@
 :class:`SenderMixin` is mixed into :class:`pluglog.client.producer.Producer`
 and owns everything after a batch is closed: it takes a producer id from
 InitProducerId (``enable.idempotence``), numbers each partition's batches,
-sends the batches of all partitions led by one broker in one Produce request
-(at most one batch per partition in flight, so a retry never overtakes a
-later batch), and on the answer fires the records' Deferreds or puts the
-batch back at the head of its queue (same bytes, same sequence) after
+sends the batches of all partitions led by one broker in one Produce request,
+and on the answer fires the records' Deferreds or puts the batch back into
+its queue in send order (same bytes, same sequence) after
 ``retry.backoff.ms``, until ``delivery.timeout.ms``.
+
+In flight per partition: one batch without idempotence (a retry could
+otherwise overtake a later batch); with it up to
+``max.in.flight.requests.per.connection`` (Kafka's rule: the broker's
+sequence check keeps them in order), so the broker appends batch N+1 while
+the application fills N+2. A retried batch goes out alone; a later batch the
+broker refused as OUT_OF_ORDER_SEQUENCE_NUMBER behind it is retried too.
 """
 
 from collections import deque
@@ -30,6 +36,7 @@ from pluglog.protocol.records import build_batch_from_encoded
 log = Logger()
 
 PRODUCE_VERSION = 8
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
 
 
@@ -46,30 +53,52 @@ class SenderMixin:
         self.producer_epoch = response["producer_epoch"]
 
     def _drain(self):
-        """Send every queued batch whose partition has nothing in flight."""
+        """Send queued batches: up to ``max.in.flight.requests.per.connection``
+        requests per broker and, per partition, one batch in flight (or that
+        many with idempotence, whose sequence numbers keep them in order; a
+        retried batch goes out alone, so it cannot be overtaken)."""
         if self._started is None or self._stopped:
             return
         if self.idempotent and self.producer_id < 0:
             return
-        by_node = {}
+        by_node = {}  # node -> requests, each at most one batch per partition
         limit = self.config["max.in.flight.requests.per.connection"]
+        per_partition = limit if self.idempotent else 1
+        in_flight = self._in_flight
         now = self.reactor.seconds()
         for tp, queue in list(self._queued.items()):
-            if not queue or tp in self._in_flight or queue[0].not_before > now:
-                continue
-            node = self.client.leader_for(tp)
-            if node < 0:
-                self._schedule_retry(refresh=True)
-                continue
-            if self._node_requests.get(node, 0) >= limit and node not in by_node:
-                continue
-            batch = queue.popleft()
+            node = -2
+            round_ = 0
+            while queue and in_flight.get(tp, 0) < per_partition:
+                head = queue[0]
+                if head.not_before > now or (head.attempts and in_flight.get(tp, 0)):
+                    break
+                if node == -2:
+                    node = self.client.leader_for(tp)
+                    if node < 0:
+                        self._schedule_retry(refresh=True)
+                        break
+                requests = by_node.setdefault(node, [])
+                if round_ == len(requests):
+                    if self._node_requests.get(node, 0) + len(requests) >= limit:
+                        break
+                    requests.append([])
+                requests[round_].append(queue.popleft())
+                round_ += 1
+                in_flight[tp] = in_flight.get(tp, 0) + 1
             if not queue:
                 del self._queued[tp]
-            self._in_flight.add(tp)
-            by_node.setdefault(node, []).append(batch)
-        for node, batches in by_node.items():
-            self._send_request(node, batches)
+        for node, requests in by_node.items():
+            for batches in requests:
+                self._send_request(node, batches)
+
+    def _landed(self, tp):
+        """One batch of ``tp`` is no longer on the wire."""
+        left = self._in_flight.get(tp, 0) - 1
+        if left > 0:
+            self._in_flight[tp] = left
+        else:
+            self._in_flight.pop(tp, None)
 
     def _build(self, batch):
         if batch.built is None:
@@ -117,14 +146,17 @@ class SenderMixin:
         self._request_done(node)
         if response is None:  # acks=0
             for batch in batches:
-                self._complete(batch, -1, -1)
+                self._landed(batch.tp)
             self._drain()
+            for batch in batches:
+                self._complete(batch, -1, -1)
             return
         results = {}
         for topic in response["responses"]:
             for part in topic["partition_responses"]:
                 results[(topic["name"], part["index"])] = part
         refresh = False
+        done = []
         for batch in batches:
             part = results.get(batch.tp)
             if part is None:
@@ -132,14 +164,26 @@ class SenderMixin:
                 continue
             code = part["error_code"]
             if code == 0 or code == DUPLICATE_SEQUENCE_NUMBER:
-                self._complete(batch, part["base_offset"], part.get("log_append_time_ms", -1))
+                self._landed(batch.tp)
+                done.append((batch, part))
                 continue
             exc = BrokerResponseError(code, part.get("error_message"), f"{batch.tp}")
+            if code == OUT_OF_ORDER_SEQUENCE_NUMBER and self._behind_a_retry(batch):
+                exc.retriable = True  # its predecessor failed and goes again first
             refresh = refresh or code in REFRESH_METADATA
             self._retry_or_fail(batch, exc)
         if refresh:
             self._schedule_retry(refresh=True)
+        # The next batches go out before the acks fire: an application that
+        # sends more from its callbacks (or from wait_for_room) runs while the
+        # broker already has work.
         self._drain()
+        for batch, part in done:
+            self._complete(batch, part["base_offset"], part.get("log_append_time_ms", -1))
+
+    def _behind_a_retry(self, batch):
+        queue = self._queued.get(batch.tp)
+        return bool(queue) and queue[0].order < batch.order
 
     def _failed(self, failure, node, batches):
         self._request_done(node)
@@ -149,13 +193,19 @@ class SenderMixin:
         self._schedule_retry(refresh=True)
 
     def _retry_or_fail(self, batch, exc):
-        self._in_flight.discard(batch.tp)
+        self._landed(batch.tp)
         expired = (self.reactor.seconds() - batch.created) > ms(self.config["delivery.timeout.ms"])
         retriable = getattr(exc, "retriable", True)
         if retriable and not expired and batch.attempts <= self.config["retries"]:
-            # Back to the head of its partition's queue, same bytes and sequence.
+            # Back into its partition's queue in send order (ahead of later
+            # batches, behind an earlier one that failed too), same bytes and
+            # sequence.
             batch.not_before = self.reactor.seconds() + ms(self.config["retry.backoff.ms"])
-            self._queued.setdefault(batch.tp, deque()).appendleft(batch)
+            queue = self._queued.setdefault(batch.tp, deque())
+            at = 0
+            while at < len(queue) and queue[at].order < batch.order:
+                at += 1
+            queue.insert(at, batch)
             self._schedule_retry(refresh=False)
             return
         self._fail(batch, exc)
@@ -178,7 +228,6 @@ class SenderMixin:
         self._retry_timer = self.reactor.callLater(ms(self.config["retry.backoff.ms"]), retry)
 
     def _complete(self, batch, base_offset, append_time):
-        self._in_flight.discard(batch.tp)
         topic, partition = batch.tp
         deferreds = batch.deferreds
         self._release(batch)

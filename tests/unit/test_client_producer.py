@@ -291,3 +291,71 @@ def test_serializers_by_name_provider_or_callable():
 def test_bad_serializer_config_names_the_value(config, message):
     with pytest.raises(ConfigError, match=message):
         Producer(Clock(), bootstrap_servers="h:1", **config)
+
+
+class PipelineTests(SynchronousTestCase):
+    """Idempotent batches of one partition in flight together, retries in order."""
+
+    def setUp(self):
+        self.cluster = ScriptedCluster({"t": 1})
+        self.cluster.install(self)
+        self.held = []  # (conn, header, body) of unanswered Produce requests
+        self.cluster.handlers[PRODUCE] = lambda conn, v, body: None
+
+    def start(self, **config):
+        producer = Producer(
+            self.cluster.clock, bootstrap_servers="b1:9092", linger_ms=60000, **config
+        )
+        d = producer.start()
+        self.cluster.pump()
+        self.successResultOf(d)
+        return producer
+
+    def produce_requests(self):
+        conn = next(c for c in self.cluster.conns if c.unanswered)
+        headers = [h for h in conn.unanswered if h.api_key == PRODUCE]
+        conn.unanswered = [h for h in conn.unanswered if h.api_key != PRODUCE]
+        bodies = self.cluster.of(PRODUCE)[-len(headers) :]
+        return conn, list(zip(headers, bodies))
+
+    def sequences(self, bodies):
+        return [batches_of(b)[0][2].base_sequence for b in bodies]
+
+    def test_idempotent_batches_pipeline_and_retry_in_send_order(self):
+        producer = self.start(batch_size=300, retry_backoff_ms=100)
+        ds = [producer.send("t", b"x" * 100) for _ in range(8)]  # 2 per batch
+        flushed = producer.flush()
+        self.cluster.pump()
+        conn, sent = self.produce_requests()
+        # Four batches on the wire at once (max.in.flight 5), sequences 0, 2, 4, 6.
+        self.assertEqual(self.sequences(b for _, b in sent), [0, 2, 4, 6])
+        # The first fails retriably; the broker refuses the rest as out of order.
+        self.cluster.answer(conn, sent[0][0], produce_answer(sent[0][1], {}, {("t", 0): 6}))
+        for header, body in sent[1:]:
+            self.cluster.answer(conn, header, produce_answer(body, {}, {("t", 0): 45}))
+        for d in ds:
+            self.assertNoResult(d)
+        offset = 0
+        for expected in (0, 2, 4, 6):
+            self.cluster.clock.advance(0.1)
+            self.cluster.pump()
+            conn, again = self.produce_requests()
+            # Retries go one at a time, oldest first, with their old sequence.
+            self.assertEqual(self.sequences(b for _, b in again), [expected])
+            self.cluster.answer(conn, again[0][0], produce_answer(again[0][1], {("t", 0): offset}))
+            offset += 2
+        metas = [self.successResultOf(d) for d in ds]
+        self.assertEqual([m.offset for m in metas], list(range(8)))
+        self.assertEqual(producer.unacked, 0)
+        self.successResultOf(flushed)
+
+    def test_without_idempotence_one_batch_per_partition_in_flight(self):
+        producer = self.start(batch_size=300, acks=1)
+        for _ in range(6):
+            producer.send("t", b"x" * 100)
+        self.cluster.pump()
+        conn, sent = self.produce_requests()
+        self.assertEqual(len(sent), 1)
+        self.cluster.answer(conn, sent[0][0], produce_answer(sent[0][1], {("t", 0): 0}))
+        self.cluster.pump()
+        self.assertEqual(len(self.produce_requests()[1]), 1)
