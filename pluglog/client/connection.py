@@ -50,6 +50,9 @@ MAX_RESPONSE_BYTES = 1 << 30
 API_VERSIONS_VERSION = 3
 
 
+# Bytes per send() call on the client's connections (Twisted's default is 128 KiB).
+SEND_LIMIT = 4 << 20
+
 class _Pending:
     __slots__ = ("correlation_id", "api_key", "api_version", "deferred", "timer", "abandoned")
 
@@ -98,6 +101,12 @@ class KafkaClientProtocol(protocol.Protocol):
         if set_no_delay is not None:
             # Requests are written whole; Nagle would delay pipelined ones.
             set_no_delay(True)
+        if getattr(self.transport, "SEND_LIMIT", SEND_LIMIT) < SEND_LIMIT:
+            # Twisted hands the socket at most SEND_LIMIT bytes (128 KiB) per
+            # reactor turn; a 1 MB Produce request would take eight turns, and
+            # an application producing from its callbacks gets a turn back
+            # only between its own runs. Let the kernel take what it can.
+            self.transport.SEND_LIMIT = SEND_LIMIT
         peer = self.transport.getPeer()
         self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
 
