@@ -254,3 +254,19 @@ class ConnectTests(SynchronousTestCase):
         reactor.advance(3)
         failure = self.failureResultOf(d, KafkaConnectionError)
         self.assertIn("127.0.0.1:9", str(failure.value))
+
+
+def test_connections_send_up_to_4_mib_per_reactor_turn():
+    from twisted.internet import tcp
+
+    class TcpLikeTransport(StringTransport):
+        SEND_LIMIT = tcp.Connection.SEND_LIMIT  # Twisted's 128 KiB
+
+        def setTcpNoDelay(self, enabled):
+            self.no_delay = enabled
+
+    transport = TcpLikeTransport()
+    KafkaClientProtocol(Clock()).makeConnection(transport)
+    assert transport.SEND_LIMIT == 4 << 20
+    assert transport.no_delay
+    assert tcp.Connection.SEND_LIMIT == 128 * 1024  # the class is left alone
