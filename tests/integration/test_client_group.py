@@ -31,9 +31,9 @@ def group_broker(tmp_path):
     proc.stop()
 
 
-def start_member(kind, broker, out):
+def start_member(kind, bootstrap, out):
     env = dict(os.environ, PYTHONPATH=ROOT)
-    cmd = [sys.executable, "-m", "tests.integration.twisted_runner", kind, broker.bootstrap]
+    cmd = [sys.executable, "-m", "tests.integration.twisted_runner", kind, bootstrap]
     cmd += ["split-group", "split", str(out), *MEMBER_CONFIG]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE)
 
@@ -80,17 +80,25 @@ def wait_started(outs, timeout=30):
 
 
 def test_group_split_across_leave_and_kill(group_broker, tmp_path):
-    create_topic(group_broker.bootstrap, "split", partitions=PARTITIONS)
+    split_across_leave_and_kill(group_broker.bootstrap, tmp_path)
+
+
+def split_across_leave_and_kill(bootstrap, tmp_path, timeout=60, create=create_topic):
+    """Two Twisted members and one confluent-kafka member split the "split"
+    topic; one Twisted member leaves, the other is SIGKILLed; every record is
+    consumed exactly once. Also run against librdkafka's mock cluster
+    (``create``: how the topic comes to exist there)."""
+    create(bootstrap, "split", partitions=PARTITIONS)
     outs = [tmp_path / f"member-{i}.txt" for i in range(3)]
     procs = [
-        start_member("member", group_broker, outs[0]),
-        start_member("member", group_broker, outs[1]),
-        start_member("confluent_member", group_broker, outs[2]),
+        start_member("member", bootstrap, outs[0]),
+        start_member("member", bootstrap, outs[1]),
+        start_member("confluent_member", bootstrap, outs[2]),
     ]
     try:
         wait_started(outs)
-        produce(group_broker.bootstrap, 0, STEP)
-        wait_for(outs, STEP, procs)
+        produce(bootstrap, 0, STEP)
+        wait_for(outs, STEP, procs, timeout)
         # Every member got a share while all three were in.
         assert all(consumed([o]) for o in outs), [len(consumed([o])) for o in outs]
 
@@ -99,16 +107,16 @@ def test_group_split_across_leave_and_kill(group_broker, tmp_path):
         assert procs[0].wait(30) == 0, procs[0].stderr.read().decode()[-2000:]
         assert outs[0].read_text().endswith("left\n")
         before = len(consumed([outs[1]])), len(consumed([outs[2]]))
-        produce(group_broker.bootstrap, STEP, STEP)
-        wait_for(outs, 2 * STEP, procs[1:])
+        produce(bootstrap, STEP, STEP)
+        wait_for(outs, 2 * STEP, procs[1:], timeout)
         after = len(consumed([outs[1]])), len(consumed([outs[2]]))
         assert after[0] > before[0] and after[1] > before[1]
 
         # The other Twisted member is SIGKILLed: the coordinator expires it.
         procs[1].kill()
         procs[1].wait(10)
-        produce(group_broker.bootstrap, 2 * STEP, STEP)
-        values = wait_for(outs, 3 * STEP, procs[2:])
+        produce(bootstrap, 2 * STEP, STEP)
+        values = wait_for(outs, 3 * STEP, procs[2:], timeout)
         assert len(consumed([outs[2]])) - after[1] >= STEP  # it took over everything
     finally:
         for proc in procs:

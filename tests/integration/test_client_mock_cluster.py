@@ -25,6 +25,7 @@ from tests.integration.clients import (
     produce_kafka_python,
     produce_pluglog,
 )
+from tests.integration.test_client_group import split_across_leave_and_kill
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 COUNT = 1000
@@ -84,3 +85,20 @@ def test_pluglog_consumer_reads_others(mock_cluster, produce):
     produce(mock_cluster, topic, records, "lz4")
     got = consume_pluglog(mock_cluster, topic, 3, COUNT, timeout=30)
     assert by_partition(got) == by_partition(records)
+
+
+def test_mixed_group_splits_a_topic_across_leave_and_kill(mock_cluster, tmp_path):
+    """Two Twisted members and one confluent-kafka member, each its own
+    process, in a group coordinated by librdkafka's mock cluster: the mock's
+    brokers listen on real TCP ports, so members reach it from subprocesses.
+    The mock itself lives in this process and cannot be SIGKILLed; what is
+    killed is a Twisted member's process, as against the pluglog broker."""
+    split_across_leave_and_kill(mock_cluster, tmp_path, timeout=90, create=auto_create)
+
+
+def auto_create(bootstrap, topic, partitions):
+    """The mock answers no CreateTopics; a producer's metadata request creates
+    the topic with the mock's default of 4 partitions."""
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "log_level": 3})
+    meta = producer.list_topics(topic, timeout=10).topics[topic]
+    assert meta.error is None and len(meta.partitions) == 4
