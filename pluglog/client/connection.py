@@ -53,6 +53,7 @@ API_VERSIONS_VERSION = 3
 # Bytes per send() call on the client's connections (Twisted's default is 128 KiB).
 SEND_LIMIT = 4 << 20
 
+
 class _Pending:
     __slots__ = ("correlation_id", "api_key", "api_version", "deferred", "timer", "abandoned")
 
