@@ -30,6 +30,7 @@ from pluglog.client.errors import (
 )
 from pluglog.errors import ConfigError
 from pluglog.protocol.api_keys import HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP
+from pluglog.protocol.errors import DecodeError
 
 log = Logger()
 
@@ -235,7 +236,18 @@ class GroupMember:
             "group_instance_id": self.instance_id,
             "assignments": assignments,
         }
-        response = yield self.client.send(node, SYNC_GROUP, 3, body, purpose="group")
+        try:
+            response = yield self.client.send(node, SYNC_GROUP, 3, body, purpose="group")
+        except DecodeError as exc:
+            # librdkafka's mock cluster answers a failed SyncGroup (an error
+            # code, typically REBALANCE_IN_PROGRESS) with a null assignment,
+            # which Kafka's schema does not allow; the error code is then
+            # unreadable, and rejoining is the safe reading of any failure.
+            log.info(
+                "group {g}: unreadable SyncGroup answer ({e}); rejoining", g=self.group_id, e=exc
+            )
+            yield self._backoff()
+            return None
         code = response["error_code"]
         if code in _REJOIN_ERRORS or code in _COORDINATOR_ERRORS:
             self.coordinator_error(code) if code != REBALANCE_IN_PROGRESS else None

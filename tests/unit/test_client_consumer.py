@@ -1,5 +1,7 @@
 """Consumer and group-member unit tests on task.Clock with a scripted cluster."""
 
+import struct
+
 from twisted.trial.unittest import SynchronousTestCase
 
 from pluglog.client import Consumer, TopicPartition
@@ -420,3 +422,41 @@ class AutoCommitTests(SynchronousTestCase):
             conn.drop()
         self.successResultOf(stopped)
         self.assertEqual(state["commits"][-1]["topics"][0]["partitions"][0]["committed_offset"], 3)
+
+
+class MockClusterQuirkTests(SynchronousTestCase):
+    def test_a_null_syncgroup_assignment_means_rejoin(self):
+        # librdkafka's mock cluster answers a failed SyncGroup with a null
+        # assignment (Kafka's schema says non-nullable): the member rejoins
+        # instead of failing start() (seen in the mixed-group runs).
+        cluster = ScriptedCluster({"t": 2})
+        cluster.install(self)
+        Log(cluster, 2)
+        state = group_handlers(cluster, {}, None)
+        serve_sync = cluster.handlers[SYNC_GROUP]
+        quirky = [True]
+
+        def sync(conn, v, body):
+            if quirky:
+                quirky.clear()
+                return None  # answered by hand below
+            return serve_sync(conn, v, body)
+
+        cluster.handlers[SYNC_GROUP] = sync
+        consumer = Consumer(
+            cluster.clock, "t", bootstrap_servers="b1:9092", group_id="g", retry_backoff_ms=100
+        )
+        d = consumer.start()
+        cluster.pump()
+        (conn,) = [c for c in cluster.conns if c.unanswered]
+        header = conn.unanswered.pop()
+        self.assertEqual(header.api_key, SYNC_GROUP)
+        # throttle_time_ms 0, error_code 27 (REBALANCE_IN_PROGRESS), assignment null
+        frame = struct.pack(">iihi", header.correlation_id, 0, 27, -1)
+        conn.proto.dataReceived(struct.pack(">i", len(frame)) + frame)
+        self.assertNoResult(d)
+        cluster.clock.advance(0.1)
+        cluster.pump()
+        self.successResultOf(d)
+        self.assertEqual(consumer.assignment(), {TP0, TP1})
+        self.assertEqual(state["generation"], 2)  # joined again after the quirk
