@@ -70,11 +70,15 @@ def wait_for(outs, total, procs, timeout=60):
     raise AssertionError(f"only {len(set(consumed(outs)))} of {total} consumed")
 
 
-def wait_started(outs, timeout=30):
+def wait_started(outs, procs, timeout=90):
+    # Generous: three interpreters importing Twisted and librdkafka and
+    # joining one group take tens of seconds on a loaded 2-core machine.
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if all(o.exists() and "started" in o.read_text() for o in outs):
             return
+        for proc in procs:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
         time.sleep(0.1)
     raise AssertionError("members did not start")
 
@@ -96,7 +100,7 @@ def split_across_leave_and_kill(bootstrap, tmp_path, timeout=60, create=create_t
         start_member("confluent_member", bootstrap, outs[2]),
     ]
     try:
-        wait_started(outs)
+        wait_started(outs, procs)
         produce(bootstrap, 0, STEP)
         wait_for(outs, STEP, procs, timeout)
         # Every member got a share while all three were in.

@@ -148,10 +148,18 @@ def confluent_member(bootstrap, group, topic, out_path, *extra):
         out.write("started\n")
         while not stopping:
             msgs = [m for m in consumer.consume(500, 0.2) if m.error() is None]
+            # Only partitions still assigned after consume() (a rebalance
+            # inside it may have revoked some; their next owner reads those
+            # records again), committed by explicit offsets: commit() without
+            # them would skip a revoked partition and still record its lines.
+            assigned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
+            msgs = [m for m in msgs if (m.topic(), m.partition()) in assigned]
             if not msgs:
                 continue
+            last = {(m.topic(), m.partition()): m.offset() for m in msgs}
+            offsets = [confluent_kafka.TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
             try:
-                consumer.commit(asynchronous=False)
+                consumer.commit(offsets=offsets, asynchronous=False)
             except confluent_kafka.KafkaException:
                 continue
             out.write("".join(f"{m.partition()} {m.offset()} {_s(m.value())}\n" for m in msgs))
