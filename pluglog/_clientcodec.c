@@ -283,6 +283,22 @@ static const char *const VARINT_FAULTS[] = {
         goto fail;                                                               \
     } while (0)
 
+/* a + b as a Python int, exact past int64 too (as the Python reference,
+ * whose ints do not wrap). */
+static PyObject *
+exact_sum(long long a, long long b)
+{
+    long long sum;
+    if (!__builtin_add_overflow(a, b, &sum))
+        return PyLong_FromLongLong(sum);
+    PyObject *pa = PyLong_FromLongLong(a), *pb = PyLong_FromLongLong(b), *out = NULL;
+    if (pa != NULL && pb != NULL)
+        out = PyNumber_Add(pa, pb);
+    Py_XDECREF(pa);
+    Py_XDECREF(pb);
+    return out;
+}
+
 static PyObject *
 decode_consumer_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -389,8 +405,13 @@ decode_consumer_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         if (pos != end)
             FAULT("record length does not match its fields");
-        long long offset = base_offset + offset_delta;
-        if (offset < min_offset) {
+        long long offset;
+        int below;
+        if (__builtin_add_overflow(base_offset, (long long)offset_delta, &offset))
+            below = offset_delta < 0; /* past int64: below min_offset only downwards */
+        else
+            below = offset < min_offset;
+        if (below) {
             Py_CLEAR(headers);
             continue;
         }
@@ -399,8 +420,8 @@ decode_consumer_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         value = value_len < 0 ? Py_NewRef(Py_None)
                               : PyBytes_FromStringAndSize((const char *)data + value_at,
                                                           value_len);
-        offset_obj = PyLong_FromLongLong(offset);
-        ts_obj = PyLong_FromLongLong(log_append ? append_time : base_ts + ts_delta);
+        offset_obj = exact_sum(base_offset, offset_delta);
+        ts_obj = log_append ? PyLong_FromLongLong(append_time) : exact_sum(base_ts, ts_delta);
         if (key == NULL || value == NULL || offset_obj == NULL || ts_obj == NULL)
             goto fail;
         /* As tuple.__new__ of a subclass fills its instance. */

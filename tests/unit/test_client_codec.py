@@ -173,3 +173,14 @@ def test_inline_callbacks_wait_on_a_record_deferred():
     result = waiter()
     fire_acks([d], "t", 0, 9, 1)
     assert result.result == 9
+
+
+def test_decode_sums_past_int64_as_python_does():
+    # Found by Hypothesis in CI-like runs: base timestamp + a huge delta (and
+    # base offset + delta) must not wrap in C; Python's ints do not.
+    data = _array([(None, b"v", [], 2**63 - 2), (None, b"w", [], 0)])
+    for base_offset in (100, 2**63 - 1):
+        c, py = _both(data, 2, base_offset, 0, None)
+        assert c == py
+        assert c[0].timestamp == 1_700_000_000_000 + 2**63 - 2
+        assert c[1].offset == base_offset + 1
