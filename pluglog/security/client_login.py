@@ -9,7 +9,7 @@ SSL, SASL_PLAINTEXT, SASL_SSL), ``ssl.ca.location`` /
 ``sasl.mechanism`` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) with
 ``sasl.username`` / ``sasl.password`` or a Java client's
 ``sasl.jaas.config``. SASL runs SaslHandshake v1 then SaslAuthenticate v1
-(KIP-152) with :mod:`scramp` as the SCRAM client.
+(KIP-152) through :mod:`pluglog.security.sasl_client`.
 
 ``read_properties(path)`` reads a Kafka ``--command-config`` file.
 """
@@ -18,14 +18,15 @@ import re
 import ssl
 
 from pluglog.errors import ConfigError
+from pluglog.security import sasl_client
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+MECHANISMS = sasl_client.MECHANISMS
 _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
-class LoginError(Exception):
-    """The broker refused the login (its error message is the text)."""
+#: The broker refused the login (its error message is the text).
+LoginError = sasl_client.LoginError
 
 
 def read_properties(path):
@@ -99,24 +100,4 @@ def connect(bootstrap, props=None, client_id="pluglog-cli", timeout=30.0):
 
 def login(client, mechanism, user, password):
     """Authenticate ``client`` with SaslHandshake v1 + SaslAuthenticate v1."""
-    answer = client.request(17, 1, {"mechanism": mechanism})
-    if answer["error_code"]:
-        offered = ", ".join(answer["mechanisms"]) or "none"
-        raise LoginError(f"the broker does not offer {mechanism} (it offers {offered})")
-    if mechanism == "PLAIN":
-        _step(client, f"\0{user}\0{password}".encode())
-        return
-    from scramp import ScramClient
-
-    scram = ScramClient([mechanism], user, password)
-    server_first = _step(client, scram.get_client_first().encode())
-    scram.set_server_first(server_first.decode())
-    server_final = _step(client, scram.get_client_final().encode())
-    scram.set_server_final(server_final.decode())  # checks the broker's signature
-
-
-def _step(client, token):
-    answer = client.request(36, 1, {"auth_bytes": token})
-    if answer["error_code"]:
-        raise LoginError(answer["error_message"] or f"error {answer['error_code']}")
-    return answer["auth_bytes"]
+    sasl_client.run(sasl_client.exchange(mechanism, user, password), client.request)

@@ -20,9 +20,8 @@ same without a JAAS parser. That user needs a credential like any other
 from twisted.internet import defer
 
 from pluglog.errors import ConfigError, KafkaError
+from pluglog.security import sasl_client
 from pluglog.security.listeners import parse_listeners, protocol_map
-
-SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
 
 def advertised_endpoints(config):
@@ -119,29 +118,21 @@ def _login(proto, config, timeout):
     """SaslHandshake v1 then SaslAuthenticate v1 exchanges (KIP-152)."""
     mechanism = config.sasl_mechanism_inter_broker_protocol
     user, password = config.inter_broker_sasl_username, config.inter_broker_sasl_password
-    answer = yield proto.request(SASL_HANDSHAKE, 1, {"mechanism": mechanism}, timeout=timeout)
-    if answer["error_code"]:
+    steps = sasl_client.exchange(mechanism, user, password)
+    try:
+        request = next(steps)
+        while True:
+            answer = yield proto.request(*request, timeout=timeout)
+            try:
+                request = steps.send(answer)
+            except StopIteration:
+                return
+    except sasl_client.MechanismError as exc:
         raise KafkaError(
             f"inter-broker SASL handshake for {mechanism} refused "
-            f"(error {answer['error_code']}; offered: {answer.get('mechanisms')})"
-        )
-
-    @defer.inlineCallbacks
-    def step(token):
-        reply = yield proto.request(SASL_AUTHENTICATE, 1, {"auth_bytes": token}, timeout=timeout)
-        if reply["error_code"]:
-            raise KafkaError(
-                f"inter-broker SASL login as {user!r} failed: {reply.get('error_message')}"
-            )
-        return bytes(reply["auth_bytes"])
-
-    if mechanism == "PLAIN":
-        yield step(b"\0" + user.encode() + b"\0" + password.encode())
-        return
-    from scramp import ScramClient
-
-    client = ScramClient([mechanism], user, password)
-    server_first = yield step(client.get_client_first().encode())
-    client.set_server_first(server_first.decode())
-    server_final = yield step(client.get_client_final().encode())
-    client.set_server_final(server_final.decode())
+            f"(error {exc.error_code}; offered: {exc.offered})"
+        ) from None
+    except sasl_client.CredentialsError as exc:
+        raise KafkaError(
+            f"inter-broker SASL login as {user!r} failed: {exc.error_message}"
+        ) from None
