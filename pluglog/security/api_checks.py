@@ -38,7 +38,7 @@ from pluglog.security.acls import (
     TOPIC,
     WRITE,
 )
-from pluglog.security.checks import _DENIED, _then, allowed
+from pluglog.security.checks import _DENIED, _cluster, _named_topics, _split, _then, allowed
 from pluglog.security.checks import _fetch as _client_fetch
 
 CLUSTER_ACTION, IDEMPOTENT_WRITE, TRANSACTIONAL_ID = 9, 12, 5
@@ -56,9 +56,7 @@ def _per_topic(operation, name_key, part_key, denied_partition, cluster_action=F
     def check(ctx, request, handler):
         if cluster_action and _cluster_ok(ctx, CLUSTER_ACTION):
             return handler(ctx, request)
-        ok, denied = [], []
-        for topic in request["topics"]:
-            (ok if allowed(ctx, operation, TOPIC, topic[name_key]) else denied).append(topic)
+        ok, denied = _split(ctx, request["topics"], name_key, operation)
         if not denied:
             return handler(ctx, request)
         request["topics"] = ok
@@ -163,24 +161,6 @@ def _fetch(ctx, request, handler):
     }
 
 
-def _create_partitions(ctx, request, handler):
-    ok = [t for t in request["topics"] if allowed(ctx, ALTER, TOPIC, t["name"])]
-    denied = [t["name"] for t in request["topics"] if t not in ok]
-    if not denied:
-        return handler(ctx, request)
-    request["topics"] = ok
-    extra = [
-        {"name": n, "error_code": TOPIC_AUTHORIZATION_FAILED, "error_message": _DENIED}
-        for n in denied
-    ]
-
-    def fix(body):
-        body["results"] = list(body.get("results") or ()) + extra
-        return body
-
-    return _then(handler(ctx, request), fix)
-
-
 def _group_and_topics(group_operation, per_partition_group_error):
     """OffsetCommit (READ group) and OffsetDelete (DELETE group): the group
     first (GROUP_AUTHORIZATION_FAILED for the whole request), then READ on
@@ -227,12 +207,18 @@ def _group_and_topics(group_operation, per_partition_group_error):
     return check
 
 
+def _narrow_groups(ctx, request, key, operation):
+    """Leave in ``request[key]`` the groups the principal may ``operation``;
+    ``(all the names asked for, the denied ones)``."""
+    names = request[key]
+    request[key] = [g for g in names if allowed(ctx, operation, GROUP, g)]
+    return names, [g for g in names if g not in request[key]]
+
+
 def _describe_groups(ctx, request, handler):
-    names = request["groups"]
-    ok = [g for g in names if allowed(ctx, DESCRIBE, GROUP, g)]
-    if len(ok) == len(names):
+    names, refused = _narrow_groups(ctx, request, "groups", DESCRIBE)
+    if not refused:
         return handler(ctx, request)
-    request["groups"] = ok
     denied = {
         g: {
             "error_code": GROUP_AUTHORIZATION_FAILED,
@@ -243,8 +229,7 @@ def _describe_groups(ctx, request, handler):
             "members": [],
             "authorized_operations": -2147483648,
         }
-        for g in names
-        if g not in ok
+        for g in refused
     }
 
     def fix(body):
@@ -270,15 +255,11 @@ def _list_groups(ctx, request, handler):
 
 
 def _delete_groups(ctx, request, handler):
-    names = request["groups_names"]
-    ok = [g for g in names if allowed(ctx, DELETE, GROUP, g)]
-    if len(ok) == len(names):
+    _names, refused = _narrow_groups(ctx, request, "groups_names", DELETE)
+    if not refused:
         return handler(ctx, request)
-    request["groups_names"] = ok
-    extra = [
-        {"group_id": g, "error_code": GROUP_AUTHORIZATION_FAILED} for g in names if g not in ok
-    ]
-    if not ok:
+    extra = [{"group_id": g, "error_code": GROUP_AUTHORIZATION_FAILED} for g in refused]
+    if not request["groups_names"]:
         return {"throttle_time_ms": 0, "results": extra}
 
     def fix(body):
@@ -310,15 +291,6 @@ def _may_write_some_topic(ctx):
         return False
     host = ctx.peer.rpartition(":")[0]
     return by_type(ctx.session.principal, host, WRITE, TOPIC)
-
-
-def _cluster_refusal(operation, body):
-    def check(ctx, request, handler):
-        if _cluster_ok(ctx, operation):
-            return handler(ctx, request)
-        return body(request)
-
-    return check
 
 
 def _top_level(request):
@@ -410,15 +382,15 @@ MORE_CHECKS = {
     21: _per_topic(DELETE, "name", "partition_index", _delete_records_denied),
     22: _init_producer_id,
     23: _offset_for_leader_epoch,
-    35: _cluster_refusal(DESCRIBE, _log_dirs_denied),
-    37: _create_partitions,
+    35: _cluster(DESCRIBE, _log_dirs_denied),
+    37: _named_topics(ALTER, "topics", "name", "results"),
     42: _delete_groups,
-    43: _cluster_refusal(ALTER, _elect_denied),
-    45: _cluster_refusal(ALTER, _top_level),
-    46: _cluster_refusal(DESCRIBE, _top_level),
+    43: _cluster(ALTER, _elect_denied),
+    45: _cluster(ALTER, _top_level),
+    46: _cluster(DESCRIBE, _top_level),
     47: _group_and_topics(DELETE, per_partition_group_error=False),
-    48: _cluster_refusal(DESCRIBE_CONFIGS, _top_level),
-    49: _cluster_refusal(ALTER_CONFIGS, _alter_quotas_denied),
-    50: _cluster_refusal(DESCRIBE, _describe_scram_denied),
-    51: _cluster_refusal(ALTER, _alter_scram_denied),
+    48: _cluster(DESCRIBE_CONFIGS, _top_level),
+    49: _cluster(ALTER_CONFIGS, _alter_quotas_denied),
+    50: _cluster(DESCRIBE, _describe_scram_denied),
+    51: _cluster(ALTER, _alter_scram_denied),
 }
