@@ -18,6 +18,7 @@ from zope.interface import implementer
 
 from pluglog.interfaces import ISerializer
 from pluglog.serialization.framing import SerializationError, frame, unframe
+from pluglog.serialization.registered import RegisteredSerializer
 from pluglog.serialization.strategies import topic_name_strategy
 
 
@@ -51,7 +52,7 @@ def canonical(schema):
 
 
 @implementer(ISerializer)
-class AvroSerializer:
+class AvroSerializer(RegisteredSerializer):
     """Framed Avro through a registry (any ISchemaRegistry provider).
 
     ``schema`` (JSON text) is the writer schema for :meth:`serialize`; without
@@ -69,34 +70,20 @@ class AvroSerializer:
         auto_register=True,
         reader_schema=None,
     ):
-        self.registry = registry
-        self.is_key = is_key
-        self.strategy = subject_name_strategy
-        self.auto_register = auto_register
-        self._schema = None
-        if schema is not None:
-            self._schema = (schema if isinstance(schema, str) else json.dumps(schema),) + parse(
-                schema
-            )
+        super().__init__(registry, schema, is_key, subject_name_strategy, auto_register)
+        self._schema = None if schema is None else parse(schema)
         self._reader = parse(reader_schema)[0] if reader_schema is not None else None
-        self._ids = {}  # subject -> (schema id, parsed writer schema)
+        # self._ids: subject -> (schema id, parsed writer schema)
         self._writers = {}  # schema id -> parsed schema
 
     def _writer_for(self, topic):
-        if self._schema is not None:
-            text, parsed, decoded = self._schema
-            subject = self.strategy(topic, self.is_key, decoded)
-        else:
-            subject = self.strategy(topic, self.is_key, None)
+        parsed, decoded = self._schema or (None, None)
+        subject = self.strategy(topic, self.is_key, decoded)
         cached = self._ids.get(subject)
         if cached is not None:
             return cached
-        if self._schema is not None and self.auto_register:
-            schema_id = self.registry.register(subject, text)
-        elif self._schema is not None:
-            schema_id = self.registry.lookup(subject, text)
-        else:
-            schema_id, _version, text = self.registry.get_latest(subject)
+        schema_id, text = self._registered(subject)
+        if parsed is None:
             parsed = parse(text)[0]
         self._ids[subject] = (schema_id, parsed)
         self._writers[schema_id] = parsed

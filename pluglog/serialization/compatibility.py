@@ -146,6 +146,12 @@ def reader_errors(reader, writer):
 def incompatibilities(level, new, existing):
     """Why ``new`` may not follow ``existing`` (earlier versions, oldest
     first) under compatibility ``level``; [] when it may."""
+    return by_level(level, new, existing, reader_errors)
+
+
+def by_level(level, new, existing, reader_errors):
+    """:func:`incompatibilities` for any schema type: ``reader_errors(reader,
+    writer)`` says why one schema of that type cannot read the other's data."""
     if level == "NONE" or not existing:
         return []
     against = existing if level.endswith("_TRANSITIVE") else existing[-1:]

@@ -27,7 +27,9 @@ import json
 from zope.interface import implementer
 
 from pluglog.interfaces import ISerializer
+from pluglog.serialization.compatibility import by_level
 from pluglog.serialization.framing import SerializationError, frame, unframe
+from pluglog.serialization.registered import RegisteredSerializer
 from pluglog.serialization.strategies import topic_name_strategy
 
 SCHEMA_TYPE = "JSON"
@@ -171,21 +173,11 @@ def _property_errors(reader, writer, path):
 
 def incompatibilities(level, new, existing):
     """Why ``new`` may not follow ``existing`` (oldest first) at ``level``."""
-    if level == "NONE" or not existing:
-        return []
-    against = existing if level.endswith("_TRANSITIVE") else existing[-1:]
-    base = level.removesuffix("_TRANSITIVE")
-    problems = []
-    for old in reversed(against):
-        if base in ("BACKWARD", "FULL"):
-            problems += [f"backward: {e}" for e in reader_errors(new, old)]
-        if base in ("FORWARD", "FULL"):
-            problems += [f"forward: {e}" for e in reader_errors(old, new)]
-    return problems
+    return by_level(level, new, existing, reader_errors)
 
 
 @implementer(ISerializer)
-class JsonSchemaSerializer:
+class JsonSchemaSerializer(RegisteredSerializer):
     """Framed JSON validated against a JSON schema in the registry.
 
     ``schema`` (JSON text) is registered (or looked up without
@@ -195,6 +187,8 @@ class JsonSchemaSerializer:
     :class:`~pluglog.serialization.client.RegistryClient`).
     """
 
+    schema_type = SCHEMA_TYPE
+
     def __init__(
         self,
         registry,
@@ -203,15 +197,10 @@ class JsonSchemaSerializer:
         subject_name_strategy=topic_name_strategy,
         auto_register=True,
     ):
-        self.registry = registry
-        self.is_key = is_key
-        self.strategy = subject_name_strategy
-        self.auto_register = auto_register
-        self._text = None
-        if schema is not None:
-            self._text = schema if isinstance(schema, str) else json.dumps(schema)
+        super().__init__(registry, schema, is_key, subject_name_strategy, auto_register)
+        if self._text is not None:
             check(json.loads(self._text))
-        self._ids = {}  # subject -> (id, validator)
+        # self._ids: subject -> (id, validator)
         self._validators = {}  # id -> validator
 
     @staticmethod
@@ -223,14 +212,7 @@ class JsonSchemaSerializer:
         subject = self.strategy(topic, self.is_key, None)
         cached = self._ids.get(subject)
         if cached is None:
-            if self._text is not None and self.auto_register:
-                schema_id = self.registry.register(subject, self._text, schema_type=SCHEMA_TYPE)
-                text = self._text
-            elif self._text is not None:
-                schema_id = self.registry.lookup(subject, self._text, schema_type=SCHEMA_TYPE)
-                text = self._text
-            else:
-                schema_id, _version, text = self.registry.get_latest(subject)
+            schema_id, text = self._registered(subject)
             cached = self._ids[subject] = (schema_id, self._validator(text))
             self._validators[schema_id] = cached[1]
         return cached
