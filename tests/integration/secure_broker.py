@@ -59,6 +59,38 @@ def secure(tmp_path_factory):
     proc.stop()
 
 
+def acl_broker(data, *users):
+    """A started broker with Kafka's ACL authorizer (``User:admin`` is the
+    super user) on a SASL_PLAINTEXT and a PLAINTEXT listener; ``users``
+    (``(name, password)`` pairs) are written to ``data`` first. ``.sasl`` is
+    the SASL listener's ``host:port``."""
+    for user, password in users:
+        done = add_user(data, user, password)
+        assert done.returncode == 0, done.stderr
+    sasl, plain = free_port(), free_port()
+    proc = BrokerProcess(
+        data,
+        port=plain,
+        settings={
+            "listeners": f"SASL_PLAINTEXT://127.0.0.1:{sasl},PLAINTEXT://127.0.0.1:{plain}",
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            "super.users": "User:admin",
+        },
+    ).start()
+    proc.sasl = f"127.0.0.1:{sasl}"
+    return proc
+
+
+def sasl_props(user, password, mechanism="SCRAM-SHA-256"):
+    """A Kafka client's properties to log in as ``user`` over SASL_PLAINTEXT."""
+    return {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": mechanism,
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+
+
 def confluent_conf(secure, protocol, mechanism=None, user=USER, password=PASSWORD):
     conf = {
         "bootstrap.servers": f"127.0.0.1:{secure.ports[protocol]}",

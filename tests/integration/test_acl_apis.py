@@ -14,7 +14,6 @@ import pytest
 from pluglog.client.blocking import ProtocolError
 from pluglog.protocol.records import Record, build_batch
 from pluglog.security.client_login import connect
-from tests.broker_process import BrokerProcess, free_port
 from tests.integration.acl_api_cases import (
     CASES,
     CLUSTER,
@@ -28,7 +27,7 @@ from tests.integration.acl_api_cases import (
     first_partition,
     partitions,
 )
-from tests.integration.secure_broker import add_user
+from tests.integration.secure_broker import acl_broker, sasl_props
 
 ADMIN, BOB = ("admin", "admin-pw"), ("bob", "bob-pw")
 OPS = {
@@ -47,32 +46,13 @@ OPS = {
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    data = tmp_path_factory.mktemp("aclapis") / "data"
-    for user, password in (ADMIN, BOB):
-        assert add_user(data, user, password).returncode == 0
-    sasl, plain = free_port(), free_port()
-    proc = BrokerProcess(
-        data,
-        port=plain,
-        settings={
-            "listeners": f"SASL_PLAINTEXT://127.0.0.1:{sasl},PLAINTEXT://127.0.0.1:{plain}",
-            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-            "super.users": "User:admin",
-        },
-    ).start()
-    proc.sasl = f"127.0.0.1:{sasl}"
+    proc = acl_broker(tmp_path_factory.mktemp("aclapis") / "data", ADMIN, BOB)
     yield proc
     proc.stop()
 
 
 def login(broker, who, mechanism="SCRAM-SHA-256"):
-    props = {
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": mechanism,
-        "sasl.username": who[0],
-        "sasl.password": who[1],
-    }
-    return connect(broker.sasl, props)
+    return connect(broker.sasl, sasl_props(*who, mechanism))
 
 
 def acl_body(rtype, name, operation, pattern=3):

@@ -5,48 +5,28 @@ import uuid
 
 import pytest
 
-from tests.broker_process import BrokerProcess, free_port
-from tests.integration.secure_broker import add_user
+from tests.integration import secure_broker
+from tests.integration.secure_broker import sasl_props
 
 ADMIN, READER = ("admin", "admin-pw"), ("reader", "reader-pw")
 
 
 @pytest.fixture(scope="module")
 def acl_broker(tmp_path_factory):
-    base = tmp_path_factory.mktemp("acl")
-    data = base / "data"
-    for user, password in (ADMIN, READER):
-        assert add_user(data, user, password).returncode == 0
-    sasl, plain = free_port(), free_port()
-    proc = BrokerProcess(
-        data,
-        port=plain,
-        settings={
-            "listeners": f"SASL_PLAINTEXT://127.0.0.1:{sasl},PLAINTEXT://127.0.0.1:{plain}",
-            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-            "super.users": "User:admin",
-        },
-    ).start()
-    proc.sasl_port = sasl
+    proc = secure_broker.acl_broker(tmp_path_factory.mktemp("acl") / "data", ADMIN, READER)
     yield proc
     proc.stop()
 
 
 def conf(broker, login):
-    return {
-        "bootstrap.servers": f"127.0.0.1:{broker.sasl_port}",
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "SCRAM-SHA-256",
-        "sasl.username": login[0],
-        "sasl.password": login[1],
-    }
+    return {"bootstrap.servers": broker.sasl, **sasl_props(*login)}
 
 
 def kp_admin(broker, login):
     from kafka import KafkaAdminClient
 
     return KafkaAdminClient(
-        bootstrap_servers=f"127.0.0.1:{broker.sasl_port}",
+        bootstrap_servers=broker.sasl,
         security_protocol="SASL_PLAINTEXT",
         sasl_mechanism="SCRAM-SHA-256",
         sasl_plain_username=login[0],

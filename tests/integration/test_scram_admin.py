@@ -13,48 +13,22 @@ import uuid
 import pytest
 
 from pluglog.security.client_login import LoginError, connect
-from tests.broker_process import BrokerProcess, free_port
-from tests.integration.secure_broker import add_user
+from tests.broker_process import free_port
+from tests.integration.secure_broker import acl_broker
+from tests.integration.secure_broker import sasl_props as props
 
 ADMIN = ("admin", "admin-pw")
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    data = tmp_path_factory.mktemp("scram") / "data"
-    assert add_user(data, *ADMIN).returncode == 0
-    sasl, plain = free_port(), free_port()
-    proc = BrokerProcess(
-        data,
-        port=plain,
-        settings={
-            "listeners": f"SASL_PLAINTEXT://127.0.0.1:{sasl},PLAINTEXT://127.0.0.1:{plain}",
-            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-            "super.users": "User:admin",
-        },
-    ).start()
-    proc.sasl = f"127.0.0.1:{sasl}"
+    proc = acl_broker(tmp_path_factory.mktemp("scram") / "data", ADMIN)
     yield proc
     proc.stop()
 
 
 def sasl_conf(broker, user, password, mechanism="SCRAM-SHA-256"):
-    return {
-        "bootstrap.servers": broker.sasl,
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": mechanism,
-        "sasl.username": user,
-        "sasl.password": password,
-    }
-
-
-def props(user, password, mechanism="SCRAM-SHA-256"):
-    return {
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": mechanism,
-        "sasl.username": user,
-        "sasl.password": password,
-    }
+    return {"bootstrap.servers": broker.sasl, **props(user, password, mechanism)}
 
 
 def can_login(broker, user, password, mechanism="SCRAM-SHA-256"):
@@ -241,7 +215,6 @@ def test_users_cli_through_the_broker(broker, tmp_path):
 
 
 def test_users_cli_errors_are_one_line(tmp_path):
-    from tests.broker_process import free_port
 
     unreachable = users_cli("list", "--bootstrap-server", f"127.0.0.1:{free_port()}")
     assert unreachable.returncode == 1
