@@ -66,60 +66,81 @@ def _create_topic(_t, g):
     return {"topics": [topic], "timeout_ms": 10000, "validate_only": True}
 
 
-# (id, api key, version, body(topic, group), ACLs granted for both calls,
-#  the ACL the check needs, the error of the answer, the code without it)
+def case(name, api_key, version, body, needed, denied, error=_top, pre=()):
+    """A row of :data:`CASES`: the API, its request ``body(topic, group)``,
+    the ACL ``needed`` (``{t}``/``{g}`` stand for the topic and group), the
+    code ``denied`` without it as ``error(answer)`` reads it, and the ACLs
+    ``pre`` granted for both calls."""
+    return (name, api_key, version, body, list(pre), needed, error, denied)
+
+
+def cluster(operation):
+    return (CLUSTER, "kafka-cluster", operation)
+
+
+def _results(r):
+    return r["results"][0]["error_code"]
+
+
+def _topics(r):
+    return r["topics"][0]["error_code"]
+
+
+def _txn(transactional_id):
+    return lambda t, g: {
+        "transactional_id": transactional_id and transactional_id.format(g=g),
+        "transaction_timeout_ms": 60000,
+    }
+
+
 CASES = [
-    (
+    case(
         "ListOffsets",
         2,
         1,
         lambda t, g: {"replica_id": -1, "topics": partitions(t, timestamp=-1)},
-        [],
         (TOPIC, "{t}", "DESCRIBE"),
-        first_partition(),
         TOPIC_DENIED,
+        first_partition(),
     ),
-    (
+    case(
         "OffsetForLeaderEpoch",
         23,
         3,
         _epoch_body(-1),
-        [],
         (TOPIC, "{t}", "DESCRIBE"),
-        lambda r: r["topics"][0]["partitions"][0]["error_code"],
         TOPIC_DENIED,
+        first_partition(),
     ),
-    (
+    case(
         "OffsetForLeaderEpoch-replica",
         23,
         3,
         _epoch_body(0),
-        [(TOPIC, "{t}", "DESCRIBE")],
-        (CLUSTER, "kafka-cluster", "CLUSTER_ACTION"),
-        lambda r: r["topics"][0]["partitions"][0]["error_code"],
+        cluster("CLUSTER_ACTION"),
         CLUSTER_DENIED,
+        first_partition(),
+        pre=[(TOPIC, "{t}", "DESCRIBE")],
     ),
-    (
+    case(
         "Fetch-replica",
         1,
         11,
         _fetch_replica,
-        [(TOPIC, "{t}", "READ")],
-        (CLUSTER, "kafka-cluster", "CLUSTER_ACTION"),
-        _top,
+        cluster("CLUSTER_ACTION"),
         CLUSTER_DENIED,
+        pre=[(TOPIC, "{t}", "READ")],
     ),
-    (
+    case(
         "DeleteRecords",
         21,
         1,
         lambda t, g: {"topics": partitions(t, offset=0), "timeout_ms": 5000},
-        [],
         (TOPIC, "{t}", "DELETE"),
-        first_partition(),
         TOPIC_DENIED,
+        first_partition(),
     ),
-    (
+    case(
         "CreatePartitions",
         37,
         1,
@@ -128,112 +149,95 @@ CASES = [
             "timeout_ms": 5000,
             "validate_only": True,
         },
-        [],
         (TOPIC, "{t}", "ALTER"),
-        lambda r: r["results"][0]["error_code"],
         TOPIC_DENIED,
+        _results,
     ),
-    (
+    case(
         "DeleteGroups",
         42,
         1,
         lambda t, g: {"groups_names": [g]},
-        [],
         (GROUP, "{g}", "DELETE"),
-        lambda r: r["results"][0]["error_code"],
         GROUP_DENIED,
+        _results,
     ),
-    (
+    case(
         "OffsetDelete-group",
         47,
         0,
         lambda t, g: {"group_id": g, "topics": partitions(t)},
-        [(TOPIC, "{t}", "READ")],
         (GROUP, "{g}", "DELETE"),
-        _top,
         GROUP_DENIED,
+        pre=[(TOPIC, "{t}", "READ")],
     ),
-    (
+    case(
         "OffsetDelete-topic",
         47,
         0,
         lambda t, g: {"group_id": g, "topics": partitions(t)},
-        [(GROUP, "{g}", "DELETE")],
         (TOPIC, "{t}", "READ"),
-        _partition_else_top,
         TOPIC_DENIED,
+        _partition_else_top,
+        pre=[(GROUP, "{g}", "DELETE")],
     ),
-    (
+    case(
         "DescribeGroups",
         15,
         3,
         lambda t, g: {"groups": [g], "include_authorized_operations": False},
-        [],
         (GROUP, "{g}", "DESCRIBE"),
-        lambda r: r["groups"][0]["error_code"],
         GROUP_DENIED,
+        lambda r: r["groups"][0]["error_code"],
     ),
-    (
+    case(
         "OffsetCommit-group",
         8,
         2,
         commit,
-        [(TOPIC, "{t}", "READ")],
         (GROUP, "{g}", "READ"),
-        first_partition(),
         GROUP_DENIED,
+        first_partition(),
+        pre=[(TOPIC, "{t}", "READ")],
     ),
-    (
+    case(
         "OffsetCommit-topic",
         8,
         2,
         commit,
-        [(GROUP, "{g}", "READ")],
         (TOPIC, "{t}", "READ"),
-        first_partition(),
         TOPIC_DENIED,
+        first_partition(),
+        pre=[(GROUP, "{g}", "READ")],
     ),
-    (
+    case(
         "InitProducerId-idempotent",
         22,
         1,
-        lambda t, g: {"transactional_id": None, "transaction_timeout_ms": 60000},
-        [],
-        (CLUSTER, "kafka-cluster", "IDEMPOTENT_WRITE"),
-        _top,
+        _txn(None),
+        cluster("IDEMPOTENT_WRITE"),
         CLUSTER_DENIED,
     ),
-    (
+    case(
         "InitProducerId-write-on-a-topic",
         22,
         1,
-        lambda t, g: {"transactional_id": None, "transaction_timeout_ms": 60000},
-        [],
+        _txn(None),
         (TOPIC, "{t}", "WRITE"),
-        _top,
         CLUSTER_DENIED,
     ),
-    (
-        "InitProducerId-transactional",
-        22,
-        1,
-        lambda t, g: {"transactional_id": f"tx-{g}", "transaction_timeout_ms": 60000},
-        [],
-        (TXN, "tx-{g}", "WRITE"),
-        _top,
-        TXN_DENIED,
+    case(
+        "InitProducerId-transactional", 22, 1, _txn("tx-{g}"), (TXN, "tx-{g}", "WRITE"), TXN_DENIED
     ),
-    (
+    case(
         "DescribeLogDirs",
         35,
         3,
         lambda t, g: {"topics": None},
-        [],
-        (CLUSTER, "kafka-cluster", "DESCRIBE"),
-        _top,
+        cluster("DESCRIBE"),
         CLUSTER_DENIED,
     ),
-    (
+    case(
         "ElectLeaders",
         43,
         1,
@@ -242,42 +246,34 @@ CASES = [
             "topic_partitions": [{"topic": t, "partitions": [0]}],
             "timeout_ms": 5000,
         },
-        [],
-        (CLUSTER, "kafka-cluster", "ALTER"),
-        _top,
+        cluster("ALTER"),
         CLUSTER_DENIED,
     ),
-    (
+    case(
         "AlterPartitionReassignments",
         45,
         0,
         lambda t, g: {"timeout_ms": 5000, "topics": []},
-        [],
-        (CLUSTER, "kafka-cluster", "ALTER"),
-        _top,
+        cluster("ALTER"),
         CLUSTER_DENIED,
     ),
-    (
+    case(
         "ListPartitionReassignments",
         46,
         0,
         lambda t, g: {"timeout_ms": 5000, "topics": None},
-        [],
-        (CLUSTER, "kafka-cluster", "DESCRIBE"),
-        _top,
+        cluster("DESCRIBE"),
         CLUSTER_DENIED,
     ),
-    (
+    case(
         "DescribeClientQuotas",
         48,
         0,
         lambda t, g: {"components": [], "strict": False},
-        [],
-        (CLUSTER, "kafka-cluster", "DESCRIBE_CONFIGS"),
-        _top,
+        cluster("DESCRIBE_CONFIGS"),
         CLUSTER_DENIED,
     ),
-    (
+    case(
         "AlterClientQuotas",
         49,
         0,
@@ -290,49 +286,27 @@ CASES = [
             ],
             "validate_only": True,
         },
-        [],
-        (CLUSTER, "kafka-cluster", "ALTER_CONFIGS"),
-        lambda r: r["entries"][0]["error_code"],
+        cluster("ALTER_CONFIGS"),
         CLUSTER_DENIED,
+        lambda r: r["entries"][0]["error_code"],
     ),
-    (
-        "CreateTopics",
-        19,
-        4,
-        _create_topic,
-        [],
-        (TOPIC, "c-{g}", "CREATE"),
-        lambda r: r["topics"][0]["error_code"],
-        TOPIC_DENIED,
-    ),
-    (
-        "CreateTopics-cluster",
-        19,
-        4,
-        _create_topic,
-        [],
-        (CLUSTER, "kafka-cluster", "CREATE"),
-        lambda r: r["topics"][0]["error_code"],
-        TOPIC_DENIED,
-    ),
-    (
+    case("CreateTopics", 19, 4, _create_topic, (TOPIC, "c-{g}", "CREATE"), TOPIC_DENIED, _topics),
+    case("CreateTopics-cluster", 19, 4, _create_topic, cluster("CREATE"), TOPIC_DENIED, _topics),
+    case(
         "DescribeUserScramCredentials",
         50,
         0,
         lambda t, g: {"users": None},
-        [],
-        (CLUSTER, "kafka-cluster", "DESCRIBE"),
-        _top,
+        cluster("DESCRIBE"),
         CLUSTER_DENIED,
     ),
-    (
+    case(
         "AlterUserScramCredentials",
         51,
         0,
         lambda t, g: {"deletions": [{"name": g, "mechanism": 1}], "upsertions": []},
-        [],
-        (CLUSTER, "kafka-cluster", "ALTER"),
-        lambda r: r["results"][0]["error_code"],
+        cluster("ALTER"),
         CLUSTER_DENIED,
+        _results,
     ),
 ]
