@@ -96,3 +96,53 @@ def test_refusal_without_message_names_the_code():
 def test_a_forged_server_signature_is_not_accepted():
     with pytest.raises(ScramException):
         login(FakeBroker(tamper=True), "SCRAM-SHA-256")
+
+
+class FakeConnection:
+    """A KafkaClientProtocol stand-in: ``request`` answers through a Deferred."""
+
+    def __init__(self, broker):
+        self.broker = broker
+
+    def request(self, api_key, version, body, timeout=None):
+        from twisted.internet import defer
+
+        return defer.succeed(self.broker(api_key, version, body))
+
+
+def interbroker_login(broker, mechanism, password="pw"):
+    from pluglog.config import BrokerConfig, parse_settings
+    from pluglog.security import interbroker
+
+    config = parse_settings(
+        {
+            "sasl.mechanism.inter.broker.protocol": mechanism,
+            "inter.broker.sasl.username": "alice",
+            "inter.broker.sasl.password": password,
+        },
+        BrokerConfig(),
+    )
+    failures = []
+    d = interbroker._login(FakeConnection(broker), config, 5)
+    d.addErrback(failures.append)
+    return failures[0].value if failures else None
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_the_replica_fetchers_login_drives_the_same_exchange(mechanism):
+    broker = FakeBroker(mechanisms=[mechanism])
+    assert interbroker_login(broker, mechanism) is None
+    assert [api for api, _v, _b in broker.sent] == [17, 36] + [36] * (mechanism != "PLAIN")
+
+
+def test_the_replica_fetchers_refusals_are_kafka_errors():
+    from pluglog.errors import KafkaError
+
+    refused = interbroker_login(FakeBroker(mechanisms=["PLAIN"]), "SCRAM-SHA-256")
+    assert isinstance(refused, KafkaError)
+    assert str(refused) == (
+        "inter-broker SASL handshake for SCRAM-SHA-256 refused (error 33; offered: ['PLAIN'])"
+    )
+    failed = interbroker_login(FakeBroker(), "PLAIN", password="wrong")
+    assert isinstance(failed, KafkaError)
+    assert str(failed) == "inter-broker SASL login as 'alice' failed: Authentication failed"
