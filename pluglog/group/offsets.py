@@ -36,6 +36,8 @@ from pluglog.group.store import coordinator_error, group_key, offset_key, offset
 
 log = Logger()
 
+#: the largest expire timestamp the offsets record can hold (int64)
+_INT64_MAX = (1 << 63) - 1
 #: Kafka's offset.metadata.max.bytes default
 OFFSET_METADATA_MAX_BYTES = 4096
 #: Kafka's offsets.retention.check.interval.ms default
@@ -83,7 +85,9 @@ class OffsetOperations:
             return defer.succeed(_topic_results(topics, lambda *_: error))
         now = self.now_ms()
         expire = (
-            now + retention_time_ms
+            # A retention past int64 (OffsetCommit v2-4 lets a client send
+            # 2^63-1) means "never": clamp, as the stored int64 must hold it.
+            min(now + retention_time_ms, _INT64_MAX)
             if retention_time_ms is not None and retention_time_ms > 0
             else -1
         )

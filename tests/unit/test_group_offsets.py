@@ -305,3 +305,11 @@ def test_deleting_a_topic_drops_its_committed_offsets(env):
     env.gc = start_coordinator(env.broker)
     assert fetch(env, None) == (0, {("u", 1): (20, "", -1)})
     assert fetch(env, None, group="other") == (0, {})
+
+
+def test_a_retention_past_int64_never_expires_and_is_stored(env):
+    # Found by bench/fuzz.py: OffsetCommit v2 with retention_time_ms 2^63-1
+    # crashed the handler packing now + retention into the int64 record.
+    assert commit(env, {("t", 0): 7}, retention=(1 << 63) - 1) == {("t", 0): 0}
+    assert env.gc.expire_offsets() == 0
+    assert fetch(env, [("t", [0])])[1] == {("t", 0): (7, "", -1)}
