@@ -158,7 +158,12 @@ def test_produce_quota_holds_one_client_at_1mb_per_second(quota_broker):
     )
     assert not slow.errors and not fast.errors
     assert 0.8 * QUOTA <= slow_rate <= 1.2 * QUOTA
-    assert fast_rate > 3 * QUOTA and fast_rate > 0.4 * baseline
+    # The unthrottled client is not held to the quota. Its share of its solo
+    # rate depends on the box: on 2 cores it shares the CPU with the throttled
+    # client's thread and the broker, and on a quiet machine (solo 618 MB/s) it
+    # kept 0.32 of it in one clean CI run. 0.1 still catches a client stalled
+    # behind the muted channel.
+    assert fast_rate > 3 * QUOTA and fast_rate > 0.1 * baseline
     assert slow.throttles and not fast.throttles
     # librdkafka reports each throttle, and 0 when a throttle has ended.
     assert max(event.throttle_time for event in slow.throttles) > 0
