@@ -22,6 +22,7 @@ from twisted.logger import Logger
 from pluglog.broker.core import Broker
 from pluglog.errors import ConfigError
 from pluglog.registry import Registry
+from pluglog.server import dispatch
 
 log = Logger()
 
@@ -126,6 +127,7 @@ class BrokerService(service.MultiService):
             yield web.start()
         self.plugin_manager.hook.pluglog_broker_started(broker=broker)
         tune_gc()
+        dispatch.install(self.reactor)
 
     @defer.inlineCallbacks
     def _listen_named(self, broker, listeners):
