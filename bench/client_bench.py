@@ -161,7 +161,8 @@ def run_role(role, bootstrap, topic, n, size, idem):
     cmd = [sys.executable, os.path.abspath(__file__), "--role", role, "--bootstrap", bootstrap]
     cmd += ["--topic", topic, "--n", str(n), "--size", str(size)]
     cmd += ["--idempotence", "on" if idem else "off"]
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800, check=False)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

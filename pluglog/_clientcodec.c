@@ -25,6 +25,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <structmember.h>
 
 /* -- encode ---------------------------------------------------------------- */
 
@@ -457,6 +458,347 @@ fail:
     return NULL;
 }
 
+
+/* -- the producer's hot path ------------------------------------------------ */
+
+/* RecordBuffer: the C base of pluglog.client.batches.Batch (one partition's
+ * open batch). add() is send()'s common case in one call: a key-less,
+ * header-less record encoded and appended, its Deferred made, the
+ * producer's counters updated. fire_acks() fires a batch's Deferreds.
+ *
+ * Why the Deferreds are made here, outside the cyclic garbage collector: a
+ * full buffer.memory holds ~150k of them, and every full collection walked
+ * them all (a third of the producer's CPU, bench/RESULTS.md). A record's
+ * Deferred is made by object.__new__ (RecordDeferred has no callback list
+ * until one is asked for) and untracked; pluglog.client.batches puts it
+ * back under the collector (track()) as soon as a callback list is made,
+ * and fire_acks() does before giving it a result, so a Deferred that can be
+ * part of a cycle is tracked again. One nobody else holds any more (the
+ * batch's list has the only reference, no weak references) cannot be
+ * observed unless it has callbacks: fire_acks() leaves it alone and it is
+ * freed with the list. */
+
+static PyObject *deferred_type;   /* RecordDeferred, from set_deferred_type() */
+static PyObject *empty_tuple;
+static PyObject *str_buffered_bytes, *str_buffer_memory, *str_unacked, *str_debug;
+static PyObject *str_chain, *str_paused, *str_called, *str_result, *str_callback;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *records;   /* list of encoded records (bytes) */
+    PyObject *deferreds; /* list of their Deferreds */
+    PyObject *base_ts;   /* int */
+    PyObject *max_ts;    /* int */
+    long long size;      /* bytes, batch header included */
+    long long limit;     /* add() refuses a record past it */
+} RecordBuffer;
+
+static int
+rb_traverse(RecordBuffer *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->records);
+    Py_VISIT(self->deferreds);
+    Py_VISIT(self->base_ts);
+    Py_VISIT(self->max_ts);
+    return 0;
+}
+
+static int
+rb_clear(RecordBuffer *self)
+{
+    Py_CLEAR(self->records);
+    Py_CLEAR(self->deferreds);
+    Py_CLEAR(self->base_ts);
+    Py_CLEAR(self->max_ts);
+    return 0;
+}
+
+static void
+rb_dealloc(RecordBuffer *self)
+{
+    PyObject_GC_UnTrack(self);
+    rb_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+get_ll(PyObject *obj, PyObject *name, long long *out)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int
+set_ll(PyObject *obj, PyObject *name, long long value)
+{
+    PyObject *v = PyLong_FromLongLong(value);
+    if (v == NULL)
+        return -1;
+    int rc = PyObject_SetAttr(obj, name, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* A new record Deferred, untracked unless Deferred debugging is on. */
+static PyObject *
+new_deferred(void)
+{
+    if (deferred_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "set_deferred_type() was not called");
+        return NULL;
+    }
+    PyObject *debug = PyObject_GetAttr(deferred_type, str_debug);
+    if (debug == NULL)
+        return NULL;
+    int on = PyObject_IsTrue(debug);
+    Py_DECREF(debug);
+    if (on < 0)
+        return NULL;
+    if (on) /* through __init__, which records the creator */
+        return PyObject_CallNoArgs(deferred_type);
+    PyTypeObject *cls = (PyTypeObject *)deferred_type;
+    PyObject *d = PyBaseObject_Type.tp_new(cls, empty_tuple, NULL);
+    if (d != NULL && PyObject_GC_IsTracked(d))
+        PyObject_GC_UnTrack(d);
+    return d;
+}
+
+/* add(value, timestamp_ms, producer) -> Deferred, or None if the record does
+ * not fit (this batch's limit, or the producer's buffer.memory). */
+static PyObject *
+rb_add(RecordBuffer *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "add(value, timestamp_ms, producer)");
+        return NULL;
+    }
+    PyObject *value = args[0], *producer = args[2];
+    if (!PyBytes_CheckExact(value)) {
+        PyErr_SetString(PyExc_TypeError, "add() takes bytes values");
+        return NULL;
+    }
+    long long ts = PyLong_AsLongLong(args[1]);
+    if (ts == -1 && PyErr_Occurred())
+        return NULL;
+    long long base_ts = PyLong_AsLongLong(self->base_ts);
+    long long max_ts = PyLong_AsLongLong(self->max_ts);
+    if (PyErr_Occurred())
+        return NULL;
+    long long ts_delta;
+    if (__builtin_sub_overflow(ts, base_ts, &ts_delta)) {
+        PyErr_SetString(PyExc_OverflowError, "timestamp delta past int64");
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(self->records);
+    if (count >= INT32_MAX)
+        Py_RETURN_NONE;
+    Py_ssize_t vlen = PyBytes_GET_SIZE(value);
+    Py_ssize_t body = 1 + zigzag_size(ts_delta) + zigzag_size(count) + 1 +
+                      zigzag_size(vlen) + vlen + 1;
+    Py_ssize_t total = zigzag_size(body) + body;
+    if (self->size + total > self->limit)
+        Py_RETURN_NONE;
+    long long buffered, memory, unacked;
+    if (get_ll(producer, str_buffered_bytes, &buffered) < 0 ||
+        get_ll(producer, str_buffer_memory, &memory) < 0 ||
+        get_ll(producer, str_unacked, &unacked) < 0)
+        return NULL;
+    if (buffered + total > memory)
+        Py_RETURN_NONE;
+    PyObject *encoded = PyBytes_FromStringAndSize(NULL, total);
+    if (encoded == NULL)
+        return NULL;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(encoded);
+    out = put_zigzag(out, body);
+    *out++ = 0; /* attributes */
+    out = put_zigzag(out, ts_delta);
+    out = put_zigzag(out, count);
+    *out++ = 1; /* key: null (varint -1) */
+    out = put_zigzag(out, vlen);
+    memcpy(out, PyBytes_AS_STRING(value), vlen);
+    out[vlen] = 0; /* no headers */
+    PyObject *d = new_deferred();
+    if (d == NULL) {
+        Py_DECREF(encoded);
+        return NULL;
+    }
+    if (ts > max_ts) {
+        PyObject *t = PyLong_FromLongLong(ts);
+        if (t == NULL)
+            goto fail;
+        Py_SETREF(self->max_ts, t);
+    }
+    if (PyList_Append(self->records, encoded) < 0)
+        goto fail;
+    if (PyList_Append(self->deferreds, d) < 0) {
+        /* keep the two lists in step */
+        PyList_SetSlice(self->records, count, count + 1, NULL);
+        goto fail;
+    }
+    Py_DECREF(encoded);
+    self->size += total;
+    if (set_ll(producer, str_buffered_bytes, buffered + total) < 0 ||
+        set_ll(producer, str_unacked, unacked + 1) < 0) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+fail:
+    Py_DECREF(encoded);
+    Py_DECREF(d);
+    return NULL;
+}
+
+static PyMemberDef rb_members[] = {
+    {"records", T_OBJECT_EX, offsetof(RecordBuffer, records), 0, "encoded records"},
+    {"deferreds", T_OBJECT_EX, offsetof(RecordBuffer, deferreds), 0, "their Deferreds"},
+    {"base_ts", T_OBJECT_EX, offsetof(RecordBuffer, base_ts), 0, "first timestamp"},
+    {"max_ts", T_OBJECT_EX, offsetof(RecordBuffer, max_ts), 0, "largest timestamp"},
+    {"size", T_LONGLONG, offsetof(RecordBuffer, size), 0, "bytes, header included"},
+    {"limit", T_LONGLONG, offsetof(RecordBuffer, limit), 0, "add() refuses past it"},
+    {NULL},
+};
+
+static PyMethodDef rb_methods[] = {
+    {"add", (PyCFunction)(void (*)(void))rb_add, METH_FASTCALL,
+     "add(value, timestamp_ms, producer) -> Deferred or None"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject RecordBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pluglog._clientcodec.RecordBuffer",
+    .tp_basicsize = sizeof(RecordBuffer),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "One partition's open batch: the C base of client.batches.Batch.",
+    .tp_traverse = (traverseproc)rb_traverse,
+    .tp_clear = (inquiry)rb_clear,
+    .tp_dealloc = (destructor)rb_dealloc,
+    .tp_methods = rb_methods,
+    .tp_members = rb_members,
+    .tp_new = PyType_GenericNew,
+};
+
+static PyObject *
+set_deferred_type(PyObject *self, PyObject *cls)
+{
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "set_deferred_type() takes a class");
+        return NULL;
+    }
+    Py_XSETREF(deferred_type, Py_NewRef(cls));
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+track(PyObject *self, PyObject *obj)
+{
+    if (PyObject_IS_GC(obj) && !PyObject_GC_IsTracked(obj))
+        PyObject_GC_Track(obj);
+    Py_RETURN_NONE;
+}
+
+static int
+has_weakrefs(PyObject *obj)
+{
+    Py_ssize_t at = Py_TYPE(obj)->tp_weaklistoffset;
+    return at > 0 && *(PyObject **)((char *)obj + at) != NULL;
+}
+
+/* Whether an attribute (of the instance or its class) is true. */
+static int
+attr_true(PyObject *obj, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        return -1;
+    int on = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return on;
+}
+
+/* fire_acks(deferreds, topic, partition, base_offset, timestamp, meta_cls):
+ * see pluglog.client.batches.fire_acks, of which this is the C version. */
+static PyObject *
+fire_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyList_Check(args[0]) || !PyType_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "fire_acks(deferreds: list, topic, partition, "
+                                         "base_offset, timestamp, meta_cls)");
+        return NULL;
+    }
+    PyObject *deferreds = args[0];
+    PyTypeObject *meta_cls = (PyTypeObject *)args[5];
+    long long offset = PyLong_AsLongLong(args[3]);
+    if (offset == -1 && PyErr_Occurred())
+        return NULL;
+    int counting = offset >= 0;
+    /* The list may change under callbacks: hold it and index it afresh. */
+    Py_INCREF(deferreds);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(deferreds); i++, offset += counting) {
+        PyObject *d = PyList_GET_ITEM(deferreds, i);
+        if (Py_REFCNT(d) == 1 && !has_weakrefs(d)) {
+            /* Only this list holds it: if it has no callbacks either (an
+             * untracked one never had a callback list made), nobody can see
+             * it fire. */
+            int chain = PyObject_GC_IsTracked(d) ? attr_true(d, str_chain) : 0;
+            if (chain < 0)
+                goto fail;
+            if (!chain)
+                continue;
+        }
+        Py_INCREF(d);
+        if (PyObject_IS_GC(d) && !PyObject_GC_IsTracked(d))
+            PyObject_GC_Track(d);
+        PyObject *meta = meta_cls->tp_alloc(meta_cls, 4);
+        PyObject *off = PyLong_FromLongLong(offset);
+        if (meta == NULL || off == NULL) {
+            Py_XDECREF(meta);
+            Py_XDECREF(off);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(meta, 0, Py_NewRef(args[1]));
+        PyTuple_SET_ITEM(meta, 1, Py_NewRef(args[2]));
+        PyTuple_SET_ITEM(meta, 2, off);
+        PyTuple_SET_ITEM(meta, 3, Py_NewRef(args[4]));
+        /* What callback() leaves behind when the chain is empty (the Python
+         * fire_acks' test, attribute for attribute). */
+        int chain = attr_true(d, str_chain), paused = 0, called = 0, debug = 0;
+        if (chain == 0)
+            paused = attr_true(d, str_paused);
+        if (chain == 0 && paused == 0)
+            called = attr_true(d, str_called);
+        if (chain == 0 && paused == 0 && called == 0)
+            debug = attr_true(d, str_debug);
+        int rc;
+        if (chain < 0 || paused < 0 || called < 0 || debug < 0) {
+            rc = -1;
+        }
+        else if (!chain && !paused && !called && !debug) {
+            rc = PyObject_SetAttr(d, str_called, Py_True);
+            if (rc == 0)
+                rc = PyObject_SetAttr(d, str_result, meta);
+        }
+        else {
+            PyObject *r = PyObject_CallMethodOneArg(d, str_callback, meta);
+            rc = r == NULL ? -1 : 0;
+            Py_XDECREF(r);
+        }
+        Py_DECREF(meta);
+        Py_DECREF(d);
+        if (rc < 0)
+            goto fail;
+    }
+    Py_DECREF(deferreds);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(deferreds);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"encode_record", (PyCFunction)(void (*)(void))encode_record, METH_FASTCALL,
      "encode_record(key, value, headers, timestamp_delta, offset_delta) -> bytes"},
@@ -464,6 +806,10 @@ static PyMethodDef methods[] = {
      METH_FASTCALL,
      "decode_consumer_records(data, count, base_offset, base_timestamp, min_offset, cls, "
      "topic, partition, timestamp_type, append_time) -> list"},
+    {"set_deferred_type", set_deferred_type, METH_O, "the class add() makes Deferreds of"},
+    {"track", track, METH_O, "put an object back under the cyclic garbage collector"},
+    {"fire_acks", (PyCFunction)(void (*)(void))fire_acks, METH_FASTCALL,
+     "fire_acks(deferreds, topic, partition, base_offset, timestamp, meta_cls)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -472,8 +818,32 @@ static struct PyModuleDef module = {
     "The Twisted client's per-record codec in C (see the C source).", -1, methods,
 };
 
+#define INTERN(var, text)                                                        \
+    if ((var = PyUnicode_InternFromString(text)) == NULL)                         \
+        return NULL
+
 PyMODINIT_FUNC
 PyInit__clientcodec(void)
 {
-    return PyModule_Create(&module);
+    INTERN(str_buffered_bytes, "buffered_bytes");
+    INTERN(str_buffer_memory, "_buffer_memory");
+    INTERN(str_unacked, "unacked");
+    INTERN(str_debug, "debug");
+    INTERN(str_chain, "_chain");
+    INTERN(str_paused, "paused");
+    INTERN(str_called, "called");
+    INTERN(str_result, "result");
+    INTERN(str_callback, "callback");
+    if (empty_tuple == NULL && (empty_tuple = PyTuple_New(0)) == NULL)
+        return NULL;
+    if (PyType_Ready(&RecordBufferType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "RecordBuffer", (PyObject *)&RecordBufferType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

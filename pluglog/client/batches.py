@@ -5,30 +5,49 @@ codec, :mod:`pluglog.client.codec`) and one :class:`RecordDeferred` per
 record until it is sent; :func:`fire_acks` fires a whole batch's Deferreds
 with their :class:`RecordMetadata` once the broker answers.
 
-Why a Deferred subclass: the issue asks for a Deferred per record that fires
-on ack, and at a million records a Deferred's construction and
-``callback()`` (about 1 and 4 µs under load) are most of the producer's
-per-record cost. A RecordDeferred is a plain Deferred to everyone who holds
-it; it only skips the debugging check in ``__init__``, and
-:func:`fire_acks` gives a Deferred that nobody has added a callback to its
-result the way ``callback()`` would end up (``called`` set, ``result``
-stored): running an empty callback chain does nothing else. A Deferred with
-callbacks, a paused one or one under Deferred debugging goes through
-``callback()``. tests/unit/test_client_batches.py holds both paths to
-``callback()``'s behaviour.
+Why this much care for a Deferred: the issue asks for a Deferred per record
+that fires on ack, and at a million records their construction, firing and
+the cyclic garbage collector walking the ~150k of them a full
+``buffer.memory`` holds were most of the producer's CPU (bench/RESULTS.md).
+So, with the C codec built:
+
+- ``Batch.add`` (pluglog/_clientcodec.c) is ``send()``'s common case in one
+  call; it makes the record's RecordDeferred with ``object.__new__`` (no
+  ``__init__``, no callback list: :attr:`RecordDeferred._callbacks` makes
+  one when Twisted first asks for it) and takes it off the garbage
+  collector's lists while it waits in the buffer.
+- Off those lists it is visited by no collection; it goes back on them
+  (:func:`track`) the moment a callback list is made for it (every way of
+  adding a callback, chaining, awaiting or cancelling goes through
+  ``_callbacks``) and before it gets its result, so one that could be part
+  of a reference cycle is always tracked.
+- :func:`fire_acks` gives a Deferred with an empty callback chain its result
+  the way ``callback()`` would leave it (``called`` set, ``result``
+  stored): running an empty chain does nothing else. One that only the
+  batch still holds (no other reference, no weak reference) cannot be seen
+  by anyone and is not fired at all: it is freed with the batch's list. A
+  Deferred with callbacks, a paused or cancelled one or one under Deferred
+  debugging goes through ``callback()``.
+
+To everyone who holds it a RecordDeferred is a plain Deferred;
+tests/unit/test_client_batches.py holds both paths to ``callback()``'s
+behaviour. Without the C codec the same classes run in Python (tracked, and
+every Deferred fired).
 """
 
 from typing import NamedTuple
 
 from twisted.internet import defer
 
+from pluglog.client.codec import _clientcodec, encode_record
 from pluglog.client.errors import KafkaClientError
 
 BATCH_OVERHEAD = 61  # a magic-2 batch header
 
-# The fast path relies on these Deferred attributes (Twisted 22-26); without
-# them every record's Deferred fires through callback().
-_FAST = all(hasattr(defer.Deferred(), name) for name in ("_callbacks", "_canceller", "paused"))
+# Making a Deferred without __init__ relies on what __init__ sets (Twisted
+# 22-26: these two attributes); if that changes, the Python path (every
+# Deferred through __init__) is used.
+_COMPATIBLE = set(vars(defer.Deferred())) == {"_callbacks", "_canceller"}
 
 
 class RecordMetadata(NamedTuple):
@@ -52,24 +71,38 @@ class RecordTooLargeError(KafkaClientError):
 class RecordDeferred(defer.Deferred):
     """The Deferred :meth:`Producer.send` returns (see the module docstring)."""
 
+    _chain = None  # the callback list, made on first use
+    _canceller = None
+
     def __init__(self):
-        if self.debug or not _FAST:
+        if self.debug or not _COMPATIBLE:
             super().__init__()
-        else:
-            self._callbacks = []
-            self._canceller = None
+
+    @property
+    def _callbacks(self):
+        chain = self._chain
+        if chain is None:
+            track(self)  # callbacks can make cycles: back under the collector
+            chain = self._chain = []
+        return chain
+
+    @_callbacks.setter
+    def _callbacks(self, chain):
+        track(self)
+        self._chain = chain
 
 
-def fire_acks(deferreds, topic, partition, base_offset, timestamp):
+def py_fire_acks(deferreds, topic, partition, base_offset, timestamp, meta_cls):
     """Fire each record's Deferred with its RecordMetadata: offsets count up
-    from ``base_offset`` (-1 for all under acks=0)."""
+    from ``base_offset`` (-1 for all under acks=0). The Python version of
+    the C ``fire_acks``, which also skips Deferreds nobody else holds."""
     new = tuple.__new__
     offset = base_offset
     for d in deferreds:
-        meta = new(RecordMetadata, (topic, partition, offset, timestamp))
+        meta = new(meta_cls, (topic, partition, offset, timestamp))
         if base_offset >= 0:
             offset += 1
-        if _FAST and not d._callbacks and not d.paused and not d.called and not d.debug:
+        if not d._chain and not d.paused and not d.called and not d.debug:
             # What callback() leaves behind when the chain is empty.
             d.called = True
             d.result = meta
@@ -77,17 +110,64 @@ def fire_acks(deferreds, topic, partition, base_offset, timestamp):
             d.callback(meta)
 
 
-class Batch:
+class PyRecordBuffer:
+    """The Python version of the C ``RecordBuffer`` (Batch's base)."""
+
+    __slots__ = ("records", "deferreds", "base_ts", "max_ts", "size", "limit")
+
+    def add(self, value, timestamp_ms, producer):
+        """``send()``'s common case: a key-less, header-less bytes record;
+        None if it does not fit."""
+        records = self.records
+        encoded = encode_record(None, value, None, timestamp_ms - self.base_ts, len(records))
+        size = len(encoded)
+        if (
+            self.size + size > self.limit
+            or producer.buffered_bytes + size > producer._buffer_memory
+        ):
+            return None
+        d = RecordDeferred()
+        records.append(encoded)
+        self.deferreds.append(d)
+        self.size += size
+        producer.buffered_bytes += size
+        producer.unacked += 1
+        if timestamp_ms > self.max_ts:
+            self.max_ts = timestamp_ms
+        return d
+
+
+if _clientcodec is not None and _COMPATIBLE:
+    _clientcodec.set_deferred_type(RecordDeferred)
+    track = _clientcodec.track
+    _fire_acks = _clientcodec.fire_acks
+    _RecordBuffer = _clientcodec.RecordBuffer
+else:  # pragma: no cover - the install script builds the C codec
+
+    def track(obj):
+        pass
+
+    _fire_acks = py_fire_acks
+    _RecordBuffer = PyRecordBuffer
+
+
+def fire_acks(deferreds, topic, partition, base_offset, timestamp):
+    """Fire each record's Deferred with its RecordMetadata: offsets count up
+    from ``base_offset`` (-1 for all under acks=0). ``deferreds``: a list
+    the caller hands over (reads no more): a Deferred that only this list
+    holds and that has no callbacks is not fired (nobody can see it)."""
+    _fire_acks(deferreds, topic, partition, base_offset, timestamp, RecordMetadata)
+
+
+class Batch(_RecordBuffer):
     """One partition's records on their way: encoded bytes, Deferreds and
-    the state a retry keeps (bytes, sequence)."""
+    the state a retry keeps (bytes, sequence). ``add()`` (from the record
+    buffer base) is ``send()``'s common case; records, deferreds, size,
+    base_ts, max_ts and limit (``add()`` refuses a record past it) are the
+    base's."""
 
     __slots__ = (
         "tp",
-        "records",
-        "deferreds",
-        "size",
-        "base_ts",
-        "max_ts",
         "created",
         "built",
         "base_sequence",
@@ -98,7 +178,7 @@ class Batch:
 
     _created = 0
 
-    def __init__(self, tp, base_ts, now):
+    def __init__(self, tp, base_ts, now, limit):
         # Creation order: a partition's batches are sent, and put back after a
         # failure, in this order.
         Batch._created += 1
@@ -109,6 +189,7 @@ class Batch:
         self.size = BATCH_OVERHEAD
         self.base_ts = base_ts
         self.max_ts = base_ts
+        self.limit = limit
         self.created = now
         self.built = None
         self.base_sequence = -1

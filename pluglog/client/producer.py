@@ -179,22 +179,8 @@ class Producer(SenderMixin):
             # change while the batch is open does not matter).
             now = self._seconds()
             if now < self.client.fresh_until:
-                ts = int(now * 1000)
-                records = lane.records
-                encoded = encode_record(None, value, None, ts - lane.base_ts, len(records))
-                size = len(encoded)
-                if (
-                    lane.size + size <= self._fast_batch_limit
-                    and self.buffered_bytes + size <= self._buffer_memory
-                ):
-                    d = RecordDeferred()
-                    records.append(encoded)
-                    lane.deferreds.append(d)
-                    lane.size += size
-                    self.buffered_bytes += size
-                    self.unacked += 1
-                    if ts > lane.max_ts:
-                        lane.max_ts = ts
+                d = lane.add(value, int(now * 1000), self)
+                if d is not None:
                     return d
         if self._stopped:
             return defer.fail(KafkaClientError("producer is stopped"))
@@ -283,7 +269,9 @@ class Producer(SenderMixin):
     def _append(self, tp, key, value, headers, timestamp_ms, d):
         batch = self._open.get(tp)
         if batch is None:
-            batch = self._open[tp] = Batch(tp, timestamp_ms, self.reactor.seconds())
+            batch = self._open[tp] = Batch(
+                tp, timestamp_ms, self.reactor.seconds(), self._fast_batch_limit
+            )
             if self._timer is None:
                 self._timer = self.reactor.callLater(
                     ms(self.config["linger.ms"]), self._linger_expired

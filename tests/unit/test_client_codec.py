@@ -143,7 +143,7 @@ def test_fire_acks_runs_callbacks_added_before_the_ack():
     got = []
     deferreds[1].addCallback(lambda m: got.append(m.offset) or "chained")
     deferreds[2].pause()
-    fire_acks(deferreds, "t", 0, 100, 5)
+    fire_acks(list(deferreds), "t", 0, 100, 5)  # the list is handed over
     assert got == [101]
     assert deferreds[1].result == "chained"
     assert not hasattr(deferreds[2], "result") or deferreds[2].result.offset == 102
