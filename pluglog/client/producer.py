@@ -220,6 +220,10 @@ class Producer(SenderMixin):
                         self.buffered_bytes += size
                         if timestamp_ms > batch.max_ts:
                             batch.max_ts = timestamp_ms
+                        if self._raw_values and not self._stopped:
+                            # A lane again (parking dropped it while this
+                            # batch stayed open).
+                            self._lanes[topic] = batch
                         return d
             self._place(parts, topic, partition, key, value, headers, timestamp_ms, d)
             if len(parts) == 1 and self._raw_values and not self._parked and not self._stopped:
