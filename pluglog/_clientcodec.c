@@ -581,6 +581,13 @@ rb_add(RecordBuffer *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "add() takes bytes values");
         return NULL;
     }
+    if (self->records == NULL || !PyList_CheckExact(self->records) ||
+        self->deferreds == NULL || !PyList_CheckExact(self->deferreds) ||
+        self->base_ts == NULL || self->max_ts == NULL) {
+        PyErr_SetString(PyExc_TypeError, "add() needs records and deferreds lists, "
+                                         "base_ts and max_ts");
+        return NULL;
+    }
     long long ts = PyLong_AsLongLong(args[1]);
     if (ts == -1 && PyErr_Occurred())
         return NULL;
@@ -701,10 +708,14 @@ track(PyObject *self, PyObject *obj)
     Py_RETURN_NONE;
 }
 
+/* Whether an object may have weak references. A negative offset (managed
+ * weak references, Python 3.12+) cannot be read here: assume it may. */
 static int
 has_weakrefs(PyObject *obj)
 {
     Py_ssize_t at = Py_TYPE(obj)->tp_weaklistoffset;
+    if (at < 0)
+        return 1;
     return at > 0 && *(PyObject **)((char *)obj + at) != NULL;
 }
 

@@ -230,3 +230,12 @@ class ProducerAckTests(SynchronousTestCase):
         d = producer.start()
         cluster.pump()
         return d
+
+
+def test_a_bare_record_buffer_refuses_add_instead_of_crashing():
+    from pluglog import _clientcodec
+
+    with pytest.raises(TypeError, match="records and deferreds"):
+        _clientcodec.RecordBuffer().add(b"v", 0, Account())
+    with pytest.raises(TypeError, match="bytes"):
+        c_batch(0, 1 << 20).add(bytearray(b"v"), 0, Account())
