@@ -570,13 +570,8 @@ new_deferred(void)
 /* add(value, timestamp_ms, producer) -> Deferred, or None if the record does
  * not fit (this batch's limit, or the producer's buffer.memory). */
 static PyObject *
-rb_add(RecordBuffer *self, PyObject *const *args, Py_ssize_t nargs)
+rb_add_impl(RecordBuffer *self, PyObject *value, long long ts, PyObject *producer)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "add(value, timestamp_ms, producer)");
-        return NULL;
-    }
-    PyObject *value = args[0], *producer = args[2];
     if (!PyBytes_CheckExact(value)) {
         PyErr_SetString(PyExc_TypeError, "add() takes bytes values");
         return NULL;
@@ -588,9 +583,6 @@ rb_add(RecordBuffer *self, PyObject *const *args, Py_ssize_t nargs)
                                          "base_ts and max_ts");
         return NULL;
     }
-    long long ts = PyLong_AsLongLong(args[1]);
-    if (ts == -1 && PyErr_Occurred())
-        return NULL;
     long long base_ts = PyLong_AsLongLong(self->base_ts);
     long long max_ts = PyLong_AsLongLong(self->max_ts);
     if (PyErr_Occurred())
@@ -660,6 +652,19 @@ fail:
     return NULL;
 }
 
+static PyObject *
+rb_add(RecordBuffer *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "add(value, timestamp_ms, producer)");
+        return NULL;
+    }
+    long long ts = PyLong_AsLongLong(args[1]);
+    if (ts == -1 && PyErr_Occurred())
+        return NULL;
+    return rb_add_impl(self, args[0], ts, args[2]);
+}
+
 static PyMemberDef rb_members[] = {
     {"records", T_OBJECT_EX, offsetof(RecordBuffer, records), 0, "encoded records"},
     {"deferreds", T_OBJECT_EX, offsetof(RecordBuffer, deferreds), 0, "their Deferreds"},
@@ -687,6 +692,155 @@ static PyTypeObject RecordBufferType = {
     .tp_methods = rb_methods,
     .tp_members = rb_members,
     .tp_new = PyType_GenericNew,
+};
+
+
+/* FastSend(producer, send): the producer's ``send`` attribute. The common
+ * case -- send(topic, value) with bytes and nothing else, the topic's lane
+ * (its one partition's open batch) in producer._lanes, metadata fresh, the
+ * record fitting -- is Python's short path in C, without a Python frame
+ * (about half of send()'s CPU was that frame); everything else, with the
+ * same arguments, is ``send`` (Producer.send bound to the producer). */
+
+static PyObject *str_lanes, *str_seconds, *str_client, *str_fresh_until;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *producer;
+    PyObject *send;    /* the full send(), a bound method */
+    PyObject *lanes;   /* producer._lanes (the same dict for the producer's life) */
+    PyObject *seconds; /* producer._seconds */
+    PyObject *client;  /* producer.client */
+    vectorcallfunc vectorcall;
+} FastSend;
+
+static PyObject *
+fast_send_call(FastSend *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs == 2 && kwnames == NULL && PyBytes_CheckExact(args[1])) {
+        PyObject *lane = PyDict_GetItemWithError(self->lanes, args[0]); /* borrowed */
+        if (lane == NULL && PyErr_Occurred())
+            return NULL;
+        if (lane != NULL && PyObject_TypeCheck(lane, &RecordBufferType)) {
+            Py_INCREF(lane);
+            PyObject *now_obj = PyObject_CallNoArgs(self->seconds);
+            PyObject *fresh_obj = now_obj ? PyObject_GetAttr(self->client, str_fresh_until) : NULL;
+            double now = now_obj ? PyFloat_AsDouble(now_obj) : -1.0;
+            double fresh = fresh_obj ? PyFloat_AsDouble(fresh_obj) : -1.0;
+            Py_XDECREF(now_obj);
+            Py_XDECREF(fresh_obj);
+            if (PyErr_Occurred()) {
+                Py_DECREF(lane);
+                return NULL;
+            }
+            PyObject *d = NULL;
+            /* as Python's int(now * 1000), which truncates too */
+            if (now < fresh && now * 1000.0 < 9.2e18 && now * 1000.0 > -9.2e18)
+                d = rb_add_impl((RecordBuffer *)lane, args[1], (long long)(now * 1000.0),
+                                self->producer);
+            else
+                d = Py_NewRef(Py_None);
+            Py_DECREF(lane);
+            if (d != Py_None)
+                return d; /* a Deferred, or NULL with the error */
+            Py_DECREF(d);
+        }
+    }
+    return PyObject_Vectorcall(self->send, args, nargsf, kwnames);
+}
+
+static PyObject *
+fast_send_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *producer, *send;
+    if (!PyArg_ParseTuple(args, "OO:FastSend", &producer, &send))
+        return NULL;
+    FastSend *self = (FastSend *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = (vectorcallfunc)fast_send_call;
+    self->producer = Py_NewRef(producer);
+    self->send = Py_NewRef(send);
+    self->lanes = PyObject_GetAttr(producer, str_lanes);
+    self->seconds = self->lanes ? PyObject_GetAttr(producer, str_seconds) : NULL;
+    self->client = self->seconds ? PyObject_GetAttr(producer, str_client) : NULL;
+    if (self->client == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    if (!PyDict_CheckExact(self->lanes)) {
+        PyErr_SetString(PyExc_TypeError, "producer._lanes must be a dict");
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static int
+fast_send_traverse(FastSend *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->producer);
+    Py_VISIT(self->send);
+    Py_VISIT(self->lanes);
+    Py_VISIT(self->seconds);
+    Py_VISIT(self->client);
+    return 0;
+}
+
+static int
+fast_send_clear(FastSend *self)
+{
+    Py_CLEAR(self->producer);
+    Py_CLEAR(self->send);
+    Py_CLEAR(self->lanes);
+    Py_CLEAR(self->seconds);
+    Py_CLEAR(self->client);
+    return 0;
+}
+
+static void
+fast_send_dealloc(FastSend *self)
+{
+    PyObject_GC_UnTrack(self);
+    fast_send_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+fast_send_get_wrapped(FastSend *self, void *closure)
+{
+    if (self->send == NULL)
+        Py_RETURN_NONE;
+    return Py_NewRef(self->send);
+}
+
+static PyObject *
+fast_send_get_doc(FastSend *self, void *closure)
+{
+    if (self->send == NULL)
+        Py_RETURN_NONE;
+    return PyObject_GetAttrString(self->send, "__doc__");
+}
+
+static PyGetSetDef fast_send_getset[] = {
+    /* inspect.signature() and help() follow __wrapped__ to Producer.send */
+    {"__wrapped__", (getter)fast_send_get_wrapped, NULL, "the full send()", NULL},
+    {"__doc__", (getter)fast_send_get_doc, NULL, NULL, NULL},
+    {NULL},
+};
+
+static PyTypeObject FastSendType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pluglog._clientcodec.FastSend",
+    .tp_basicsize = sizeof(FastSend),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(FastSend, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_traverse = (traverseproc)fast_send_traverse,
+    .tp_clear = (inquiry)fast_send_clear,
+    .tp_dealloc = (destructor)fast_send_dealloc,
+    .tp_getset = fast_send_getset,
+    .tp_new = fast_send_new,
 };
 
 static PyObject *
@@ -845,14 +999,19 @@ PyInit__clientcodec(void)
     INTERN(str_called, "called");
     INTERN(str_result, "result");
     INTERN(str_callback, "callback");
+    INTERN(str_lanes, "_lanes");
+    INTERN(str_seconds, "_seconds");
+    INTERN(str_client, "client");
+    INTERN(str_fresh_until, "fresh_until");
     if (empty_tuple == NULL && (empty_tuple = PyTuple_New(0)) == NULL)
         return NULL;
-    if (PyType_Ready(&RecordBufferType) < 0)
+    if (PyType_Ready(&RecordBufferType) < 0 || PyType_Ready(&FastSendType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(m, "RecordBuffer", (PyObject *)&RecordBufferType) < 0) {
+    if (PyModule_AddObjectRef(m, "RecordBuffer", (PyObject *)&RecordBufferType) < 0 ||
+        PyModule_AddObjectRef(m, "FastSend", (PyObject *)&FastSendType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

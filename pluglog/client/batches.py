@@ -12,10 +12,13 @@ the cyclic garbage collector walking the ~150k of them a full
 So, with the C codec built:
 
 - ``Batch.add`` (pluglog/_clientcodec.c) is ``send()``'s common case in one
-  call; it makes the record's RecordDeferred with ``object.__new__`` (no
-  ``__init__``, no callback list: :attr:`RecordDeferred._callbacks` makes
-  one when Twisted first asks for it) and takes it off the garbage
-  collector's lists while it waits in the buffer.
+  call, and :data:`FastSend`, the ``send`` attribute of a Producer, makes
+  that call without a Python frame when the arguments are a topic and a
+  bytes value (anything else goes to ``Producer.send``). ``add`` makes the
+  record's RecordDeferred with ``object.__new__`` (no ``__init__``, no
+  callback list: :attr:`RecordDeferred._callbacks` makes one when Twisted
+  first asks for it) and takes it off the garbage collector's lists while it
+  waits in the buffer.
 - Off those lists it is visited by no collection; it goes back on them
   (:func:`track`) the moment a callback list is made for it (every way of
   adding a callback, chaining, awaiting or cancelling goes through
@@ -23,9 +26,10 @@ So, with the C codec built:
   of a reference cycle is always tracked.
 - :func:`fire_acks` gives a Deferred with an empty callback chain its result
   the way ``callback()`` would leave it (``called`` set, ``result``
-  stored): running an empty chain does nothing else. One that only the
-  batch still holds (no other reference, no weak reference) cannot be seen
-  by anyone and is not fired at all: it is freed with the batch's list. A
+  stored): running an empty chain does nothing else. One without callbacks
+  that only the batch still holds (no other reference, no weak reference)
+  cannot be seen by anyone and is not fired at all: it is freed with the
+  batch's list. A
   Deferred with callbacks, a paused or cancelled one or one under Deferred
   debugging goes through ``callback()``.
 
@@ -142,7 +146,9 @@ if _clientcodec is not None and _COMPATIBLE:
     track = _clientcodec.track
     _fire_acks = _clientcodec.fire_acks
     _RecordBuffer = _clientcodec.RecordBuffer
+    FastSend = _clientcodec.FastSend
 else:  # pragma: no cover - the install script builds the C codec
+    FastSend = None
 
     def track(obj):
         pass

@@ -32,6 +32,7 @@ from pluglog.client import plugins
 from pluglog.client.batches import (
     BATCH_OVERHEAD,
     Batch,
+    FastSend,
     KafkaTimeoutError,
     RecordDeferred,
     RecordMetadata,
@@ -108,6 +109,10 @@ class Producer(SenderMixin):
         self.unacked = 0
         self._started = None
         self._stopped = False
+        if FastSend is not None and type(self).send is Producer.send:
+            # send(topic, value)'s common case in C (batches.FastSend); the
+            # rest, same arguments, goes to the method below.
+            self.send = FastSend(self, Producer.send.__get__(self))
 
     # -- lifecycle --------------------------------------------------------
 

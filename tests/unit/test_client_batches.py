@@ -239,3 +239,86 @@ def test_a_bare_record_buffer_refuses_add_instead_of_crashing():
         _clientcodec.RecordBuffer().add(b"v", 0, Account())
     with pytest.raises(TypeError, match="bytes"):
         c_batch(0, 1 << 20).add(bytearray(b"v"), 0, Account())
+
+
+class FastSendTests(SynchronousTestCase):
+    """Producer.send's common case in C: the same results as the method."""
+
+    def make(self, producer_class=Producer, topics=None):
+        cluster = ScriptedCluster(topics or {"t": 1, "u": 2})
+        cluster.install(self)
+        cluster.handlers[PRODUCE] = lambda conn, v, body: produce_answer(
+            body,
+            {(t["name"], p["index"]): 0 for t in body["topic_data"] for p in t["partition_data"]},
+        )
+        producer = producer_class(cluster.clock, bootstrap_servers="b1:9092", linger_ms=5)
+        d = producer.start()
+        cluster.pump()
+        self.successResultOf(d)
+        return cluster, producer
+
+    def test_send_is_the_c_short_path_and_reads_as_producer_send(self):
+        import inspect
+
+        _, producer = self.make()
+        self.assertIsInstance(producer.send, batches.FastSend)
+        self.assertEqual(
+            inspect.signature(producer.send), inspect.signature(Producer.send.__get__(producer))
+        )
+        self.assertEqual(producer.send.__doc__, Producer.send.__doc__)
+
+    def test_every_kind_of_send_lands_where_the_method_puts_it(self):
+        cluster, producer = self.make()
+        ds = [
+            producer.send("t", b"a"),  # no lane yet: the method
+            producer.send("t", b"b"),  # the lane, in C
+            producer.send("t", b"c", key=b"k"),  # a keyword: the method
+            producer.send("t", bytearray(b"d")),  # not bytes: the method
+            producer.send("u", b"e"),  # two partitions: never a lane
+            producer.send("t", b"f", None, None, [("h", b"1")]),  # positional headers
+        ]
+        cluster.clock.advance(0.006)
+        cluster.pump()
+        metas = [self.successResultOf(d) for d in ds]
+        self.assertEqual(
+            [(m.topic, m.offset) for m in metas if m.topic == "t"], [("t", i) for i in range(5)]
+        )
+        sent = [r for body in cluster.of(PRODUCE) for r in _records(body, "t")]
+        self.assertEqual(
+            [(r.key, r.value, r.headers) for r in sent],
+            [
+                (None, b"a", []),
+                (None, b"b", []),
+                (b"k", b"c", []),
+                (None, b"d", []),
+                (None, b"f", [("h", b"1")]),
+            ],
+        )
+        with self.assertRaises(TypeError):
+            producer.send("t")  # the method's own error for a missing value
+
+    def test_a_subclass_send_is_not_shadowed_and_a_dropped_producer_is_collected(self):
+        calls = []
+
+        class Counting(Producer):
+            def send(self, topic, value, **kw):
+                calls.append(topic)
+                return super().send(topic, value, **kw)
+
+        _, producer = self.make(Counting)
+        producer.send("t", b"x")
+        self.assertEqual(calls, ["t"])
+        _, plain = self.make()
+        ref = weakref.ref(plain)
+        del plain
+        gc.collect()
+        self.assertIsNone(ref())  # producer <-> its FastSend is a collectable cycle
+
+
+def _records(body, topic):
+    from pluglog.protocol.records import parse_batch
+
+    for t in body["topic_data"]:
+        if t["name"] == topic:
+            for p in t["partition_data"]:
+                yield from parse_batch(p["records"]).records
