@@ -18,7 +18,20 @@ setup(
     # it pluglog.client uses the Python codec (pluglog/protocol/records.py).
     ext_modules=[
         Extension("pluglog._recordwalk", ["pluglog/_recordwalk.c"], optional=True),
-        Extension("pluglog._clientcodec", ["pluglog/_clientcodec.c"], optional=True),
+        Extension(
+            "pluglog._clientcodec",
+            ["pluglog/_clientcodec.c"],
+            depends=["pluglog/_zigzag.h"],
+            optional=True,
+        ),
+        # The producer's send()/ack path in C (pluglog/client/batches.py has
+        # the Python fallback).
+        Extension(
+            "pluglog._producerbuffer",
+            ["pluglog/_producerbuffer.c"],
+            depends=["pluglog/_zigzag.h"],
+            optional=True,
+        ),
     ],
     install_requires=[
         "twisted>=24.0",

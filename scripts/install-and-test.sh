@@ -23,9 +23,10 @@ fi
 # compat mode puts the checkout itself on sys.path, so twistd finds
 # twisted/plugins/pluglog_tap.py and code edits need no reinstall.
 $PY -m pip install -q -e '.[test]' --config-settings editable_mode=compat
-# The produce-time record walk (pluglog/_recordwalk.c) and the Twisted
-# client's record codec (pluglog/_clientcodec.c) in C, next to their
-# sources, for runs from the checkout; needs gcc and the Python headers.
+# The produce-time record walk (pluglog/_recordwalk.c), the Twisted
+# client's record codec (pluglog/_clientcodec.c) and its producer's
+# send/ack path (pluglog/_producerbuffer.c) in C, next to their sources, for
+# runs from the checkout; needs gcc and the Python headers.
 $PY setup.py -q build_ext --inplace
 # The Spark plugin is its own distribution; pyspark 4 needs pyarrow and Java 17.
 $PY -m pip install -q pyspark pyarrow

@@ -9,9 +9,9 @@ Why this much care for a Deferred: the issue asks for a Deferred per record
 that fires on ack, and at a million records their construction, firing and
 the cyclic garbage collector walking the ~150k of them a full
 ``buffer.memory`` holds were most of the producer's CPU (bench/RESULTS.md).
-So, with the C codec built:
+So, with pluglog._producerbuffer built:
 
-- ``Batch.add`` (pluglog/_clientcodec.c) is ``send()``'s common case in one
+- ``Batch.add`` (pluglog/_producerbuffer.c) is ``send()``'s common case in one
   call, and :data:`FastSend`, the ``send`` attribute of a Producer, makes
   that call without a Python frame when the arguments are a topic and a
   bytes value (anything else goes to ``Producer.send``). ``add`` makes the
@@ -35,7 +35,7 @@ So, with the C codec built:
 
 To everyone who holds it a RecordDeferred is a plain Deferred;
 tests/unit/test_client_batches.py holds both paths to ``callback()``'s
-behaviour. Without the C codec the same classes run in Python (tracked, and
+behaviour. Without that C module the same classes run in Python (tracked, and
 every Deferred fired).
 """
 
@@ -43,8 +43,13 @@ from typing import NamedTuple
 
 from twisted.internet import defer
 
-from pluglog.client.codec import _clientcodec, encode_record
+from pluglog.client.codec import encode_record
 from pluglog.client.errors import KafkaClientError
+
+try:
+    from pluglog import _producerbuffer
+except ImportError:  # pragma: no cover - the install script builds it
+    _producerbuffer = None
 
 BATCH_OVERHEAD = 61  # a magic-2 batch header
 
@@ -141,13 +146,13 @@ class PyRecordBuffer:
         return d
 
 
-if _clientcodec is not None and _COMPATIBLE:
-    _clientcodec.set_deferred_type(RecordDeferred)
-    track = _clientcodec.track
-    _fire_acks = _clientcodec.fire_acks
-    _RecordBuffer = _clientcodec.RecordBuffer
-    FastSend = _clientcodec.FastSend
-else:  # pragma: no cover - the install script builds the C codec
+if _producerbuffer is not None and _COMPATIBLE:
+    _producerbuffer.set_deferred_type(RecordDeferred)
+    track = _producerbuffer.track
+    _fire_acks = _producerbuffer.fire_acks
+    _RecordBuffer = _producerbuffer.RecordBuffer
+    FastSend = _producerbuffer.FastSend
+else:  # pragma: no cover - the install script builds pluglog._producerbuffer
     FastSend = None
 
     def track(obj):

@@ -63,7 +63,9 @@ IMPLS = {
 @pytest.fixture(params=sorted(IMPLS))
 def impl(request):
     if request.param == "c":
-        assert batches._RecordBuffer is not batches.PyRecordBuffer, "the C codec is not built"
+        assert batches._RecordBuffer is not batches.PyRecordBuffer, (
+            "pluglog._producerbuffer is not built"
+        )
     return IMPLS[request.param]
 
 
@@ -233,10 +235,10 @@ class ProducerAckTests(SynchronousTestCase):
 
 
 def test_a_bare_record_buffer_refuses_add_instead_of_crashing():
-    from pluglog import _clientcodec
+    from pluglog import _producerbuffer
 
     with pytest.raises(TypeError, match="records and deferreds"):
-        _clientcodec.RecordBuffer().add(b"v", 0, Account())
+        _producerbuffer.RecordBuffer().add(b"v", 0, Account())
     with pytest.raises(TypeError, match="bytes"):
         c_batch(0, 1 << 20).add(bytearray(b"v"), 0, Account())
 
