@@ -39,11 +39,32 @@ def make_plugin_manager(extra_plugins=(), autoload=None):
         try:
             manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
         except Exception as exc:  # a broken third-party package must be named
-            raise PluginError(
-                getattr(exc, "plugin_name", "entry point"), "plugin", f"failed to load: {exc}"
-            ) from exc
+            name, reason = _name_broken_entry_point(exc)
+            raise PluginError(name, f"entry point group {ENTRY_POINT_GROUP!r}", reason) from exc
     try:
         manager.check_pending()
     except pluggy.PluginValidationError as exc:
         raise PluginError(exc.plugin, "hookspecs", str(exc)) from exc
     return manager
+
+
+def _name_broken_entry_point(exc):
+    """``(name, reason)`` for the entry point that does not load: pluggy's
+    error (often a bare ImportError) names neither it nor its package.
+    Installed plugins are refused rather than skipped: one may be the
+    authorizer or authenticator the operator relies on."""
+    from importlib import metadata
+
+    for dist in metadata.distributions():
+        for entry in dist.entry_points:
+            if entry.group != ENTRY_POINT_GROUP:
+                continue
+            try:
+                entry.load()
+            except Exception as err:
+                return entry.name, (
+                    f"entry point '{entry.name} = {entry.value}' of the installed package "
+                    f"{dist.metadata['Name']!r} failed to load: {err} (fix or uninstall that "
+                    f"package, or set {DISABLE_AUTOLOAD_ENV}=1 to load no entry points)"
+                )
+    return getattr(exc, "plugin_name", "entry point"), f"failed to load: {exc}"

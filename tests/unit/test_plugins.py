@@ -193,3 +193,20 @@ def test_autoload_can_be_disabled(installed_example):
     result = _run_with(installed_example, CHECK, PLUGLOG_DISABLE_PLUGIN_AUTOLOAD="1")
     assert result.returncode == 0, result.stderr
     assert "example-last" not in result.stdout
+
+
+def test_a_broken_installed_plugin_package_is_named(tmp_path, monkeypatch):
+    dist = tmp_path / "pluglog_broken_demo-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: pluglog-broken-demo\nVersion: 1.0\n"
+    )
+    (dist / "entry_points.txt").write_text("[pluglog]\nbroken_demo = no_such_module_xyz.plugin\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PluginError) as info:
+        make_plugin_manager(autoload=True)
+    message = str(info.value)
+    assert info.value.plugin == "broken_demo"
+    assert "'pluglog-broken-demo'" in message
+    assert "no_such_module_xyz" in message
+    assert "PLUGLOG_DISABLE_PLUGIN_AUTOLOAD=1" in message
