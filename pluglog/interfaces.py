@@ -46,6 +46,14 @@ class IPartitionLog(Interface):
         Raises :class:`pluglog.errors.CorruptRecordError` (bad CRC) or
         :class:`pluglog.errors.InvalidRecordError` (bad structure); nothing is
         written when either is raised.
+
+        Optional: a log whose ``answers_early`` attribute is true also takes
+        ``answer=``, a callable of ``(first_offset, log_append_time,
+        log_start_offset)`` to call exactly once on success, as soon as the
+        batches are written and no flush is due (before the log's own
+        bookkeeping: the produce response leaves sooner); see
+        :meth:`pluglog.storage.log.BasePartitionLog.append`. Logs without the
+        attribute are called without it.
         """
 
     def read(offset, max_bytes, max_offset=None, min_one_batch=True):

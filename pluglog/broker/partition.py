@@ -170,11 +170,15 @@ class Partition:
         if infos:
             self.producers.rebuild(self.log.batch_headers(infos[-1].base_offset))
 
-    def append(self, records, now_ms, acks=1, client=True):
+    def append(self, records, now_ms, acks=1, client=True, answer=None):
         """Append the records of one produce request (one v2 batch).
 
         ``client=False`` is the broker's own append (group coordinator): it
-        may write internal topics and its batches are not walked.
+        may write internal topics and its batches are not walked. ``answer``
+        (the produce fast lane's): passed to a log that ``answers_early``
+        (see :meth:`BasePartitionLog.append`), so the response leaves before
+        the bookkeeping; the caller answers from the returned info when it
+        was not called (a duplicate, or a log without the option).
         """
         if self.leader_id != self.node_id or self.offline:
             raise NotLeaderOrFollowerError(
@@ -215,7 +219,10 @@ class Partition:
             dup = self.producers.check(producer_id, epoch, first_seq, last_seq)
             if dup is not None:
                 return DuplicateAppend(dup[0], dup[1], dup[2], self.log.log_start_offset)
-        info = self.log.append(records, now_ms, self.leader_epoch)
+        if answer is not None and getattr(self.log, "answers_early", False):
+            info = self.log.append(records, now_ms, self.leader_epoch, answer)
+        else:
+            info = self.log.append(records, now_ms, self.leader_epoch)
         if producer_id >= 0:
             self.producers.update(
                 producer_id,

@@ -33,6 +33,8 @@ It is a pure shortcut, never a different behaviour:
 
 import struct
 
+from twisted.logger import Logger
+
 from pluglog.errors import KafkaError
 from pluglog.protocol.hotpath import encode_produce_response
 from pluglog.server.handlers.produce import one_batch, partition_result
@@ -50,10 +52,17 @@ _TAIL_V3 = struct.Struct(">iihqqi")
 _TAIL_V5 = struct.Struct(">iihqqqi")
 _TAIL_V8 = struct.Struct(">iihqqqihi")
 
+log = Logger()
 
-def produce_fast(broker, buf):
+
+def produce_fast(broker, buf, send=None):
     """The whole response frame (size prefix included) for a one-partition
     Produce v3-v8 request payload ``buf``, or ``None`` for the general path.
+
+    With ``send`` (a callable taking that frame), the frame goes to it
+    instead, as early as the log allows (``Partition.append``'s ``answer``:
+    once the batch is written, before the log's bookkeeping), and the
+    return value is ``True``.
 
     The caller has checked that ``buf`` holds api key 0 and a version in 3-8.
     """
@@ -89,23 +98,70 @@ def produce_fast(broker, buf):
             return None  # the general path's INVALID_RECORD
     except (struct.error, UnicodeDecodeError):
         return None
+    answered = []
+
+    def answer(first_offset, log_append_time, log_start_offset):
+        answered.append(True)
+        send(
+            _ok_frame(
+                version,
+                correlation_id,
+                name_field,
+                index,
+                first_offset,
+                log_append_time,
+                log_start_offset,
+            )
+        )
+
     try:
         part = broker.partition(name, index)
         if acks == -1 and part.replicated:
             return None  # acks=all waits for followers: the general path's delayed answer
-        info = part.append(records, broker.now_ms(), acks)
+        if send is None:
+            info = part.append(records, broker.now_ms(), acks)
+        else:
+            info = part.append(records, broker.now_ms(), acks, answer=answer)
     except KafkaError as exc:
-        return _error_frame(version, correlation_id, name, index, exc)
+        if answered:
+            # The bookkeeping after an early answer failed: the client has its
+            # acknowledgement (the batch is written); a second answer would
+            # break the connection's framing.
+            log.failure("after answering produce to {t}-{i}", t=name, i=index)
+            return True
+        frame = _error_frame(version, correlation_id, name, index, exc)
+        if send is None:
+            return frame
+        send(frame)
+        return True
+    if answered:
+        return True
+    frame = _ok_frame(
+        version,
+        correlation_id,
+        name_field,
+        index,
+        info.first_offset,
+        info.log_append_time,
+        info.log_start_offset,
+    )
+    if send is None:
+        return frame
+    send(frame)
+    return True
+
+
+def _ok_frame(
+    version, correlation_id, name_field, index, first_offset, log_append_time, log_start_offset
+):
     if version >= 8:
         tail = _TAIL_V8.pack(
-            1, index, 0, info.first_offset, info.log_append_time, info.log_start_offset, 0, -1, 0
+            1, index, 0, first_offset, log_append_time, log_start_offset, 0, -1, 0
         )
     elif version >= 5:
-        tail = _TAIL_V5.pack(
-            1, index, 0, info.first_offset, info.log_append_time, info.log_start_offset, 0
-        )
+        tail = _TAIL_V5.pack(1, index, 0, first_offset, log_append_time, log_start_offset, 0)
     else:
-        tail = _TAIL_V3.pack(1, index, 0, info.first_offset, info.log_append_time, 0)
+        tail = _TAIL_V3.pack(1, index, 0, first_offset, log_append_time, 0)
     return b"".join(
         (
             _SIZE_CORRELATION_TOPICS.pack(8 + len(name_field) + len(tail), correlation_id, 1),

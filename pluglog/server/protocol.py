@@ -226,25 +226,28 @@ class KafkaServerProtocol(protocol.Protocol):
         ):
             # Produce v3-v8: the fast lane takes the one-partition shape.
             try:
-                response = produce_fast(self.broker, frame)
+                handled = produce_fast(self.broker, frame, self._send_fast)
             except Exception:
                 log.failure("handler for api 0 v{v} crashed", v=frame[3])
                 self._bad_input("internal error while handling the request")
                 return
-            if response is not None:
-                if self._slots:
-                    # Behind a long poll, like any answer (its size prefix is re-added).
-                    slot = _Slot()
-                    self._slots.append(slot)
-                    self._fill([memoryview(response)[4:]], slot)
-                elif self._closing:
-                    pass
-                elif self._writer is not None:
-                    self._writer.write_bytes(response)
-                else:
-                    self.transport.write(response)
+            if handled is not None:
                 return
         self._handle_request(frame)
+
+    def _send_fast(self, response):
+        # The fast lane's whole response frame, size prefix included.
+        if self._slots:
+            # Behind a long poll, like any answer (its size prefix is re-added).
+            slot = _Slot()
+            self._slots.append(slot)
+            self._fill([memoryview(response)[4:]], slot)
+        elif self._closing:
+            pass
+        elif self._writer is not None:
+            self._writer.write_bytes(response)
+        else:
+            self.transport.write(response)
 
     def _handle_request(self, frame):
         try:

@@ -34,6 +34,7 @@ Invariants:
 
 import os
 from bisect import bisect_right
+from functools import partial
 
 from twisted.logger import Logger
 from zope.interface import implementer
@@ -115,7 +116,21 @@ class BasePartitionLog:
 
     # -- append -------------------------------------------------------------
 
-    def append(self, batches, now_ms, leader_epoch=0):
+    #: :meth:`append` takes ``answer`` (see there). A storage provider's log
+    #: without this attribute is called without it, and the caller answers
+    #: once ``append`` returns.
+    answers_early = True
+
+    def append(self, batches, now_ms, leader_epoch=0, answer=None):
+        """Append a client's batches; return their :class:`AppendInfo`.
+
+        ``answer(first_offset, log_append_time, log_start_offset)``, if
+        given, is called exactly once on success, as soon as the batches are
+        in the file (the page cache) and no flush is due: before the index
+        and counter bookkeeping, so the produce response leaves first (it is
+        called at the end when a flush is due, so an acknowledgement never
+        precedes a required fsync). Not called when ``append`` raises.
+        """
         # The produce hot path: attributes are read once into locals.
         config = self.config
         log_append_time = now_ms if config.message_timestamp_type == "LogAppendTime" else -1
@@ -125,7 +140,7 @@ class BasePartitionLog:
         )
         if segment.size:
             segment = self._maybe_roll(segment, prepared, now_ms)
-        return self._written(segment, prepared, now_ms, log_append_time)
+        return self._written(segment, prepared, now_ms, log_append_time, answer)
 
     def append_replicated(self, batches, now_ms):
         """Store batches fetched from the partition leader unchanged (a
@@ -138,10 +153,26 @@ class BasePartitionLog:
             segment = self._maybe_roll(segment, prepared, now_ms)
         return self._written(segment, prepared, now_ms, -1), headers
 
-    def _written(self, segment, prepared, now_ms, log_append_time):
+    def _written(self, segment, prepared, now_ms, log_append_time, answer=None):
         """Write ``prepared`` to ``segment`` and apply the flush policy."""
         config = self.config
-        segment.append(prepared)
+        early = None
+        if answer is not None:
+            last_flush = self._last_flush_ms
+            # The flush test below, made before the write.
+            since = 0 if last_flush is None else now_ms - last_flush
+            if self.fsync == FSYNC_NEVER or (
+                self.fsync == FSYNC_INTERVAL
+                and self._unflushed_records + prepared.records < config.flush_messages
+                and since < config.flush_ms
+            ):
+                # No flush is due: the acknowledgement may leave once the
+                # bytes are written (the segment calls it back).
+                early = partial(
+                    answer, prepared.first_offset, log_append_time, self.log_start_offset
+                )
+                answer = None
+        segment.append(prepared, early)
         if segment.created_ms < 0:
             segment.created_ms = now_ms
         dirty = self._dirty
@@ -161,6 +192,8 @@ class BasePartitionLog:
                 self._last_flush_ms = now_ms
         elif fsync == FSYNC_ALWAYS:
             self.flush()
+        if answer is not None:
+            answer(prepared.first_offset, log_append_time, self.log_start_offset)
         return AppendInfo(
             prepared.first_offset,
             prepared.last_offset,

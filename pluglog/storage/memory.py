@@ -64,10 +64,12 @@ class MemorySegment:
     def index_full(self):
         return False
 
-    def append(self, prepared):
+    def append(self, prepared, written=None):
         position = len(self.data)
         for piece in prepared.pieces:
             self.data += piece
+        if written is not None:
+            written()
         running = self.largest_timestamp
         for base, last, size, batch_max in prepared.batches:
             self.bases.append(base)

@@ -338,8 +338,10 @@ class LogSegment:
 
     # -- append / read ------------------------------------------------------
 
-    def append(self, prepared):
-        """Write a :class:`~pluglog.storage.records.PreparedAppend` at the end.
+    def append(self, prepared, written=None):
+        """Write a :class:`~pluglog.storage.records.PreparedAppend` at the end;
+        call ``written()`` (if given) once the bytes are in the file, before
+        the index bookkeeping.
 
         Index entries are only added in memory; they reach the index files
         in page-sized writes, on roll, flush and close (see
@@ -360,6 +362,10 @@ class LogSegment:
             except OSError:
                 pass
             raise KafkaStorageError(f"append to {self.log_path} failed: {exc}") from exc
+        if written is not None:
+            self.size = end
+            self._next_offset = prepared.last_offset + 1
+            written()
         interval = self.index_interval_bytes
         since = self.bytes_since_index
         max_ts, offset_of_max = self._max_timestamp, self._offset_of_max_timestamp

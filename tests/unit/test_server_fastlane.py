@@ -336,7 +336,7 @@ class FastLaneProtocolTests(SynchronousTestCase):
     def test_a_crash_in_the_fast_lane_closes_only_that_connection(self):
         proto, transport = self.connect()
 
-        def broken(*args):
+        def broken(*args, **kwargs):
             raise RuntimeError("disk on fire")
 
         self.broker.partition("t", 0).append = broken
