@@ -148,8 +148,102 @@ fail:
     return NULL;
 }
 
+/* produce_shape(payload): the produce fast lane's request parse
+ * (pluglog.server.fastlane._py_produce_shape, which is the reference and the
+ * fallback). ``payload`` is a Produce v3-v8 request without its size prefix.
+ * Returns None unless it is the fast lane's shape -- a UTF-8 (or null) client
+ * id, a null transactional id, acks 1 or -1, one topic with a UTF-8 name, one
+ * partition whose records are exactly one v2 batch filling the rest -- else
+ * (version, correlation_id, acks, name, name_field_start, name_end, index,
+ * records_start). Why C: on the live broker this parse ran with cold caches
+ * at ~10 us per request in Python, on the path to the produce answer. */
+static inline int16_t
+be16(const unsigned char *p)
+{
+    return (int16_t)(((uint16_t)p[0] << 8) | p[1]);
+}
+
+static inline int32_t
+be32(const unsigned char *p)
+{
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) |
+                     p[3]);
+}
+
+static PyObject *
+produce_shape(PyObject *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_ssize_t size = view.len, pos, start;
+    PyObject *result = NULL, *client = NULL, *name = NULL;
+    if (size < 10)
+        goto none;
+    int version = be16(b + 2);
+    int32_t correlation_id = be32(b + 4);
+    int n = be16(b + 8);
+    if (n >= 0) {
+        pos = 10 + n;
+        if (pos > size)
+            goto none;
+        client = PyUnicode_DecodeUTF8((const char *)b + 10, n, "strict");
+        if (client == NULL)
+            goto bad_utf8;
+        Py_DECREF(client);
+    } else if (n == -1) {
+        pos = 10;
+    } else {
+        goto none;
+    }
+    if (pos + 2 > size || be16(b + pos) != -1)
+        goto none; /* transactional: the general path says no */
+    if (pos + 14 > size)
+        goto none;
+    int acks = be16(b + pos + 2);
+    int32_t topics = be32(b + pos + 8);
+    pos += 14;
+    n = be16(b + pos - 2);
+    start = pos;
+    pos = start + n;
+    if (topics != 1 || (acks != 1 && acks != -1) || n < 0 || pos > size)
+        goto none;
+    name = PyUnicode_DecodeUTF8((const char *)b + start, n, "strict");
+    if (name == NULL)
+        goto bad_utf8;
+    if (pos + 12 > size)
+        goto none;
+    int32_t partitions = be32(b + pos), index = be32(b + pos + 4), length = be32(b + pos + 8);
+    pos += 12;
+    if (partitions != 1 || pos + (Py_ssize_t)length != size)
+        goto none;
+    /* one_batch(): at least a batch header, and its length field says the rest */
+    if (size - pos < 61 || (Py_ssize_t)be32(b + pos + 8) + 12 != size - pos)
+        goto none;
+    result = Py_BuildValue("(iiiNnnin)", version, correlation_id, acks, name, start - 2,
+                           start + n, index, pos);
+    name = NULL; /* stolen by N */
+    PyBuffer_Release(&view);
+    return result;
+bad_utf8:
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+        goto fail;
+    PyErr_Clear();
+none:
+    Py_XDECREF(name);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(name);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS, "walk(records, count): check record framing; ValueError if bad."},
+    {"produce_shape", produce_shape, METH_O,
+     "produce_shape(payload): the produce fast lane's parse; None if not its shape."},
     {NULL, NULL, 0, NULL},
 };
 
