@@ -1,0 +1,116 @@
+"""Broker CPU and round-trip time per Produce request, stop-and-wait.
+
+    python3 bench/produce_latency.py [--root CHECKOUT] [--n 10000] [--acks 1] [--runs 1]
+
+Starts ``twistd -n pluglog`` from ``--root`` (default: this checkout) on a
+fresh data directory, creates a one-partition topic and sends the same
+Produce v8 request (one batch of 50 x 200-byte records) ``--n`` times, each
+after the previous answer, from a raw socket client that costs almost
+nothing, after 500 warm-up requests. Prints the broker's CPU (/proc
+utime+stime) and the wall-clock time per request: with such a client the
+wall time is the broker's latency, which is what a stop-and-wait producer
+(the paper benchmark's batch-50 test) waits for. Give two ``--root``
+checkouts in turn (interleaved runs) to compare commits.
+"""
+
+import argparse
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, HERE)
+
+from pluglog.childprocess import free_port  # noqa: E402
+from pluglog.protocol.records import Record, build_batch  # noqa: E402
+
+
+def _string(text):
+    raw = text.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+class Client:
+    def __init__(self, port):
+        for _ in range(300):
+            try:
+                self.sock = socket.create_connection(("127.0.0.1", port))
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            raise SystemExit(f"no broker on port {port}")
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def request(self, api, version, body, correlation_id=1):
+        message = struct.pack(">hhi", api, version, correlation_id) + _string("bench") + body
+        self.sock.sendall(struct.pack(">i", len(message)) + message)
+        (size,) = struct.unpack(">i", self._read(4))
+        return self._read(size)
+
+    def _read(self, size):
+        data = b""
+        while len(data) < size:
+            chunk = self.sock.recv(size - len(data))
+            if not chunk:
+                raise SystemExit("the broker closed the connection")
+            data += chunk
+        return data
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(root, n, acks):
+    port = free_port()
+    work = tempfile.mkdtemp(prefix="pluglog-latency-")
+    cmd = [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n"]
+    cmd += ["--pidfile=", f"--logfile={work}/log", "pluglog"]
+    cmd += ["--listen", f"tcp:{port}:interface=127.0.0.1", "--data-dir", f"{work}/data"]
+    proc = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=root), cwd=root)
+    try:
+        client = Client(port)
+        # CreateTopics v0: topic "t", 1 partition, replication factor 1.
+        topic = struct.pack(">i", 1) + _string("t") + struct.pack(">ihii", 1, 1, 0, 0)
+        client.request(19, 0, topic + struct.pack(">i", 5000))
+        time.sleep(0.5)
+        batch = build_batch([Record(None, b"x" * 200) for _ in range(50)])
+        body = struct.pack(">hhi", -1, acks, 5000) + struct.pack(">i", 1) + _string("t")
+        body += struct.pack(">iii", 1, 0, len(batch)) + batch
+        for i in range(500):
+            client.request(0, 8, body, i)
+        cpu0, wall0 = cpu_seconds(proc.pid), time.perf_counter()
+        for i in range(n):
+            client.request(0, 8, body, i)
+        cpu1, wall1 = cpu_seconds(proc.pid), time.perf_counter()
+        return 1e6 * (cpu1 - cpu0) / n, 1e6 * (wall1 - wall0) / n
+    finally:
+        proc.terminate()
+        proc.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", action="append", help="checkout to run (repeatable)")
+    parser.add_argument("--n", type=int, default=10000)
+    parser.add_argument("--acks", type=int, default=1, choices=[1, -1])
+    parser.add_argument("--runs", type=int, default=1)
+    args = parser.parse_args()
+    for number in range(args.runs):
+        for root in args.root or [HERE]:
+            cpu, wall = run(os.path.abspath(root), args.n, args.acks)
+            print(f"run {number + 1} {root}: broker CPU {cpu:.0f} us/request, ", end="")
+            print(f"wall {wall:.0f} us/request")
+
+
+if __name__ == "__main__":
+    main()
