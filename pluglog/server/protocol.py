@@ -236,18 +236,24 @@ class KafkaServerProtocol(protocol.Protocol):
         self._handle_request(frame)
 
     def _send_fast(self, response):
-        # The fast lane's whole response frame, size prefix included.
-        if self._slots:
-            # Behind a long poll, like any answer (its size prefix is re-added).
-            slot = _Slot()
-            self._slots.append(slot)
-            self._fill([memoryview(response)[4:]], slot)
-        elif self._closing:
-            pass
-        elif self._writer is not None:
-            self._writer.write_bytes(response)
-        else:
-            self.transport.write(response)
+        # The fast lane's whole response frame, size prefix included. Called
+        # from inside the log's append (the early answer): it must not raise
+        # into the log's bookkeeping, so a failure closes the connection.
+        try:
+            if self._slots:
+                # Behind a long poll, like any answer (its size prefix is re-added).
+                slot = _Slot()
+                self._slots.append(slot)
+                self._fill([memoryview(response)[4:]], slot)
+            elif self._closing:
+                pass
+            elif self._writer is not None:
+                self._writer.write_bytes(response)
+            else:
+                self.transport.write(response)
+        except Exception:
+            log.failure("sending a produce answer to {peer} failed", peer=self.peer)
+            self._bad_input("internal error while answering")
 
     def _handle_request(self, frame):
         try:

@@ -348,3 +348,29 @@ class FastLaneProtocolTests(SynchronousTestCase):
         other.dataReceived(produce_request(one_partition(batch(), index=1), cid=3))
         assert not other_transport.disconnecting
         assert struct.unpack_from(">i", other_transport.value(), 4)[0] == 3
+
+
+class EarlyAnswerFailureTests(SynchronousTestCase):
+    """A failing answer (the early one, sent from inside the log's append)
+    closes the connection and leaves the log's bookkeeping complete."""
+
+    def test_a_failing_send_closes_the_connection_and_the_log_stays_whole(self):
+        data_dir = tempfile.mkdtemp(prefix="pluglog-fast-")
+        self.addCleanup(shutil.rmtree, data_dir, True)
+        broker = make_broker(data_dir, "segments")
+        self.addCleanup(broker.storage.close)
+        proto = KafkaServerFactory(broker).buildProtocol(None)
+        transport = StringTransport()
+        proto.makeConnection(transport)
+
+        def broken_write(data):
+            raise RuntimeError("socket on fire")
+
+        transport.write = broken_write
+        proto.dataReceived(produce_request(one_partition(batch([b"a", b"b"])), cid=1))
+        self.flushLoggedErrors(RuntimeError)
+        assert transport.disconnecting
+        part = broker.partition("t", 0)
+        # Written and fully accounted for: end offset and high watermark moved.
+        assert part.log.log_end_offset == 2
+        assert part.high_watermark == 2
