@@ -170,7 +170,7 @@ class AdminMixin:
                 if isinstance(result, Exception):
                     raise result
 
-        d = self.io.submit(write)
+        d = self._submit_write(write)
         d.addCallback(lambda _: self._wait_states(name, range(len(replicas))))
         d.addCallback(lambda _: self._topics.get(name, meta))
         return d
@@ -200,7 +200,7 @@ class AdminMixin:
             except NodeExistsError:
                 pass
 
-        d = self.io.submit(write)
+        d = self._submit_write(write)
         d.addCallback(lambda _: self._wait(lambda: name not in self._topics, self.admin_timeout()))
         d.addCallback(lambda _: meta)
         return d
@@ -250,7 +250,7 @@ class AdminMixin:
             except BadVersionError:
                 raise InvalidPartitionsError(f"topic {name!r} changed meanwhile") from None
 
-        d = self.io.submit(write)
+        d = self._submit_write(write)
         d.addCallback(lambda _: self._wait_states(name, range(total_count)))
         d.addCallback(lambda _: self._topics[name])
         return d
@@ -270,7 +270,7 @@ class AdminMixin:
             except NoNodeError:
                 self.client.create(z.config_path(name), body)
 
-        d = self.io.submit(write)
+        d = self._submit_write(write)
         d.addCallback(
             lambda _: self._wait(
                 lambda: self._topics.get(name) is None or self._topics[name].configs == configs,
@@ -314,7 +314,7 @@ class AdminMixin:
         @defer.inlineCallbacks
         def run():
             # Bounded even while ZooKeeper is unreachable (kazoo would wait).
-            created = self.io.submit(create).addTimeout(timeout, self.reactor)
+            created = self._submit_write(create).addTimeout(timeout, self.reactor)
             try:
                 path = yield created
             except (defer.CancelledError, defer.TimeoutError, *DISCONNECTED):
@@ -422,7 +422,7 @@ class AdminMixin:
                 except (BadVersionError, NoNodeError):
                     continue
 
-        return self.io.submit(write).addCallback(lambda _: results)
+        return self._submit_write(write).addCallback(lambda _: results)
 
     def list_reassignments(self):
         """``{(t, p): {"replicas", "adding_replicas", "removing_replicas"}}``."""

@@ -88,11 +88,22 @@ def connect(connect_string, session_timeout_ms, connection_timeout_ms, say):
     from kazoo.retry import KazooRetry
 
     budget = (connection_timeout_ms or session_timeout_ms) / 1000.0
+    # client.retry(fn) (the coordinator's writes): a call cut off by a lost
+    # connection or an expired session is redone once a session is back,
+    # within the session timeout, as Kafka's ZooKeeperClient waits for its
+    # connection rather than failing the request.
+    command_retry = KazooRetry(
+        max_tries=-1, delay=0.1, max_delay=1.0, deadline=session_timeout_ms / 1000.0
+    )
     client = KazooClient(
         hosts=connect_string,
         timeout=session_timeout_ms / 1000.0,
         connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+        command_retry=command_retry,
     )
+    stopped = getattr(client, "_stopped", None)  # set by client.stop()
+    if stopped is not None:
+        command_retry.interrupt = stopped.is_set
     started = time.monotonic()
     event = client.start_async()
     attempt = 0

@@ -209,7 +209,7 @@ class StoresMixin:
         def write():
             return {path: self._update_entity(path, fn) for path, fn in updates.items()}
 
-        d = self.io.submit(write)
+        d = self._submit_write(write)
         d.addCallback(lambda written: self._stores_changed(written, {}))
         return d
 
@@ -365,7 +365,7 @@ class StoresMixin:
         def write():
             return {key: self._update_acls(key, *ops) for key, ops in per_resource.items()}
 
-        d = self.io.submit(write)
+        d = self._submit_write(write)
         d.addCallback(lambda written: self._stores_changed({}, written))
         return d
 

@@ -171,6 +171,14 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
 
     # -- connection state ------------------------------------------------------
 
+    def _submit_write(self, fn):
+        """Run the ZooKeeper job ``fn`` on the io worker through kazoo's
+        command retry (:func:`pluglog.coordination.zkbridge.connect`): cut off
+        by a lost connection or an expired session, it is run again once a
+        session is back. Jobs are written to be run again (check, then write;
+        an existing node found on the second run is reported as such)."""
+        return self.io.submit(lambda: self.client.retry(fn))
+
     def _on_connection_state(self, state):
         # kazoo's connection thread: never block here.
         if self.stopping:
@@ -179,7 +187,8 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
             self._lost = True
             self.io.deliver(self._session_lost)
         elif state == KazooState.CONNECTED and self._lost:
-            self._lost = False
+            # _lost stays set until a restore completes: one cut off by
+            # another disconnection runs again on the next connection.
             self.io.post(self._restore)
         elif state == KazooState.CONNECTED:
             # Same session after a disconnection (e.g. a ZooKeeper restart):
@@ -193,11 +202,15 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
         self._notify("session", "lost")
 
     def _restore(self):
-        if self.stopping:
+        if self.stopping or not self._lost:
             return
-        self._register(wait=self.config.zookeeper_session_timeout_ms / 1000.0)
-        self._io_topics = set()
-        self.refresh_all()
+        try:
+            self._register(wait=self.config.zookeeper_session_timeout_ms / 1000.0)
+            self._io_topics = set()
+            self.refresh_all()
+        except DISCONNECTED:
+            return  # disconnected again: the next CONNECTED restores
+        self._lost = False
         self.io.deliver(self._restored)
 
     def _restored(self):
@@ -463,7 +476,7 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
             self._set_state(topic, partition, result)
             return result
 
-        return self.io.submit(write).addCallback(stored)
+        return self._submit_write(write).addCallback(stored)
 
 
 def make_zookeeper(config, reactor):

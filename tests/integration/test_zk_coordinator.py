@@ -495,3 +495,15 @@ def test_reassignment_cancel(rt, cluster):
     assert result[("c", 0)].name == "NO_REASSIGNMENT_IN_PROGRESS"
     result = nodes[1].call("reassign_partitions", {("c", 0): [1, 9]})
     assert result[("c", 0)].name == "INVALID_REPLICA_ASSIGNMENT"
+
+
+def test_writes_ride_out_an_expired_session(rt, cluster, zk, zk_connect):
+    nodes = cluster(1, 2)
+    expire(zk_connect, nodes[0])
+    # Issued while the session is expired or being replaced: kazoo's command
+    # retry redoes the write on the new session instead of failing it.
+    meta = nodes[0].call("create_topic", "survivor", 1, 2, {})
+    assert meta.num_partitions == 1
+    assert zget(zk, "/brokers/topics/survivor")[0]["partitions"] == {"0": meta.assignment[0]}
+    rt.wait(lambda: ("session", "restored") in nodes[0].events, timeout=30)
+    rt.wait(lambda: sorted(b[0] for b in nodes[1].co.brokers()) == [1, 2], timeout=30)
