@@ -156,42 +156,34 @@ class BasePartitionLog:
     def _written(self, segment, prepared, now_ms, log_append_time, answer=None):
         """Write ``prepared`` to ``segment`` and apply the flush policy."""
         config = self.config
+        fsync = self.fsync
+        records = prepared.records
+        if self._last_flush_ms is None:
+            self._last_flush_ms = now_ms
+        # Decided before the write: with no flush due, the acknowledgement may
+        # leave as soon as the bytes are written (the segment calls it back).
+        flush_due = fsync == FSYNC_ALWAYS or (
+            fsync == FSYNC_INTERVAL
+            and (
+                self._unflushed_records + records >= config.flush_messages
+                or now_ms - self._last_flush_ms >= config.flush_ms
+            )
+        )
         early = None
-        if answer is not None:
-            last_flush = self._last_flush_ms
-            # The flush test below, made before the write.
-            since = 0 if last_flush is None else now_ms - last_flush
-            if self.fsync == FSYNC_NEVER or (
-                self.fsync == FSYNC_INTERVAL
-                and self._unflushed_records + prepared.records < config.flush_messages
-                and since < config.flush_ms
-            ):
-                # No flush is due: the acknowledgement may leave once the
-                # bytes are written (the segment calls it back).
-                early = partial(
-                    answer, prepared.first_offset, log_append_time, self.log_start_offset
-                )
-                answer = None
+        if answer is not None and not flush_due:
+            early = partial(answer, prepared.first_offset, log_append_time, self.log_start_offset)
+            answer = None
         segment.append(prepared, early)
         if segment.created_ms < 0:
             segment.created_ms = now_ms
         dirty = self._dirty
         if not dirty or dirty[-1] is not segment:
             dirty.append(segment)
-        records = prepared.records
         self._unflushed_records += records
-        if self._last_flush_ms is None:
-            self._last_flush_ms = now_ms
-        fsync = self.fsync
-        if fsync == FSYNC_INTERVAL:
-            if (
-                self._unflushed_records >= config.flush_messages
-                or now_ms - self._last_flush_ms >= config.flush_ms
-            ):
-                self.flush()
-                self._last_flush_ms = now_ms
-        elif fsync == FSYNC_ALWAYS:
+        if flush_due:
             self.flush()
+            if fsync == FSYNC_INTERVAL:
+                self._last_flush_ms = now_ms
         if answer is not None:
             answer(prepared.first_offset, log_append_time, self.log_start_offset)
         return AppendInfo(
