@@ -7,7 +7,6 @@ looked up in the plugin manager (built here, on demand, never at import).
 """
 
 import os
-import re
 import socket
 
 from twisted.internet import endpoints
@@ -15,6 +14,7 @@ from twisted.internet import reactor as default_reactor
 from twisted.python import usage
 
 from pluglog import __version__
+from pluglog.addresses import listen_address
 from pluglog.config import (
     FSYNC_POLICIES,
     BrokerConfig,
@@ -31,28 +31,6 @@ def parse_host_port(value, option="--advertised-listener"):
         return split_host_port(value)
     except ValueError as exc:
         raise usage.UsageError(f"{option}: {exc}") from None
-
-
-def listen_address(description):
-    """Return ``(interface or None, port)`` of a tcp strport description."""
-    parts = [p.replace("\\:", ":") for p in re.split(r"(?<!\\):", description)]
-    interface = None
-    port = None
-    positional = []
-    for part in parts[1:]:
-        key, eq, val = part.partition("=")
-        if eq and key == "interface":
-            interface = val
-        elif eq and key == "port":
-            port = val
-        elif not eq:
-            positional.append(part)
-    if port is None and positional:
-        port = positional[0]
-    try:
-        return interface, int(port) if port is not None else 0
-    except ValueError:
-        raise usage.UsageError(f"--listen: bad port in {description!r}") from None
 
 
 def check_zookeeper_connect(value):

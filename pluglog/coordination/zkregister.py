@@ -19,6 +19,7 @@ import time
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from pluglog.addresses import advertised_url
 from pluglog.coordination import zkdata as z
 from pluglog.coordination.local import _new_cluster_id
 from pluglog.errors import ConfigError
@@ -76,8 +77,6 @@ class RegistrationMixin:
     def _register(self, wait):
         """Create our ephemeral /brokers/ids/<id>; an id held by another live
         session is refused (after up to ``wait`` seconds for it to expire)."""
-        from pluglog.web.site import advertised_url
-
         # Every advertised listener, so each broker can answer a client with
         # the others' endpoints on the listener that client came in on.
         body = z.dumps(

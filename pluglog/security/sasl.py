@@ -202,7 +202,7 @@ class Session:
         self.exchange = None
         self.mechanism = None
         self.raw = False
-        #: authorization decisions of this connection (pluglog.security.checks)
+        #: authorization decisions of this connection (pluglog.server.authorization)
         self.acl_cache = {}
 
     @property

@@ -32,10 +32,13 @@ from pluglog import protocol as codec
 from pluglog.errors import UNKNOWN_SERVER_ERROR, KafkaError
 from pluglog.logsafe import SafeLogger, Throttle
 from pluglog.protocol.hotpath import PRODUCE_VERSIONS
+from pluglog.security.sasl import Session, _Authorizing
+from pluglog.server.api_checks import checked
 from pluglog.server.connections import ConnectionGuard
 from pluglog.server.fastlane import produce_fast
-from pluglog.server.handlers import HANDLERS, NO_RESPONSE, CloseConnection, RequestContext
+from pluglog.server.handlers.common import NO_RESPONSE, CloseConnection, RequestContext
 from pluglog.server.handlers.core import metadata_precheck
+from pluglog.server.handlers.table import HANDLERS
 from pluglog.server.sendfile import SocketWriter, supports_direct
 from pluglog.server.throttle import apply_quotas
 
@@ -85,8 +88,6 @@ class KafkaServerProtocol(protocol.Protocol):
         #: the session while SASL authentication is pending (None: pass everything)
         self._gate = None
         if listener is not None:
-            from pluglog.security.sasl import Session
-
             self.session = Session(listener, self, broker.security)
             if listener.sasl:
                 self._gate = self.session
@@ -431,14 +432,10 @@ class KafkaServerProtocol(protocol.Protocol):
 
 
 def _authorizing(session):
-    from pluglog.security.sasl import _Authorizing
-
     return _Authorizing(session)
 
 
 def _checked(ctx, api_key, request, handler):
-    from pluglog.security.checks import checked
-
     if ctx.session is None or not ctx.session.authenticated:
         return handler(ctx, request)  # ApiVersions / SASL during authentication
     return checked(ctx, api_key, request, handler)
