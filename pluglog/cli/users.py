@@ -107,9 +107,9 @@ def _file_store(action, args):
 
 def _request(action, args, api_key, body):
     """One request to ``--bootstrap-server``, logged in per ``--command-config``."""
+    from pluglog.cli.login import LoginError, connect, read_properties
     from pluglog.client.blocking import ProtocolError
     from pluglog.errors import ConfigError
-    from pluglog.security.client_login import LoginError, connect, read_properties
 
     try:
         props = read_properties(args.command_config) if args.command_config else {}
