@@ -15,7 +15,7 @@ import time
 
 from pluglog import protocol as codec
 from pluglog.cli import formats
-from pluglog.cli.common import check, partitions_of
+from pluglog.cli.common import CliError, check, partitions_of
 from pluglog.cli.progress import Progress
 from pluglog.cli.routing import router
 from pluglog.cli.topics import end_offsets
@@ -54,7 +54,6 @@ def add_parsers(sub, positive):
 def _partitioner(name):
     from twisted.internet.task import Clock
 
-    from pluglog.cli.main import CliError
     from pluglog.config import BrokerConfig
     from pluglog.errors import PluginError
     from pluglog.plugins import make_plugin_manager
@@ -101,8 +100,6 @@ def _send(client, topic, pending, args):
 def produce_lines(client, args):
     partitions = partitions_of(client, args.topic, allow_create=True)
     if args.partition is not None and args.partition not in partitions:
-        from pluglog.cli.main import CliError
-
         raise CliError(f"--partition {args.partition}: {args.topic} has partitions {partitions}")
     partitioner = None if args.partition is not None else _partitioner(args.partitioner)
     value_format = formats.ValueFormat(args)

@@ -18,6 +18,7 @@ the process list or shell history.
 import os
 import sys
 
+from pluglog.cli.common import CliError
 from pluglog.security.credentials import (
     CODE_MECHANISMS,
     MECHANISM_CODES,
@@ -86,8 +87,6 @@ def add_parser(sub, positive):
 
 
 def _fail(action, message):
-    from pluglog.cli.main import CliError
-
     return CliError(f"users {action}: {message}")
 
 
