@@ -7,6 +7,7 @@ import sys
 import pytest
 from kazoo.client import KazooClient
 
+from pluglog.datadir import meta_properties
 from tests.broker_process import ROOT, TWISTD, BrokerProcess, assert_refused, free_port
 
 
@@ -52,7 +53,7 @@ def test_brokers_register_and_leave(tmp_path, zk, zk_connect):
         meta = (tmp_path / "data-1" / "meta.properties").read_text()
         assert f"cluster.id={cluster_id}" in meta and "broker.id=1" in meta
         # A third broker with a taken id exits non-zero with a clear line.
-        dup = zk_broker(tmp_path, zk_connect, 2)
+        dup = zk_broker(tmp_path / "dup", zk_connect, 2)  # its own dir: not the lock
         with pytest.raises(RuntimeError, match="broker.id=2 is already registered"):
             dup.start()
         assert dup.proc.returncode != 0
@@ -74,6 +75,25 @@ def test_unreachable_zookeeper_is_one_line(tmp_path):
         "within zookeeper.connection.timeout.ms=1500",
     )
     assert "not reachable yet (attempt 1" in exited.log
+
+
+def test_data_dirs_of_other_clusters_refused(tmp_path, zk, zk_connect):
+    """A single-node (local) broker's dir, and a dir of another ZooKeeper
+    cluster: one line saying how to proceed; the broker never registers."""
+    local = BrokerProcess(tmp_path / "data-1").start()
+    local.stop()
+    exited = zk_broker(tmp_path, zk_connect, 1).run_until_exit()
+    last = assert_refused(
+        exited, f"data dir {tmp_path / 'data-1'} belongs to the single-node cluster"
+    )
+    assert "start it with --coordinator local" in last and "remove " in last
+    other = tmp_path / "data-2"
+    other.mkdir()
+    (other / "meta.properties").write_text(meta_properties("someOtherCluster", 2))
+    exited = zk_broker(tmp_path, zk_connect, 2).run_until_exit()
+    last = assert_refused(exited, f"data dir {other} belongs to cluster someOtherCluster")
+    assert "use another --data-dir" in last
+    assert zk.get_children("/brokers/ids") == []
 
 
 def test_usage_errors_on_the_command_line(tmp_path):
