@@ -4,10 +4,12 @@ Options validate everything they can before the reactor starts, raising
 ``usage.UsageError`` naming the bad value: strports are parsed, the config
 file is read and checked, and the chosen storage/coordinator names are
 looked up in the plugin manager (built here, on demand, never at import).
+Under twistd a usage error prints one line (not the help) and exits 2.
 """
 
 import os
 import socket
+import sys
 
 from twisted.internet import endpoints
 from twisted.internet import reactor as default_reactor
@@ -87,6 +89,18 @@ class Options(usage.Options):
         if not eq or not key:
             raise usage.UsageError(f"--set: expected KEY=VALUE, got {value!r}")
         self["set"].append((key.strip(), val.strip()))
+
+    def parseOptions(self, options=None):
+        """As ``twistd pluglog``, a usage error is one line on stderr and
+        exit 2 (twistd's own runner prints the whole help first and buries
+        the error under it); used directly, UsageError is raised."""
+        try:
+            super().parseOptions(options)
+        except usage.UsageError as exc:
+            if self.parent is None:
+                raise
+            sys.stderr.write(f"twistd pluglog: {exc}\n(twistd pluglog --help lists the options)\n")
+            raise SystemExit(2) from None
 
     def opt_version(self):
         """Print the pluglog version and exit."""

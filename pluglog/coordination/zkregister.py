@@ -22,6 +22,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from pluglog.addresses import advertised_url
 from pluglog.coordination import zkdata as z
 from pluglog.coordination.local import _new_cluster_id
+from pluglog.datadir import ZOOKEEPER, check_meta_properties
 from pluglog.errors import ConfigError
 from pluglog.fileutil import atomic_write
 from pluglog.security.interbroker import advertised_endpoints
@@ -55,24 +56,13 @@ class RegistrationMixin:
 
     def _check_meta_properties(self, cluster_id):
         """Kafka's meta.properties: a data dir belongs to one cluster and broker."""
-        os.makedirs(self.config.data_dir, exist_ok=True)
-        path = os.path.join(self.config.data_dir, META_PROPERTIES)
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as handle:
-                props = z.parse_properties(handle.read())
-            if props.get("cluster.id") and props["cluster.id"] != cluster_id:
-                raise ConfigError(
-                    f"data dir {self.config.data_dir} belongs to cluster {props['cluster.id']}, "
-                    f"but ZooKeeper at zookeeper.connect={self.hosts + self.chroot} holds "
-                    f"cluster {cluster_id}"
-                )
-            if props.get("broker.id") and int(props["broker.id"]) != self.broker_id:
-                raise ConfigError(
-                    f"data dir {self.config.data_dir} belongs to broker.id={props['broker.id']}, "
-                    f"not broker.id={self.broker_id}"
-                )
-            return
-        atomic_write(path, z.meta_properties(cluster_id, self.broker_id).encode())
+        check_meta_properties(
+            self.config.data_dir,
+            cluster_id,
+            self.broker_id,
+            ZOOKEEPER,
+            f"cluster {cluster_id} in ZooKeeper at zookeeper.connect={self.hosts + self.chroot}",
+        )
 
     def _register(self, wait):
         """Create our ephemeral /brokers/ids/<id>; an id held by another live

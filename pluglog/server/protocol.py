@@ -194,6 +194,7 @@ class KafkaServerProtocol(protocol.Protocol):
     def _bad_input(self, reason, header=None):
         # Logged once per connection (it is closed right after), at most
         # Throttle.burst per window across connections; SafeLogger escapes.
+        # A reason of None closes quietly (the caller logged it already).
         extra = ""
         if header is not None:
             client_id = "None" if header.client_id is None else f"'{header.client_id}'"
@@ -201,13 +202,14 @@ class KafkaServerProtocol(protocol.Protocol):
                 f" (api_key={header.api_key} api_version={header.api_version}"
                 f" correlation_id={header.correlation_id} client_id={client_id})"
             )
-        bad_input_throttle(self.broker.reactor)(
-            log.warn,
-            "closing connection from {peer}: {reason}{extra}",
-            peer=self.peer,
-            reason=reason,
-            extra=extra,
-        )
+        if reason is not None:
+            bad_input_throttle(self.broker.reactor)(
+                log.warn,
+                "closing connection from {peer}: {reason}{extra}",
+                peer=self.peer,
+                reason=reason,
+                extra=extra,
+            )
         self._closing = True
         self._buf = bytearray()
         if self._writer is not None:
