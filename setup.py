@@ -57,6 +57,9 @@ setup(
     extras_require={
         "test": [
             "pytest>=8",
+            # the suite runs on every core (scripts/install-and-test.sh: -n auto);
+            # conftest.py gives each worker its own ports
+            "pytest-xdist>=3.5",
             "sphinx>=7",
             "wheel",
             "setuptools>=61",

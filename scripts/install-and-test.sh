@@ -34,9 +34,12 @@ $PY -m pip install -q -e plugins/pluglog-spark
 # The audit plugin: a third-party package found through its entry point.
 $PY -m pip install -q -e plugins/pluglog-audit
 
-LINTED="pluglog tests bench twisted plugins/pluglog-spark plugins/pluglog-audit"
+LINTED="conftest.py pluglog tests bench twisted plugins/pluglog-spark plugins/pluglog-audit"
 $PY -m ruff check $LINTED
 $PY -m ruff format --check $LINTED
 # The layers of docs/architecture.rst (the contract is in pyproject.toml).
 lint-imports
-$PY -m pytest -q "$@"
+# Every core: each pytest-xdist worker has its own ZooKeeper, brokers, tmp
+# dirs and slice of ports (conftest.py). --dist loadfile keeps a module's
+# tests, and so its module-scoped broker, on one worker.
+$PY -m pytest -q -n auto --dist loadfile "$@"

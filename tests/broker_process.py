@@ -49,6 +49,9 @@ class BrokerProcess(ChildProcess):
 
     def __init__(self, data_dir, port=None, settings=None, extra_args=()):
         self.data_dir = str(data_dir)
+        #: a port free_port() picked may be taken before the broker binds it
+        #: (another test run on the machine); start() then picks another
+        self._port_picked = not port
         self.port = port or free_port()
         self.settings = {"group.initial.rebalance.delay.ms": "0", **(settings or {})}
         self.extra_args = list(extra_args)
@@ -82,7 +85,18 @@ class BrokerProcess(ChildProcess):
         os.makedirs(self.data_dir, exist_ok=True)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
-        return self._spawn(self.command(), self._listening, "listen", timeout, env=env, cwd=ROOT)
+        for attempt in range(3):
+            try:
+                return self._spawn(
+                    self.command(), self._listening, "listen", timeout, env=env, cwd=ROOT
+                )
+            except RuntimeError:
+                taken = "Address already in use" in self.log_since_start()
+                if not (taken and self._port_picked and attempt < 2):
+                    raise
+            self._close_log()
+            self.port = free_port()
+            self.log_path = os.path.join(self.data_dir, "..", f"broker-{self.port}.log")
 
     def run_until_exit(self, timeout=20):
         """Run the broker expecting it to exit on its own (a refused start);
@@ -106,6 +120,10 @@ class BrokerProcess(ChildProcess):
         return Exited(proc.returncode, out, err)
 
     def _listening(self):
+        # The broker's own word first: a port that accepts connections may
+        # belong to some other process while this one fails to bind it.
+        if " listening on " not in self.log_since_start():
+            return False
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
                 return True

@@ -7,12 +7,16 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from twisted.internet import defer, reactor, task
 from twisted.trial import unittest
 
 from pluglog.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 from tests.cluster import Cluster
 from tests.zookeeper import ZooKeeperProcess, new_chroot
+
+# its own ZooKeeper and three brokers, started in setUp, not by a fixture
+pytestmark = pytest.mark.cluster
 
 COUNT = 3000
 

@@ -8,9 +8,13 @@ import subprocess
 import sys
 import time
 
+import pytest
 from kazoo.client import KazooClient
 
 from tests.broker_process import ROOT
+
+# its own ZooKeeper and brokers, started by the command, not by a fixture
+pytestmark = pytest.mark.cluster
 
 
 def _listening(address):

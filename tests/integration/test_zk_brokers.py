@@ -69,16 +69,19 @@ def test_restart_right_after_sigkill_waits_for_its_own_old_session(tmp_path, zk,
     """The killed broker's ephemeral registration lives until its session
     expires; the same data dir's next start waits for that, not exits
     (issue 21, defect 2). Another data dir's broker with the id still fails."""
-    broker = zk_broker(tmp_path, zk_connect, 1)
+    # The restart must reach ZooKeeper before the killed broker's session
+    # expires: 8 s leaves room for a slow start on a loaded machine (4 s did not).
+    settings = {"zookeeper.session.timeout.ms": "8000"}
+    broker = zk_broker(tmp_path, zk_connect, 1, **settings)
     broker.start()
     old_session = zk.exists("/brokers/ids/1").ephemeralOwner
     assert (tmp_path / "data-1" / "zookeeper.session").read_text().strip() == f"{old_session:x}"
     broker.kill()
     assert zk.exists("/brokers/ids/1").ephemeralOwner == old_session
-    again = zk_broker(tmp_path, zk_connect, 1)
+    again = zk_broker(tmp_path, zk_connect, 1, **settings)
     try:
         again.start(timeout=30)
-        assert f"previous ZooKeeper session 0x{old_session:x}; waiting up to 9s" in again.log()
+        assert f"previous ZooKeeper session 0x{old_session:x}; waiting up to 13s" in again.log()
         assert zk.exists("/brokers/ids/1").ephemeralOwner not in (0, old_session)
     finally:
         again.stop()
