@@ -2,6 +2,13 @@
 
 from setuptools import Extension, find_packages, setup
 
+
+def _requirements(path):
+    with open(path, encoding="utf-8") as handle:
+        lines = (line.split("#", 1)[0].strip() for line in handle)
+        return [line for line in lines if line]
+
+
 setup(
     name="pluglog",
     version="0.1.0",
@@ -13,7 +20,7 @@ setup(
     packages=find_packages(include=["pluglog", "pluglog.*"]) + ["twisted.plugins"],
     package_data={"twisted.plugins": ["pluglog_tap.py"]},
     # The produce-time record walk in C; optional: without a compiler the
-    # broker falls back to aiokafka's Cython iterator (pluglog/broker/validation.py).
+    # broker uses the pure-Python reference walk (pluglog/broker/validation.py).
     # The Twisted client's per-record encode/decode in C, optional too: without
     # it pluglog.client uses the Python codec (pluglog/protocol/records.py).
     ext_modules=[
@@ -33,59 +40,11 @@ setup(
             optional=True,
         ),
     ],
-    install_requires=[
-        "twisted>=24.0",
-        "zope.interface>=6.0",
-        "pluggy>=1.5",
-        "crc32c>=2.4",
-        "crcmod>=1.7",
-        "kazoo>=2.10",
-        "fastavro>=1.9",
-        # produce-time record validation: the C record walk and the codecs
-        "aiokafka>=0.12",
-        "python-snappy>=0.7",
-        "lz4>=4.0",
-        "zstandard>=0.22",
-        "cramjam>=2.8",
-        # security: TLS listeners (Twisted's TLS needs pyOpenSSL + service-identity),
-        # PEM certificates and SCRAM (RFC 5802/7677)
-        "pyOpenSSL>=24.0",
-        "service-identity>=24.1",
-        "cryptography>=42",
-        "scramp>=1.4",
-    ],
+    # requirements.txt: what the broker imports; requirements-test.txt: the
+    # suite's clients and checks ([tool.deptry] in pyproject.toml checks both).
+    install_requires=_requirements("requirements.txt"),
     extras_require={
-        "test": [
-            "pytest>=8",
-            # the suite runs on every core (scripts/install-and-test.sh: -n auto);
-            # conftest.py gives each worker its own ports
-            "pytest-xdist>=3.5",
-            "sphinx>=7",
-            "wheel",
-            "setuptools>=61",
-            "ruff>=0.6",
-            # the layers contract in pyproject.toml (lint-imports) and the
-            # import-cycle test (grimp, which import-linter brings)
-            "import-linter>=2.1",
-            "confluent-kafka>=2.6",
-            # confluent_kafka.schema_registry's imports (its [schemaregistry]
-            # extra pins a certifi newer than PyPI has): the interop tests.
-            "httpx2>=2.0",
-            "authlib>=1.8",
-            "cachetools>=5.5",
-            "attrs>=21.2",
-            "kafka-python>=3.0",
-            "aiokafka>=0.12",
-            "python-snappy>=0.7",
-            "cramjam>=2.8",
-            "lz4>=4.0",
-            "zstandard>=0.22",
-            "hypothesis>=6.100",
-            # The registry's optional JSON Schema provider and
-            # confluent_kafka.schema_registry.json_schema (interop tests).
-            "jsonschema>=4.18",
-            "referencing>=0.30",
-        ],
+        "test": _requirements("requirements-test.txt"),
         "jsonschema": ["jsonschema>=4.18"],
         "docs": ["sphinx>=7"],
     },

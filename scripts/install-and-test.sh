@@ -39,6 +39,9 @@ $PY -m ruff check $LINTED
 $PY -m ruff format --check $LINTED
 # The layers of docs/architecture.rst (the contract is in pyproject.toml).
 lint-imports
+# Runtime requirements (requirements.txt) = what the broker imports
+# ([tool.deptry] in pyproject.toml).
+deptry pluglog twisted
 # Every core: each pytest-xdist worker has its own ZooKeeper, brokers, tmp
 # dirs and slice of ports (conftest.py). --dist loadfile keeps a module's
 # tests, and so its module-scoped broker, on one worker.

@@ -43,6 +43,8 @@ runs them before a byte is written, so a refused batch writes nothing.
 import struct
 import zlib
 
+import cramjam
+
 from pluglog.errors import InvalidRecordError
 
 try:  # our C walk (setup.py builds it; optional)
@@ -114,8 +116,6 @@ def _raw_snappy_length(data, position):
 
 
 def _unsnappy(data, limit):
-    import snappy
-
     data = bytes(data)
     if data.startswith(b"\x82SNAPPY\x00"):  # xerial framing (Java, kafka-python)
         blocks = []
@@ -129,40 +129,50 @@ def _unsnappy(data, limit):
                 raise _error("xerial snappy block runs past the payload")
             blocks.append(data[position : position + length])
             position += length
-    else:
+    else:  # raw snappy (librdkafka)
         blocks = [data]
+    # Each raw block states its length up front: a bomb is refused unread.
     total = sum(_raw_snappy_length(block, 0) for block in blocks)
     if total > limit:
         raise _too_big(limit)
-    return b"".join(snappy.decompress(block) for block in blocks)
+    return b"".join(bytes(cramjam.snappy.decompress_raw(block)) for block in blocks)
+
+
+#: the first output buffer of a bounded LZ4 or zstd decompression, as a
+#: multiple of the compressed size (client batches compress 2-10 times)
+_FIRST_GUESS = 16
+
+
+def _bounded(codec, data, limit):
+    """Decompress into buffers that grow 8 times per try up to ``limit`` + 1
+    bytes, so a payload that inflates past ``limit`` is stopped there.
+    cramjam writes into a given buffer and fails when it is full."""
+    data = bytes(data)
+    size = min(limit + 1, max(1 << 16, len(data) * _FIRST_GUESS))
+    while True:
+        out = bytearray(size)
+        try:
+            written = codec.decompress_into(data, out)
+        except cramjam.DecompressionError as exc:
+            if size <= limit:  # full, or damaged: a bigger buffer tells which
+                size = min(limit + 1, size * 8)
+                continue
+            if "failed to write whole buffer" in str(exc):
+                raise _too_big(limit) from None
+            raise
+        if written > limit:
+            raise _too_big(limit)
+        if written < size:
+            return memoryview(out)[:written]
+        size = min(limit + 1, size * 8)  # exactly full: there may be more
 
 
 def _unlz4(data, limit):
-    import lz4.frame
-
-    inflater = lz4.frame.LZ4FrameDecompressor()
-    out = inflater.decompress(bytes(data), max_length=limit + 1)
-    if len(out) > limit or inflater.needs_input is False and not inflater.eof:
-        raise _too_big(limit)
-    if not inflater.eof:
-        raise _error("lz4 frame is truncated")
-    return out
+    return _bounded(cramjam.lz4, data, limit)
 
 
 def _unzstd(data, limit):
-    import zstandard
-
-    reader = zstandard.ZstdDecompressor().stream_reader(bytes(data), read_across_frames=True)
-    out = []
-    total = 0
-    while True:
-        chunk = reader.read(min(1 << 20, limit + 1 - total))
-        if not chunk:
-            return b"".join(out)
-        total += len(chunk)
-        out.append(chunk)
-        if total > limit:
-            raise _too_big(limit)
+    return _bounded(cramjam.zstd, data, limit)
 
 
 _DECOMPRESSORS = {1: _gunzip, 2: _unsnappy, 3: _unlz4, 4: _unzstd}

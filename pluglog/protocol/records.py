@@ -6,15 +6,19 @@ and compaction use it. The broker's produce and fetch paths must not: they
 work on batch headers only (:mod:`pluglog.storage.records`), because decoding
 records costs Python work per record.
 
-Codec libraries are optional imports (python-snappy, lz4, zstandard); using a
-codec whose library is missing raises :class:`UnsupportedCodecError` naming
-the package to install. Snappy is written with xerial framing (as the Java
-client and kafka-python do) and read in both xerial and raw form.
+The codecs are Kafka's formats, all through cramjam (gzip through the
+standard library): gzip members; raw snappy blocks, written with xerial
+framing (as the Java client and kafka-python do) and read in both xerial and
+raw form; one LZ4 frame with independent blocks (the Java client decompresses
+each block on its own, so linked blocks over 64 KiB would not read there);
+zstd frames. An unknown codec id raises :class:`UnsupportedCodecError`.
 """
 
 import gzip
 import struct
 from typing import NamedTuple
+
+import cramjam
 
 from pluglog.errors import CorruptRecordError, InvalidRecordError
 from pluglog.protocol.crc import crc32c
@@ -35,7 +39,7 @@ _U32 = struct.Struct(">I")
 
 
 class UnsupportedCodecError(InvalidRecordError):
-    """A batch uses a compression codec whose library is not installed."""
+    """A batch names a compression codec that Kafka does not have (an id over 4)."""
 
 
 class Record(NamedTuple):
@@ -154,13 +158,12 @@ def decode_varlong(buf, position=0):
 # -- codecs -------------------------------------------------------------------
 
 
-def _require(module, package):
-    try:
-        return __import__(module, fromlist=["_"])
-    except ImportError:
-        raise UnsupportedCodecError(
-            f"the {module} codec needs the {package!r} package (pip install {package})"
-        ) from None
+def _lz4_frame(data):
+    # Independent blocks and no content checksum, as the Java client and
+    # kafka-python write them; cramjam.lz4.compress would link the blocks.
+    compressor = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
+    compressor.compress(data)
+    return bytes(compressor.finish())
 
 
 def compress(codec, data):
@@ -169,16 +172,15 @@ def compress(codec, data):
     if codec == COMPRESSION_GZIP:
         return gzip.compress(data)
     if codec == COMPRESSION_SNAPPY:
-        snappy = _require("snappy", "python-snappy")
         blocks = [_XERIAL_HEADER]
         for start in range(0, len(data), _XERIAL_BLOCK):
-            block = snappy.compress(data[start : start + _XERIAL_BLOCK])
-            blocks += [_U32.pack(len(block)), block]
+            block = cramjam.snappy.compress_raw(data[start : start + _XERIAL_BLOCK])
+            blocks += [_U32.pack(len(block)), bytes(block)]
         return b"".join(blocks)
     if codec == COMPRESSION_LZ4:
-        return _require("lz4.frame", "lz4").compress(data)
+        return _lz4_frame(data)
     if codec == COMPRESSION_ZSTD:
-        return _require("zstandard", "zstandard").ZstdCompressor().compress(data)
+        return bytes(cramjam.zstd.compress(data))
     raise UnsupportedCodecError(f"unknown compression codec {codec}")
 
 
@@ -190,24 +192,22 @@ def decompress(codec, data):
         if codec == COMPRESSION_GZIP:
             return gzip.decompress(data)
         if codec == COMPRESSION_SNAPPY:
-            snappy = _require("snappy", "python-snappy")
             if not data.startswith(_XERIAL_HEADER[:8]):
-                return snappy.decompress(data)
+                return bytes(cramjam.snappy.decompress_raw(data))
             out, position = [], 16
             while position < len(data):
                 (length,) = _U32.unpack_from(data, position)
                 position += 4
-                out.append(snappy.decompress(data[position : position + length]))
+                out.append(
+                    bytes(cramjam.snappy.decompress_raw(data[position : position + length]))
+                )
                 position += length
             return b"".join(out)
         if codec == COMPRESSION_LZ4:
-            return _require("lz4.frame", "lz4").decompress(data)
+            return bytes(cramjam.lz4.decompress(data))
         if codec == COMPRESSION_ZSTD:
-            zstd = _require("zstandard", "zstandard")
-            # decompressobj copes with frames that do not record their size.
-            return zstd.ZstdDecompressor().decompressobj().decompress(data)
-    except UnsupportedCodecError:
-        raise
+            # Frames that do not record their size (streaming writers) too.
+            return bytes(cramjam.zstd.decompress(data))
     except Exception as exc:
         raise CorruptRecordError(f"cannot decompress codec {codec}: {exc}") from exc
     raise UnsupportedCodecError(f"unknown compression codec {codec}")

@@ -31,6 +31,7 @@ import cramjam
 
 from pluglog.errors import CorruptRecordError, InvalidRecordError
 from pluglog.protocol.crc import crc32c
+from pluglog.protocol.records import compress as encode_codec
 from pluglog.protocol.records import decode_varlong
 from pluglog.storage.records import (
     ATTRIBUTES_OFFSET,
@@ -92,7 +93,8 @@ def compress(codec, data):
             blocks += [_U32.pack(len(block)), block]
         return b"".join(blocks)
     if codec == 3:
-        return bytes(cramjam.lz4.compress(data))
+        # pluglog.protocol.records' frame: independent blocks, as Java reads them
+        return encode_codec(3, data)
     if codec == 4:
         return bytes(cramjam.zstd.compress(data))
     raise InvalidRecordError(f"unknown compression codec {codec}")

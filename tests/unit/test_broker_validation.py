@@ -95,6 +95,43 @@ def _accepts(batch):
         return False
 
 
+def _kafka_python_builder():
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    return DefaultRecordBatchBuilder
+
+
+def _aiokafka_builder():
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    return DefaultRecordBatchBuilder
+
+
+@pytest.mark.parametrize("count", [3, 3000])  # 3000 records: several lz4 blocks and snappy chunks
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+@pytest.mark.parametrize("client", [_kafka_python_builder, _aiokafka_builder])
+def test_batches_compressed_by_client_libraries_pass(client, codec, count):
+    """Batches as kafka-python and aiokafka build them, with their own codec
+    code (xerial snappy; LZ4 frames; zstd frames), walk cleanly. librdkafka's
+    (raw snappy) go through the broker in tests/integration/test_clients.py."""
+    builder = client()(
+        magic=2,
+        compression_type=codec,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 22,
+    )
+    for i in range(count):
+        builder.append(
+            i, timestamp=1_700_000_000_000 + i, key=b"k%d" % i, value=b"v%d " % i * 8, headers=[]
+        )
+    batch = bytes(builder.build())
+    assert struct.unpack_from(">h", batch, 21)[0] & 0x07 == codec  # kept compressed
+    assert validate_records(batch, MAX) == count
+
+
 def test_the_c_walk_is_built_and_used():
     # setup.py builds it (pip install -e . / build_ext --inplace); without it
     # the broker is correct but slower, which the suite should notice.

@@ -10,6 +10,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from pluglog.errors import CorruptRecordError, InvalidRecordError
 from pluglog.protocol import records as rec
 from pluglog.protocol.records import Record, build_batch, iter_batches, parse_batch
+from pluglog.storage import compaction
 from pluglog.storage import records as hdr
 
 CODECS = [0, 1, 2, 3, 4]
@@ -161,19 +162,44 @@ def test_unknown_codec_is_a_clear_error():
         rec.decompress(1, b"not gzip")
 
 
-def test_missing_codec_library_is_a_clear_error(monkeypatch):
-    import builtins
+def _lz4_blocks(frame):
+    """The blocks of one LZ4 frame: ``(compressed, data)`` pairs."""
+    flg = frame[4]
+    position = 7 + (8 if flg & 0x08 else 0)  # magic, FLG, BD, [content size], HC
+    while True:
+        (size,) = struct.unpack_from("<I", frame, position)
+        position += 4
+        if size == 0:
+            return
+        stored = size & 0x7FFFFFFF
+        yield not size & 0x80000000, frame[position : position + stored]
+        position += stored + (4 if flg & 0x10 else 0)  # [block checksum]
 
-    real_import = builtins.__import__
 
-    def no_zstd(name, *args, **kwargs):
-        if name == "zstandard":
-            raise ImportError("no zstandard here")
-        return real_import(name, *args, **kwargs)
+def test_lz4_frames_have_independent_blocks_as_the_java_client_reads_them():
+    """Kafka's Lz4BlockInputStream decompresses every block of a frame on its
+    own (KIP-57); a frame whose blocks are linked does not read there once it
+    spans more than one 64 KiB block."""
+    payload = b"".join(b"record %d with some text; " % (i % 700) for i in range(20000))
+    check_independent_lz4_blocks(rec.compress(3, payload), payload)
+    # the log cleaner's recompression writes the same frames
+    check_independent_lz4_blocks(compaction.compress(3, payload), payload)
 
-    monkeypatch.setattr(builtins, "__import__", no_zstd)
-    with pytest.raises(rec.UnsupportedCodecError, match="pip install zstandard"):
-        rec.compress(4, b"x")
+
+def check_independent_lz4_blocks(frame, payload):
+    import lz4.block
+
+    flg = frame[4]
+    assert flg >> 6 == 1 and flg & 0x20  # version 01, blocks independent
+    assert not flg & 0x04  # no content checksum, as the Java client writes
+    blocks = list(_lz4_blocks(frame))
+    assert len(blocks) > 1
+    alone = [
+        lz4.block.decompress(data, uncompressed_size=64 << 10) if compressed else data
+        for compressed, data in blocks
+    ]
+    assert b"".join(alone) == payload
+    assert rec.decompress(3, frame) == payload
 
 
 @pytest.mark.parametrize("codec", CODECS)
