@@ -14,10 +14,12 @@ from pluglog.broker.partition import Partition
 from pluglog.broker.quotas import ClientQuotas
 from pluglog.broker.quotas import attach as attach_quotas
 from pluglog.errors import (
+    InvalidConfigError,
     InvalidRequestError,
     KafkaError,
     KafkaStorageError,
     NotLeaderOrFollowerError,
+    PluginError,
     UnknownTopicOrPartitionError,
 )
 from pluglog.serialization.validation import schema_check_for
@@ -44,7 +46,10 @@ class Broker:
         self.hook = registry.manager.hook
         self.storage = registry.build("storage", config.storage, config, reactor)
         self.coordinator = registry.build("coordinator", config.coordinator, config, reactor)
-        self.retention = registry.build("retention", "delete", config, reactor)
+        #: IRetentionPolicy providers by name (``retention.policy``), built on first use
+        self.retention_policies = {}
+        self._missing_policies = set()
+        self.retention = self.retention_policy(config.topic_defaults.retention_policy)
         self.partitions = {}
         self.topic_configs = {}
         self.node_id = config.broker_id
@@ -57,6 +62,25 @@ class Broker:
 
     def now_ms(self):
         return int(self.reactor.seconds() * 1000)
+
+    def retention_policy(self, name):
+        """The IRetentionPolicy provider called ``name`` (built once); raises
+        PluginError naming the value and the known names."""
+        policy = self.retention_policies.get(name)
+        if policy is None:
+            policy = self.registry.build("retention", name, self.config, self.reactor)
+            self.retention_policies[name] = policy
+        return policy
+
+    def check_topic_configs(self, configs):
+        """Raise InvalidConfigError when topic ``configs`` name a provider
+        that is not installed (CreateTopics, AlterConfigs)."""
+        name = configs.get("retention.policy")
+        if name is not None and str(name).strip() not in self.registry.names("retention"):
+            known = ", ".join(self.registry.names("retention"))
+            raise InvalidConfigError(
+                f"retention.policy: no retention policy named {name!r} (known: {known})"
+            )
 
     @defer.inlineCallbacks
     def start(self):
@@ -181,6 +205,10 @@ class Broker:
         """Create (or with ``validate_only`` just check) a topic; -1 means the
         broker's num.partitions / default.replication.factor. ``assignments``
         ({partition: [broker ids]}) replaces both, as in CreateTopics."""
+        try:
+            self.check_topic_configs(configs or {})
+        except KafkaError:
+            return defer.fail()
         if num_partitions == -1:
             num_partitions = self.config.num_partitions
         if replication_factor == -1:
@@ -209,7 +237,15 @@ class Broker:
         now = self.now_ms()
         deleted = 0
         for part in list(self.partitions.values()):
-            count = self.retention.segments_to_delete(part.log, part.config, now)
+            try:
+                policy = self.retention_policy(part.config.retention_policy)
+            except PluginError as exc:
+                # Installed when the topic was made, gone since: keep the data.
+                if part.config.retention_policy not in self._missing_policies:
+                    self._missing_policies.add(part.config.retention_policy)
+                    log.error("{topic}: no retention: {exc}", topic=part.topic, exc=exc)
+                continue
+            count = policy.segments_to_delete(part.log, part.config, now)
             if count:
                 part.log.delete_oldest_segments(count)
                 deleted += count

@@ -178,6 +178,7 @@ CHECK = """
     if "example-last" in registry.names("partitioner"):
         p = registry.build("partitioner", "example-last", BrokerConfig(), Clock())
         print(p.partition("t", None, 4), registry.plugin_of("partitioner", "example-last"))
+    print(sorted(registry.names("retention")))
 """
 
 
@@ -187,6 +188,7 @@ def test_entry_point_plugin_is_loaded_and_selected(installed_example):
     lines = result.stdout.splitlines()
     assert "'example-last'" in lines[0]
     assert lines[1] == "3 example"
+    assert lines[2] == "['delete', 'example-keep-two']"
 
 
 def test_autoload_can_be_disabled(installed_example):
