@@ -10,10 +10,12 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from pluglog.broker import dynamic_config, limits
+from pluglog.broker.capabilities import StorageChecks
 from pluglog.broker.partition import Partition
 from pluglog.broker.quotas import ClientQuotas
 from pluglog.broker.quotas import attach as attach_quotas
 from pluglog.errors import (
+    ConfigError,
     InvalidConfigError,
     InvalidRequestError,
     KafkaError,
@@ -22,6 +24,7 @@ from pluglog.errors import (
     PluginError,
     UnknownTopicOrPartitionError,
 )
+from pluglog.interfaces import IFlushableLog
 from pluglog.serialization.validation import schema_check_for
 from pluglog.storage.offline import OfflineLog
 
@@ -45,6 +48,10 @@ class Broker:
         self.reactor = reactor
         self.hook = registry.manager.hook
         self.storage = registry.build("storage", config.storage, config, reactor)
+        self.storage_checks = StorageChecks(
+            self.storage, config.storage, registry.plugin_of("storage", config.storage)
+        )
+        self._starting = True
         self.coordinator = registry.build("coordinator", config.coordinator, config, reactor)
         #: IRetentionPolicy providers by name (``retention.policy``), built on first use
         self.retention_policies = {}
@@ -94,6 +101,7 @@ class Broker:
         self.coordinator.add_listener(self._on_topic_event)
         for meta in self.coordinator.topics().values():
             self._open_topic(meta)
+        self._starting = False
         self.replicas.start()
         from pluglog.group import GroupCoordinator
 
@@ -125,12 +133,7 @@ class Broker:
             part = self.partitions.get(key)
             hosted = self.node_id in meta.replicas(index)
             if part is None and hosted:
-                try:
-                    plog = self.storage.open_log(meta.name, index, topic_config)
-                except (KafkaStorageError, OSError) as exc:
-                    # One unreadable partition must not stop the broker.
-                    plog = OfflineLog(meta.name, index, str(exc))
-                    log.error("{p} is offline: {reason}", p=plog, reason=str(exc))
+                plog = self._open_log(meta, index, topic_config)
                 part = Partition(
                     meta.name,
                     index,
@@ -150,10 +153,28 @@ class Broker:
                 self._drop_partition(key)
             elif part is not None:
                 part.config = topic_config
-                if hasattr(part.log, "update_config"):
-                    part.log.update_config(topic_config)
+                part.log.update_config(topic_config)
             if part is not None and hosted:
                 part.schema_check = schema_check_for(self, meta.name, topic_config)
+
+    def _open_log(self, meta, index, topic_config):
+        """The partition's log, checked for what the topic needs; an
+        OfflineLog when it cannot be opened. A log lacking a capability the
+        topic needs stops the broker at start, and is offline (one error
+        line) when the topic appears later."""
+        try:
+            plog = self.storage.open_log(meta.name, index, topic_config)
+            self.storage_checks.opened(plog, meta.name, topic_config, len(meta.replicas(index)))
+        except PluginError as exc:
+            if self._starting:
+                raise
+            plog = OfflineLog(meta.name, index, str(exc))
+            log.error("{p} is offline: {reason}", p=plog, reason=str(exc))
+        except (KafkaStorageError, OSError) as exc:
+            # One unreadable partition must not stop the broker.
+            plog = OfflineLog(meta.name, index, str(exc))
+            log.error("{p} is offline: {reason}", p=plog, reason=str(exc))
+        return plog
 
     def _drop_partition(self, key):
         part = self.partitions.pop(key)
@@ -205,14 +226,21 @@ class Broker:
         """Create (or with ``validate_only`` just check) a topic; -1 means the
         broker's num.partitions / default.replication.factor. ``assignments``
         ({partition: [broker ids]}) replaces both, as in CreateTopics."""
-        try:
-            self.check_topic_configs(configs or {})
-        except KafkaError:
-            return defer.fail()
         if num_partitions == -1:
             num_partitions = self.config.num_partitions
         if replication_factor == -1:
             replication_factor = self.config.default_replication_factor
+        try:
+            self.check_topic_configs(configs or {})
+            try:
+                effective = self.config.topic_defaults.with_overrides(configs or {})
+            except ConfigError:
+                effective = None  # the coordinator answers INVALID_CONFIG
+            if effective is not None:
+                most = max(map(len, assignments.values())) if assignments else replication_factor
+                self.storage_checks.new_topic(name, effective, most)
+        except KafkaError:
+            return defer.fail()
         if num_partitions > 0:
             try:
                 limits.check_new_partitions(self, num_partitions)
@@ -262,9 +290,8 @@ class Broker:
         if self.config.fsync != "interval":
             return
         for part in list(self.partitions.values()):
-            maybe = getattr(part.log, "maybe_flush", None)
-            if maybe is not None:
-                maybe(self.now_ms())
+            if IFlushableLog.providedBy(part.log):
+                part.log.maybe_flush(self.now_ms())
 
     def checkpoint(self):
         self.storage.flush_all()
