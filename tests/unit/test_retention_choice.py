@@ -1,6 +1,7 @@
 """Retention policies are chosen by name: ``--retention``, ``log.retention.policy``
 and the per-topic ``retention.policy``; a registered third-party policy is used."""
 
+import contextlib
 import sys
 
 import pytest
@@ -17,8 +18,9 @@ from tests.unit.test_plugins import EXAMPLE
 from tests.unit.test_storage_segments import make_batch
 
 
-@pytest.fixture
-def example():
+@contextlib.contextmanager
+def example_plugin():
+    """The example third-party plugin module (tests/data/example_plugin)."""
     sys.path.insert(0, EXAMPLE)
     try:
         import pluglog_example
@@ -27,6 +29,12 @@ def example():
     finally:
         sys.path.remove(EXAMPLE)
         sys.modules.pop("pluglog_example", None)
+
+
+@pytest.fixture
+def example():
+    with example_plugin() as module:
+        yield module
 
 
 def _broker(tmp_path, plugins=(), **settings):
