@@ -552,6 +552,12 @@ class BrokerConfig:
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
 
+    def plugin_section(self, name):
+        """The keys of the config file's ``[name]`` section (a plugin's own
+        settings), as a new ``{key: str}`` dict; empty when there is none.
+        The one API plugins read their configuration through."""
+        return dict(self.plugin_sections.get(name, {}))
+
 
 def parse_settings(settings, base=None):
     """Apply Kafka-named ``settings`` ({key: str}) to ``base`` (a BrokerConfig).

@@ -7,12 +7,14 @@ __all__ = ["SqliteLog", "SqliteStorage", "make_sqlite_storage"]
 
 
 def make_sqlite_storage(config, reactor):
-    """The provider: databases under ``<data-dir>/sqlite``, ``--fsync`` policy."""
+    """The provider: databases under ``<data-dir>/sqlite`` (or the config
+    file's ``[sqlite] directory``), with the ``--fsync`` policy."""
     import os
 
-    return SqliteStorage(
-        os.path.join(config.data_dir, "sqlite"), config.topic_defaults, config.fsync
-    )
+    directory = config.plugin_section("sqlite").get("directory")
+    if not directory:
+        directory = os.path.join(config.data_dir, "sqlite")
+    return SqliteStorage(directory, config.topic_defaults, config.fsync)
 
 
 @hookimpl
