@@ -79,15 +79,21 @@ class Broker:
             self.retention_policies[name] = policy
         return policy
 
-    def check_topic_configs(self, configs):
-        """Raise InvalidConfigError when topic ``configs`` name a provider
-        that is not installed (CreateTopics, AlterConfigs)."""
+    def check_topic_configs(self, configs, topic="", replication_factor=1):
+        """Raise a KafkaError when topic ``configs`` name a provider that is
+        not installed, or need a capability the storage lacks (CreateTopics,
+        AlterConfigs). Malformed values are left to the coordinator."""
         name = configs.get("retention.policy")
         if name is not None and str(name).strip() not in self.registry.names("retention"):
             known = ", ".join(self.registry.names("retention"))
             raise InvalidConfigError(
                 f"retention.policy: no retention policy named {name!r} (known: {known})"
             )
+        try:
+            effective = self.config.topic_defaults.with_overrides(configs)
+        except ConfigError:
+            return  # the coordinator answers INVALID_CONFIG
+        self.storage_checks.new_topic(topic, effective, replication_factor)
 
     @defer.inlineCallbacks
     def start(self):
@@ -230,15 +236,9 @@ class Broker:
             num_partitions = self.config.num_partitions
         if replication_factor == -1:
             replication_factor = self.config.default_replication_factor
+        most = max(map(len, assignments.values())) if assignments else replication_factor
         try:
-            self.check_topic_configs(configs or {})
-            try:
-                effective = self.config.topic_defaults.with_overrides(configs or {})
-            except ConfigError:
-                effective = None  # the coordinator answers INVALID_CONFIG
-            if effective is not None:
-                most = max(map(len, assignments.values())) if assignments else replication_factor
-                self.storage_checks.new_topic(name, effective, most)
+            self.check_topic_configs(configs or {}, name, most)
         except KafkaError:
             return defer.fail()
         if num_partitions > 0:

@@ -104,6 +104,7 @@ class LogCleaner(service.Service):
         self._timer = None
         self._in_progress = set()
         self._horizons = {}  # (topic, partition) -> earliest tombstone expiry
+        self._cannot_compact = set()  # logged once each
         self.stats = {"passes": 0, "bytes_read": 0, "bytes_written": 0, "records_removed": 0}
         self.last_results = []
         self._checkpoint_path = os.path.join(broker.config.data_dir, CLEANER_CHECKPOINT)
@@ -221,9 +222,19 @@ class LogCleaner(service.Service):
         now = self.broker.now_ms()
         for part in list(self.broker.partitions.values()):
             plog = part.log
-            if ISegmentFilesLog.providedBy(plog) or not ICompactableLog.providedBy(plog):
+            if ISegmentFilesLog.providedBy(plog) or not is_compacted(part.config) or plog.closed:
                 continue
-            if not is_compacted(part.config) or plog.closed:
+            if not ICompactableLog.providedBy(plog):
+                # Made compacted after it was opened (AlterConfigs elsewhere): say so.
+                if (part.topic, part.index) not in self._cannot_compact:
+                    self._cannot_compact.add((part.topic, part.index))
+                    log.error(
+                        "{topic}-{partition} is compacted but its log ({cls}) does not "
+                        "provide ICompactableLog: it is not compacted",
+                        topic=part.topic,
+                        partition=part.index,
+                        cls=type(plog).__name__,
+                    )
                 continue
             removed = plog.compact(now)
             self.stats["passes"] += 1

@@ -1,6 +1,7 @@
 """The storage contract is the interfaces: exact signatures checked when a
 log is opened, capabilities declared and checked with ``providedBy``."""
 
+import dataclasses
 import os
 import re
 import types
@@ -167,3 +168,46 @@ def test_broker_never_duck_types_logs_or_storages():
                 if name.endswith(".py"):
                     text = open(os.path.join(dirpath, name), encoding="utf-8").read()
                     assert not pattern.search(text), os.path.join(dirpath, name)
+
+
+def test_alter_to_compact_refused_and_a_stray_one_is_logged(tmp_path):
+    from twisted.logger import globalLogPublisher
+
+    from pluglog.errors import INVALID_CONFIG
+    from pluglog.protocol.headers import RequestHeader
+    from pluglog.server.handlers import RequestContext
+    from pluglog.server.handlers.admin import handle_incremental_alter_configs
+
+    broker = _broker(tmp_path, _storage_plugin(PlainLog))
+    broker.start()
+    broker.create_topic("t", 1)
+    body = {
+        "resources": [
+            {
+                "resource_type": 2,
+                "resource_name": "t",
+                "configs": [{"name": "cleanup.policy", "config_operation": 0, "value": "compact"}],
+            }
+        ],
+        "validate_only": False,
+    }
+    ctx = RequestContext(broker, RequestHeader(44, 0, 1, "test", 0), "peer")
+    out = []
+    handle_incremental_alter_configs(ctx, body).addBoth(out.append)
+    (entry,) = out[0]["responses"]
+    assert entry["error_code"] == INVALID_CONFIG and "ICompactingStorage" in entry["error_message"]
+    # Compacted behind the broker's back (another broker's AlterConfigs): logged, once.
+    meta = dataclasses.replace(
+        broker.coordinator.topics()["t"], configs={"cleanup.policy": "compact"}
+    )
+    broker._open_topic(meta)
+    events = []
+    globalLogPublisher.addObserver(events.append)
+    try:
+        cleaner = LogCleaner(broker, runner=_inline_runner)
+        cleaner.run_once()
+        cleaner.run_once()
+    finally:
+        globalLogPublisher.removeObserver(events.append)
+    errors = [e for e in events if "ICompactableLog" in e.get("log_format", "")]
+    assert len(errors) == 1
