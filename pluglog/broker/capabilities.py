@@ -1,10 +1,11 @@
 """What a topic needs of the storage provider, checked by interface, never by duck typing.
 
 Every log the storage opens is verified once per class against
-:class:`~pluglog.interfaces.IPartitionLog` (names, attributes and method
-signatures, zope's ``verifyObject``). Optional capabilities are declared:
-a compacted topic (``cleanup.policy`` lists ``compact``, as
-``__consumer_offsets`` does) needs a storage declaring
+:class:`~pluglog.interfaces.IPartitionLog` and each optional interface it
+declares (names, attributes and method signatures, zope's
+``verifyObject``). Optional capabilities are declared: a compacted topic
+(``cleanup.policy`` lists ``compact``, as ``__consumer_offsets`` does) needs
+a storage declaring
 :class:`~pluglog.interfaces.ICompactingStorage` and logs providing
 :class:`~pluglog.interfaces.ICompactableLog`; a replicated topic
 (replication factor above 1) needs
@@ -19,11 +20,16 @@ from pluglog.errors import InvalidConfigError, InvalidReplicationFactorError, Pl
 from pluglog.interfaces import (
     ICompactableLog,
     ICompactingStorage,
+    IDirectoryLog,
+    IFlushableLog,
     IPartitionLog,
     IReplicatedLog,
     IReplicatingStorage,
 )
 from pluglog.registry import verify_provider
+
+#: capabilities a log may declare; each declared one is verified like the base
+OPTIONAL_LOG_INTERFACES = (IFlushableLog, IReplicatedLog, ICompactableLog, IDirectoryLog)
 
 
 def is_compacted(topic_config):
@@ -60,7 +66,9 @@ class StorageChecks:
         topic needs; its class is verified against IPartitionLog once."""
         cls = type(plog)
         if cls not in self._verified:
-            verify_provider(self.plugin, IPartitionLog, plog, f"{self.name} log")
+            for interface in (IPartitionLog, *OPTIONAL_LOG_INTERFACES):
+                if interface is IPartitionLog or interface.providedBy(plog):
+                    verify_provider(self.plugin, interface, plog, f"{self.name} log")
             self._verified.add(cls)
         if is_compacted(topic_config) and not ICompactableLog.providedBy(plog):
             raise PluginError(

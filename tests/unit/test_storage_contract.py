@@ -211,3 +211,20 @@ def test_alter_to_compact_refused_and_a_stray_one_is_logged(tmp_path):
         globalLogPublisher.removeObserver(events.append)
     errors = [e for e in events if "ICompactableLog" in e.get("log_format", "")]
     assert len(errors) == 1
+
+
+def test_a_declared_capability_is_verified_too(tmp_path):
+    from pluglog.interfaces import ICompactableLog
+
+    @implementer_only(IPartitionLog, ICompactableLog)
+    class BadCompact(MemoryPartitionLog):
+        def compact(self):  # the interface says compact(now_ms)
+            return 0
+
+    plugin = _storage_plugin(BadCompact, (ICompactingStorage,))
+    broker = _broker(tmp_path, plugin)
+    broker.start()
+    broker.create_topic("t", 1)
+    failure = _started(_broker(tmp_path, plugin))
+    assert failure.check(PluginError)
+    assert "ICompactableLog" in str(failure.value) and "compact(now_ms)" in str(failure.value)
