@@ -422,26 +422,12 @@ class SegmentPartitionLog(BasePartitionLog):
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
 
-    #: keys one :meth:`compact` pass maps (the cleaner's dedupe buffer, 128 MiB)
-    COMPACT_MAP_ENTRIES = 4_000_000
-
     def compact(self, now_ms):
         """ICompactableLog: one cleaner pass inline (the broker's log cleaner
         runs the same pass in a worker process instead)."""
-        from pluglog.storage.cleaner import clean, plan_clean
-        from pluglog.storage.swap import swap_in
+        from pluglog.storage.swap import compact_inline
 
-        found = plan_clean(self, self.config, self._first_dirty, now_ms, self.COMPACT_MAP_ENTRIES)
-        if found is None:
-            return 0
-        result = clean(found[0])
-        for group in result.groups:
-            segment = swap_in(self, group)
-            if group.dirty:
-                os.utime(segment.log_path, ns=(now_ms * 1_000_000, now_ms * 1_000_000))
-        self._directory_dirty = True
-        self._first_dirty = result.end_offset
-        return result.records_removed
+        return compact_inline(self, now_ms)
 
     def _scan_directory(self):
         """Finish or undo an interrupted cleaner swap (:mod:`pluglog.storage.swap`),
