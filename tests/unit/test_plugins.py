@@ -212,3 +212,22 @@ def test_a_broken_installed_plugin_package_is_named(tmp_path, monkeypatch):
     assert "'pluglog-broken-demo'" in message
     assert "no_such_module_xyz" in message
     assert "PLUGLOG_DISABLE_PLUGIN_AUTOLOAD=1" in message
+
+
+def test_wrong_signature_is_refused_in_one_line():
+    @implementer(IPartitioner)
+    class TwoArgs:
+        def partition(self, topic, key):  # lacks num_partitions
+            return 0
+
+    plugin = types.SimpleNamespace(
+        pluglog_register_partitioners=hookimpl(lambda: {"two-args": lambda c, r: TwoArgs()})
+    )
+    registry = _registry(plugin)
+    with pytest.raises(PluginError) as info:
+        registry.build("partitioner", "two-args", BrokerConfig(), Clock())
+    message = str(info.value)
+    assert "\n" not in message
+    assert repr(registry.plugin_of("partitioner", "two-args")) in message
+    assert "IPartitioner" in message and "'partition'" in message
+    assert "partition(topic, key, num_partitions)" in message
