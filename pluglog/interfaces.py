@@ -249,20 +249,29 @@ class IPartitioner(Interface):
 
 
 class IRetentionPolicy(Interface):
-    """Decides which old segments of a log may be deleted."""
+    """Decides which old segments of a log may be deleted.
+
+    Chosen by name: ``retention.policy`` per topic, ``log.retention.policy``
+    / ``--retention`` for the rest (built-in: ``delete``)."""
 
     def segments_to_delete(log, topic_config, now_ms):
-        """Return how many of the oldest segments of ``log`` to delete."""
+        """Return how many of the oldest segments of ``log`` (an
+        IPartitionLog; use ``log.segment_infos()`` and ``log.size_bytes``)
+        to delete, never counting the active one. The broker calls it every
+        ``log.retention.check.interval.ms`` for each hosted partition with
+        the topic's TopicConfig, then ``log.delete_oldest_segments(count)``."""
 
 
 class ISerializer(Interface):
     """Turns application values into record bytes and back."""
 
     def serialize(topic, value):
-        """Return bytes for ``value``."""
+        """Return bytes for ``value``; ``None`` may stay ``None`` (a
+        tombstone, as Kafka's serializers keep it)."""
 
     def deserialize(topic, data):
-        """Return the value encoded in ``data`` (bytes)."""
+        """Return the value encoded in ``data`` (bytes, or ``None`` for a
+        null value)."""
 
 
 class ISchemaRegistry(Interface):
