@@ -88,6 +88,15 @@ def _string(key, value):
     return str(value)
 
 
+def _provider_name(key, value):
+    """A plugin provider's name (``retention.policy``): checked against the
+    registry by the broker, which knows the installed plugins."""
+    text = str(value).strip()
+    if not text or not all(c.isalnum() or c in "_-." for c in text):
+        raise ConfigError(f"{key}: {value!r} is not a provider name")
+    return text
+
+
 def _ratio(key, value):
     try:
         number = float(str(value).strip())
@@ -156,6 +165,8 @@ TOPIC_KEYS = {
     "retention.ms": ("retention_ms", _int_parser(-1), 604800000, "log.retention.ms"),
     "retention.bytes": ("retention_bytes", _int_parser(-1), -1, "log.retention.bytes"),
     "cleanup.policy": ("cleanup_policy", _cleanup_policy, "delete", "log.cleanup.policy"),
+    # pluglog's own key (Kafka has none): the IRetentionPolicy provider by name.
+    "retention.policy": ("retention_policy", _provider_name, "delete", "log.retention.policy"),
     "max.message.bytes": (
         "max_message_bytes",
         _int_parser(0),
@@ -259,6 +270,7 @@ class TopicConfig:
     retention_ms: int = 604800000
     retention_bytes: int = -1
     cleanup_policy: str = "delete"
+    retention_policy: str = "delete"
     max_message_bytes: int = 1048588
     flush_messages: int = _INT64_MAX
     flush_ms: int = _INT64_MAX
@@ -539,6 +551,12 @@ class BrokerConfig:
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
+
+    def plugin_section(self, name):
+        """The keys of the config file's ``[name]`` section (a plugin's own
+        settings), as a new ``{key: str}`` dict; empty when there is none.
+        The one API plugins read their configuration through."""
+        return dict(self.plugin_sections.get(name, {}))
 
 
 def parse_settings(settings, base=None):

@@ -33,8 +33,10 @@ $PY -m pip install -q pyspark pyarrow
 $PY -m pip install -q -e plugins/pluglog-spark
 # The audit plugin: a third-party package found through its entry point.
 $PY -m pip install -q -e plugins/pluglog-audit
+# The SQLite storage plugin: a second storage provider, selected by name.
+$PY -m pip install -q -e plugins/pluglog-sqlite
 
-LINTED="conftest.py pluglog tests bench twisted plugins/pluglog-spark plugins/pluglog-audit"
+LINTED="conftest.py pluglog tests bench twisted plugins/pluglog-spark plugins/pluglog-audit plugins/pluglog-sqlite"
 $PY -m ruff check $LINTED
 $PY -m ruff format --check $LINTED
 # The layers of docs/architecture.rst (the contract is in pyproject.toml).
@@ -42,6 +44,8 @@ lint-imports
 # Runtime requirements (requirements.txt) = what the broker imports
 # ([tool.deptry] in pyproject.toml).
 deptry pluglog twisted
+# Types of the layers other code builds on (the files are in pyproject.toml).
+$PY -m mypy
 # Every core: each pytest-xdist worker has its own ZooKeeper, brokers, tmp
 # dirs and slice of ports (conftest.py). --dist loadfile keeps a module's
 # tests, and so its module-scoped broker, on one worker.

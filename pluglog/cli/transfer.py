@@ -19,7 +19,7 @@ from pluglog.cli.common import CliError, check, partitions_of
 from pluglog.cli.progress import Progress
 from pluglog.cli.routing import router
 from pluglog.cli.topics import end_offsets
-from pluglog.protocol.records import CODEC_NAMES, Record, build_batch, iter_records
+from pluglog.protocol.records import CODEC_NAMES, Record, batches_end, build_batch, iter_records
 
 
 def add_parsers(sub, positive):
@@ -183,6 +183,10 @@ def _consume_loop(client, args, partitions, positions, stop_at, out, progress):
                 if args.max_messages and printed >= args.max_messages:
                     out.flush()
                     return
+            # Compaction leaves batches whose last records are gone: move past
+            # the whole batches fetched, or the next fetch returns them again.
+            end = batches_end(part["records"] or b"", positions[index])
+            positions[index] = min(end, stop_at[index]) if stop_at else end
         out.flush()
         progress.add(printed - progress.records)
         if got_any:

@@ -37,11 +37,17 @@ from bisect import bisect_right
 from functools import partial
 
 from twisted.logger import Logger
-from zope.interface import implementer
+from zope.interface import Attribute, implementer
 
 from pluglog.errors import KafkaStorageError, OffsetOutOfRangeError
 from pluglog.fileutil import fsync_directory
-from pluglog.interfaces import IPartitionLog
+from pluglog.interfaces import (
+    ICompactableLog,
+    IDirectoryLog,
+    IFlushableLog,
+    IPartitionLog,
+    IReplicatedLog,
+)
 from pluglog.storage.filenames import DELETED_SUFFIX, LOG_SUFFIX, TMP_SUFFIX, parse_segment_file
 from pluglog.storage.records import (
     AppendInfo,
@@ -54,6 +60,15 @@ from pluglog.storage.segment import MAX_RELATIVE_OFFSET, LogSegment
 
 _log = Logger()
 
+
+class ISegmentFilesLog(IDirectoryLog):
+    """Built-in only, not a plugin contract: a log of Kafka segment files
+    that the broker's log cleaner compacts in worker processes by path
+    (:mod:`pluglog.storage.cleaner`, :mod:`pluglog.storage.swap`)."""
+
+    segments = Attribute("the LogSegment objects, oldest first, the active one last")
+
+
 FSYNC_NEVER = "never"
 FSYNC_INTERVAL = "interval"
 FSYNC_ALWAYS = "always"
@@ -65,9 +80,6 @@ class BasePartitionLog:
     Subclasses provide ``_new_segment(base_offset, now_ms)`` and may override
     ``_sync_directory()``.
     """
-
-    #: True only for storage.offline.OfflineLog (a log that could not be opened).
-    offline = False
 
     def __init__(self, topic, partition, config, reactor=None, fsync=FSYNC_INTERVAL):
         if fsync not in (FSYNC_NEVER, FSYNC_INTERVAL, FSYNC_ALWAYS):
@@ -115,11 +127,6 @@ class BasePartitionLog:
         self._bases = [segment.base_offset for segment in segments]
 
     # -- append -------------------------------------------------------------
-
-    #: :meth:`append` takes ``answer`` (see there). A storage provider's log
-    #: without this attribute is called without it, and the caller answers
-    #: once ``append`` returns.
-    answers_early = True
 
     def append(self, batches, now_ms, leader_epoch=0, answer=None):
         """Append a client's batches; return their :class:`AppendInfo`.
@@ -372,7 +379,7 @@ class BasePartitionLog:
         self.closed = True
 
 
-@implementer(IPartitionLog)
+@implementer(IPartitionLog, IFlushableLog, IReplicatedLog, ICompactableLog, ISegmentFilesLog)
 class SegmentPartitionLog(BasePartitionLog):
     """IPartitionLog over segment files in ``directory``.
 
@@ -400,6 +407,7 @@ class SegmentPartitionLog(BasePartitionLog):
         super().__init__(topic, partition, config, reactor, fsync)
         self.directory = directory
         self.open_segments = open_segments
+        self._first_dirty = 0  # compact()'s own; the broker's cleaner keeps a checkpoint
         try:
             os.makedirs(directory, exist_ok=True)
             bases = self._scan_directory()
@@ -413,6 +421,13 @@ class SegmentPartitionLog(BasePartitionLog):
         self._recover(recovery_point, clean)
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+
+    def compact(self, now_ms):
+        """ICompactableLog: one cleaner pass inline (the broker's log cleaner
+        runs the same pass in a worker process instead)."""
+        from pluglog.storage.swap import compact_inline
+
+        return compact_inline(self, now_ms)
 
     def _scan_directory(self):
         """Finish or undo an interrupted cleaner swap (:mod:`pluglog.storage.swap`),

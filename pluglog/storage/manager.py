@@ -40,7 +40,7 @@ from zope.interface import implementer
 from pluglog.config import TopicConfig
 from pluglog.errors import KafkaStorageError
 from pluglog.fileutil import atomic_write, fsync_directory
-from pluglog.interfaces import ILogStorage
+from pluglog.interfaces import ICompactingStorage, IReplicatingStorage
 from pluglog.storage.filenames import (
     CLEAN_SHUTDOWN_FILE,
     DELETED_SUFFIX,
@@ -92,7 +92,7 @@ def write_checkpoint(path, entries):
     atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
 
 
-@implementer(ILogStorage)
+@implementer(ICompactingStorage, IReplicatingStorage)
 class SegmentLogStorage:
     """ILogStorage over segment files in ``data_dir``."""
 

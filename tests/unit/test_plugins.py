@@ -178,6 +178,7 @@ CHECK = """
     if "example-last" in registry.names("partitioner"):
         p = registry.build("partitioner", "example-last", BrokerConfig(), Clock())
         print(p.partition("t", None, 4), registry.plugin_of("partitioner", "example-last"))
+    print(sorted(registry.names("retention")))
 """
 
 
@@ -187,6 +188,7 @@ def test_entry_point_plugin_is_loaded_and_selected(installed_example):
     lines = result.stdout.splitlines()
     assert "'example-last'" in lines[0]
     assert lines[1] == "3 example"
+    assert lines[2] == "['delete', 'example-keep-two']"
 
 
 def test_autoload_can_be_disabled(installed_example):
@@ -210,3 +212,22 @@ def test_a_broken_installed_plugin_package_is_named(tmp_path, monkeypatch):
     assert "'pluglog-broken-demo'" in message
     assert "no_such_module_xyz" in message
     assert "PLUGLOG_DISABLE_PLUGIN_AUTOLOAD=1" in message
+
+
+def test_wrong_signature_is_refused_in_one_line():
+    @implementer(IPartitioner)
+    class TwoArgs:
+        def partition(self, topic, key):  # lacks num_partitions
+            return 0
+
+    plugin = types.SimpleNamespace(
+        pluglog_register_partitioners=hookimpl(lambda: {"two-args": lambda c, r: TwoArgs()})
+    )
+    registry = _registry(plugin)
+    with pytest.raises(PluginError) as info:
+        registry.build("partitioner", "two-args", BrokerConfig(), Clock())
+    message = str(info.value)
+    assert "\n" not in message
+    assert repr(registry.plugin_of("partitioner", "two-args")) in message
+    assert "IPartitioner" in message and "'partition'" in message
+    assert "partition(topic, key, num_partitions)" in message
