@@ -5,7 +5,7 @@ Every test gets exactly one cost marker (registered in pyproject.toml), so
 
 * ``unit``: in-process, no broker (tests/unit, plugins' tests that start nothing);
 * ``integration``: one real broker process (tests/integration, and plugins'
-  tests that use a ``broker`` fixture);
+  tests that use a ``broker`` fixture or whose module imports BrokerProcess);
 * ``cluster``: a real ZooKeeper and usually several brokers (tests/replication,
   and any test that uses the ``zookeeper_process`` fixture);
 * ``spark``: a local Spark session (plugins/pluglog-spark's ``spark`` fixture);
@@ -52,8 +52,10 @@ def _cost(item):
         return "cluster"
     if parts[:2] == ("tests", "integration"):
         return "integration"
-    if parts[:1] == ("plugins",) and {"broker", "shared_broker"} & fixtures:
-        return "integration"
+    if parts[:1] == ("plugins",) and (
+        {"broker", "shared_broker"} & fixtures or hasattr(item.module, "BrokerProcess")
+    ):
+        return "integration"  # a plugin's test module that starts brokers itself
     return "unit"
 
 
