@@ -27,18 +27,22 @@ from pluglog.childprocess import PORT_RANGE_ENV
 
 COSTS = ("browser", "spark", "cluster", "integration", "unit")  # dearest first
 
-#: Below Linux's ephemeral ports (32768-60999), which the kernel hands to
-#: outgoing connections and to other programs' bind(0).
-_PORTS = (20000, 32767)
+#: The suite's ports, split between the workers: below Linux's ephemeral
+#: ports (32768-60999), which the kernel hands to outgoing connections and to
+#: other programs' bind(0). ``PLUGLOG_TEST_PORTS=low-high`` moves them.
+_PORTS = os.environ.get("PLUGLOG_TEST_PORTS", "20000-32767")
 
 
 def pytest_configure(config):
+    # The xdist controller runs this too, and its workers inherit its
+    # environment: each worker overwrites the range with its own slice.
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     index = int(worker.removeprefix("gw"))
-    size = (_PORTS[1] - _PORTS[0] + 1) // max(count, 1)
-    low = _PORTS[0] + index * size
-    os.environ.setdefault(PORT_RANGE_ENV, f"{low}-{low + size - 1}")
+    first, last = (int(part) for part in _PORTS.split("-"))
+    size = (last - first + 1) // max(count, 1)
+    low = first + index * size
+    os.environ[PORT_RANGE_ENV] = f"{low}-{low + size - 1}"
 
 
 def _cost(item):

@@ -59,9 +59,16 @@ class Cluster:
         return ",".join(b.bootstrap for b in self.brokers.values() if b.alive())
 
     def start(self):
-        for broker in self.brokers.values():
-            broker.start()
-        self.wait_for(lambda: len(self.metadata()["brokers"]) == len(self.brokers))
+        try:
+            for broker in self.brokers.values():
+                broker.start()
+            self.wait_for(lambda: len(self.metadata()["brokers"]) == len(self.brokers))
+        except BaseException:
+            # A fixture that fails here never reaches its teardown: stop the
+            # brokers that did start, or they outlive the test run.
+            for broker in self.brokers.values():
+                broker.kill()
+            raise
         return self
 
     def stop(self):
