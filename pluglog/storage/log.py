@@ -38,8 +38,8 @@ from functools import partial
 from twisted.logger import Logger
 
 from pluglog.errors import OffsetOutOfRangeError
+from pluglog.storage.api import append_info
 from pluglog.storage.records import (
-    AppendInfo,
     ReadResult,
     SegmentInfo,
     prepare_append,
@@ -174,17 +174,7 @@ class BasePartitionLog:
                 self._last_flush_ms = now_ms
         if answer is not None:
             answer(prepared.first_offset, log_append_time, self.log_start_offset)
-        return AppendInfo(
-            prepared.first_offset,
-            prepared.last_offset,
-            prepared.max_timestamp,
-            prepared.offset_of_max_timestamp,
-            log_append_time,
-            len(prepared.batches),
-            prepared.size_bytes,
-            self.log_start_offset,
-            records,
-        )
+        return append_info(prepared, log_append_time, self.log_start_offset)
 
     def _maybe_roll(self, segment, prepared, now_ms):
         """Return the segment ``prepared`` goes to: the non-empty active
