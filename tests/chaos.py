@@ -25,7 +25,7 @@ from pluglog.storage.records import scan_batches
 class ProducerThread(threading.Thread):
     """Produces ``seq`` values round robin over partitions at about ``rate``/s."""
 
-    def __init__(self, bootstrap, topic, partitions, rate=2000):
+    def __init__(self, bootstrap, topic, partitions, rate=2000, idempotent=False):
         super().__init__(daemon=True)
         self.topic = topic
         self.partitions = partitions
@@ -33,11 +33,17 @@ class ProducerThread(threading.Thread):
         self.acked = {}
         self.errors = {}
         self.sent = 0
+        #: acknowledgements per partition, and the longest time (s) a partition
+        #: went without one while writes to it were pending
+        self.acked_per_partition = [0] * partitions
+        self.longest_gap = [0.0] * partitions
+        self._last_ack = [None] * partitions
         self.stopping = threading.Event()
         self.producer = confluent_kafka.Producer(
             {
                 "bootstrap.servers": bootstrap,
                 "acks": "all",
+                "enable.idempotence": idempotent,
                 "linger.ms": 2,
                 "message.timeout.ms": 60000,
                 "request.timeout.ms": 15000,
@@ -49,7 +55,13 @@ class ProducerThread(threading.Thread):
 
     def _report(self, err, msg):
         if err is None:
-            self.acked[msg.value()] = (msg.partition(), msg.offset())
+            p = msg.partition()
+            self.acked[msg.value()] = (p, msg.offset())
+            self.acked_per_partition[p] += 1
+            now = time.monotonic()
+            if self._last_ack[p] is not None:
+                self.longest_gap[p] = max(self.longest_gap[p], now - self._last_ack[p])
+            self._last_ack[p] = now
         else:
             name = err.name()
             self.errors[name] = self.errors.get(name, 0) + 1
