@@ -7,8 +7,8 @@ Metadata answer (controller, brokers, each partition's leader, leader epoch
 and ISR) with the znodes (``/controller``, ``/brokers/ids``,
 ``/brokers/topics/<t>/partitions/<p>/state``) and requires every leader to
 be a live broker. :func:`produce_once` sends one acks=all Produce and times
-the broker's answer; :func:`check_read_back` reads everything acknowledged
-back and counts the records lost and duplicated.
+the broker's answer. (``tests.chaos.check_read_back`` reads everything
+acknowledged back and counts the records lost and duplicated.)
 """
 
 import json
@@ -20,7 +20,6 @@ from pluglog import protocol as codec
 from pluglog.client.blocking import BlockingClient
 from pluglog.coordination.zkserver import four_letter
 from pluglog.protocol.records import Record, build_batch
-from tests.chaos import read_all
 
 
 class ZooKeeperView:
@@ -149,18 +148,3 @@ def produce_once(port, topic, partition, timeout_ms, value=b"probe"):
         response = client.request(codec.PRODUCE, 8, body)
     code = response["responses"][0]["partition_responses"][0]["error_code"]
     return code, time.monotonic() - started
-
-
-def check_read_back(bootstrap, topic, partitions, acked):
-    """``(lost, duplicated)``: acknowledged values not read back at the offset
-    they were acknowledged with, and acknowledged values stored more than once."""
-    ends = {p: 0 for p in range(partitions)}
-    for p, offset in acked.values():
-        ends[p] = max(ends[p], offset + 1)
-    stored = read_all(bootstrap, topic, partitions, ends)
-    lost = [v for v, where in acked.items() if stored.get(where) != v]
-    seen = {}
-    for value in stored.values():
-        seen[value] = seen.get(value, 0) + 1
-    duplicated = [v for v, n in seen.items() if n > 1 and v in acked]
-    return lost, duplicated

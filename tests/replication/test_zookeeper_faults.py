@@ -26,11 +26,10 @@ import pytest
 
 from pluglog.client.blocking import BlockingClient
 from pluglog.errors import NONE, REQUEST_TIMED_OUT
-from tests.chaos import ProducerThread, create_topic
+from tests.chaos import ProducerThread, check_read_back, create_topic
 from tests.cluster import FAST_SETTINGS, Cluster
 from tests.zk_faults import (
     ZooKeeperView,
-    check_read_back,
     disagreements,
     produce_once,
     wait_agreement,
