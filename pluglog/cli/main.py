@@ -4,11 +4,15 @@ Like Kafka's kafka-topics.sh / console producer and consumer /
 kafka-consumer-groups.sh, over the Kafka protocol with pluglog's blocking
 client, so it works against any Kafka-protocol broker. Usage errors exit 2
 with a message naming the bad value; broker errors exit 1 naming the Kafka
-error.
+error. When the reader of the output goes away (``pluglog consume ... |
+head``) the command stops quietly with status 141 (128 + SIGPIPE), as Unix
+tools do.
 """
 
 import argparse
+import os
 import re
+import select
 import sys
 
 from pluglog.cli import cluster as cluster_cli
@@ -55,9 +59,11 @@ def plain(text):
 
 
 def build_parser():
+    from pluglog import __version__
     from pluglog.cli import devcluster, groups, topics, transfer, users
 
     parser = argparse.ArgumentParser(prog="pluglog", description=plain(__doc__.splitlines()[0]))
+    parser.add_argument("--version", action="version", version=f"pluglog {__version__}")
     parser.add_argument(
         "-b",
         "--bootstrap-server",
@@ -89,7 +95,45 @@ def _plugin_commands(sub):
         print(f"pluglog: warning: plugin commands unavailable: {exc}", file=sys.stderr)
 
 
+#: The exit status of a command whose output reader went away (``| head``):
+#: 128 + SIGPIPE, what a shell shows for a Unix tool SIGPIPE stopped.
+EXIT_PIPE_CLOSED = 141
+
+
+def _stdout_closed():
+    """True when nobody reads our stdout any more (a pipe whose reader
+    exited): poll() reports POLLERR on such a write end."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _quiet_pipe_exit():
+    """Leave quietly: point stdout at /dev/null so the interpreter's final
+    flush does not report the broken pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return EXIT_PIPE_CLOSED
+
+
 def main(argv=None):
+    try:
+        return _run(argv)
+    except BrokenPipeError:
+        # The reader of our output went away (``pluglog consume ... | head``):
+        # stop without a message, as Unix tools do.
+        return _quiet_pipe_exit()
+
+
+def _run(argv):
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "standalone", False):
@@ -108,6 +152,8 @@ def main(argv=None):
         print(f"pluglog: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
+        if isinstance(exc, BrokenPipeError) and _stdout_closed():
+            raise  # our reader left, not the broker: main() exits quietly
         print(
             f"pluglog: cannot reach {args.bootstrap_server}: {exc.strerror or exc}",
             file=sys.stderr,

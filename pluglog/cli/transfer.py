@@ -7,7 +7,8 @@ produce reads lines from stdin (``--key-separator`` splits key and value;
 batch per partition per request.
 consume prints records from every partition (or one), from the beginning,
 the end or an offset, and with ``--exit`` stops at the end offsets it found
-when it started.
+when it started. ``--group G`` makes it a member of consumer group G that
+commits its offsets (:mod:`pluglog.cli.membership`).
 """
 
 import sys
@@ -16,6 +17,7 @@ import time
 from pluglog import protocol as codec
 from pluglog.cli import formats
 from pluglog.cli.common import check, partitions_of
+from pluglog.cli.membership import GroupMember
 from pluglog.cli.progress import Progress
 from pluglog.cli.routing import router
 from pluglog.cli.topics import end_offsets
@@ -39,6 +41,12 @@ def add_parsers(sub, positive):
     consume = sub.add_parser("consume", help="print records")
     consume.add_argument("topic")
     consume.add_argument("--partition", type=int, default=None)
+    consume.add_argument(
+        "--group",
+        default=None,
+        help="consume as a member of this consumer group and commit its offsets, "
+        "so the next run continues where this one stopped",
+    )
     where = consume.add_mutually_exclusive_group()
     where.add_argument("--from-beginning", action="store_true")
     where.add_argument("--offset", type=int, default=None)
@@ -107,7 +115,7 @@ def produce_lines(client, args):
     partitioner = None if args.partition is not None else _partitioner(args.partitioner)
     value_format = formats.ValueFormat(args)
     pending = {}
-    count = 0
+    count = size = 0
     progress = Progress("produced")
     for number, line in enumerate(sys.stdin.buffer, 1):
         line = line.rstrip(b"\r\n")
@@ -123,40 +131,68 @@ def produce_lines(client, args):
         records = pending.setdefault(partition, [])
         records.append(Record(key=key, value=line, timestamp=int(time.time() * 1000)))
         count += 1
+        size += len(line) + (len(key) if key else 0)
         if len(records) >= args.batch_size:
             _send(client, args.topic, pending, args)
-            progress.add(args.batch_size)
+            progress.add(count - progress.records, size - progress.bytes)
     if pending:
         _send(client, args.topic, pending, args)
+    progress.add(count - progress.records, size - progress.bytes)
     progress.done()
     print(f"Produced {count} records to {args.topic}.", file=sys.stderr)
 
 
 def consume_records(client, args):
+    if args.group is not None and (args.partition is not None or args.offset is not None):
+        print(  # a usage error: exit 2 like argparse's
+            "pluglog: consume: --group reads the partitions the group assigns, from its "
+            "committed offsets; drop --partition/--offset",
+            file=sys.stderr,
+        )
+        return 2
     partitions = partitions_of(client, args.topic)
     if args.partition is not None:
         partitions = [p for p in partitions if p == args.partition]
-    if args.offset is not None:
-        positions = dict.fromkeys(partitions, args.offset)
-    else:
-        positions = end_offsets(client, args.topic, partitions, -2 if args.from_beginning else -1)
     stop_at = end_offsets(client, args.topic, partitions, -1) if args.exit else None
-    out = sys.stdout.buffer
     progress = Progress("consumed")
     try:
-        _consume_loop(client, args, partitions, positions, stop_at, out, progress)
+        if args.group is None:
+            if args.offset is not None:
+                positions = dict.fromkeys(partitions, args.offset)
+            else:
+                start = -2 if args.from_beginning else -1
+                positions = end_offsets(client, args.topic, partitions, start)
+            _consume_loop(client, args, positions, stop_at, progress)
+            return
+        with GroupMember(client, args.group, args.topic, args.from_beginning) as member:
+            positions = member.join()
+            try:
+                _consume_loop(client, args, positions, stop_at, progress, member)
+            finally:
+                member.leave(positions)
     finally:
         progress.done()
 
 
-def _consume_loop(client, args, partitions, positions, stop_at, out, progress):
+def _consume_loop(client, args, positions, stop_at, progress, member=None):
+    """Print records from ``positions`` ({partition: next offset}, updated in
+    place) on; ``member`` (a group member) may hand over new partitions."""
+    out = sys.stdout.buffer
     value_format = formats.ValueFormat(args)
     printed = 0
     idle_since = time.monotonic()
     while True:
-        active = [p for p in partitions if stop_at is None or positions[p] < stop_at[p]]
+        if member is not None:
+            moved = member.tick(positions)
+            if moved is not None:
+                positions.clear()
+                positions.update(moved)
+        active = [p for p in sorted(positions) if stop_at is None or positions[p] < stop_at[p]]
         if not active:
-            break
+            if member is None or stop_at is not None:
+                break
+            time.sleep(0.5)  # nothing assigned: stay in the group
+            continue
         fetched = []
         for leader, parts in router(client).by_leader(args.topic, active):
             fetched += leader.fetch(
@@ -166,6 +202,7 @@ def _consume_loop(client, args, partitions, positions, stop_at, out, progress):
                 partition_max_bytes=1_048_576,
             )
         got_any = False
+        size = 0
         for part in fetched:
             index = part["partition_index"]
             check(part["error_code"], f"{args.topic}-{index}")
@@ -179,7 +216,9 @@ def _consume_loop(client, args, partitions, positions, stop_at, out, progress):
                     prefix += f"{index}:{record.offset}\t".encode()
                 if args.print_key:
                     prefix += (record.key or b"") + b"\t"
-                out.write(prefix + value_format.decode(args.topic, record.value) + b"\n")
+                value = value_format.decode(args.topic, record.value)
+                out.write(prefix + value + b"\n")
+                size += len(value) + len(record.key or b"")
                 positions[index] = record.offset + 1
                 printed += 1
                 got_any = True
@@ -187,7 +226,7 @@ def _consume_loop(client, args, partitions, positions, stop_at, out, progress):
                     out.flush()
                     return
         out.flush()
-        progress.add(printed - progress.records)
+        progress.add(printed - progress.records, size)
         if got_any:
             idle_since = time.monotonic()
         elif (

@@ -190,3 +190,101 @@ def test_no_broker_answers():
         assert err.splitlines() == [
             f"pluglog: cannot reach {nobody.bootstrap}: Connection refused"
         ]
+
+
+def test_consume_group_continues_where_the_last_run_stopped(shared_broker):
+    cli(shared_broker, "topics", "create", "cli-cg", "--partitions", "3")
+    cli(shared_broker, "produce", "cli-cg", data="".join(f"m{i}\n" for i in range(30)))
+    first = cli(
+        shared_broker,
+        "consume",
+        "cli-cg",
+        "--group",
+        "cg",
+        "--from-beginning",
+        "--max-messages",
+        "10",
+    ).stdout.split()
+    rest = cli(shared_broker, "consume", "cli-cg", "--group", "cg", "--exit").stdout.split()
+    assert len(first) == 10 and len(rest) == 20
+    assert sorted(first + rest) == sorted(f"m{i}" for i in range(30))
+    out = cli(shared_broker, "groups", "describe", "cg").stdout
+    rows = [line.split("\t") for line in out.splitlines() if line.startswith("cli-cg\t")]
+    assert sum(int(r[4]) for r in rows) == 0  # lag 0: every record committed
+    assert cli(shared_broker, "consume", "cli-cg", "--group", "cg", "--exit").stdout == ""
+    err = cli(
+        shared_broker, "consume", "cli-cg", "--group", "cg", "--offset", "0", expect=2
+    ).stderr
+    assert "--group" in err
+
+
+def test_consume_into_a_closed_pipe_exits_quietly(shared_broker):
+    cli(shared_broker, "produce", "cli-pipe", data="".join(f"line {i}\n" for i in range(50000)))
+    shell = (
+        f"{sys.executable} -m pluglog.cli.main -b {shared_broker.bootstrap} "
+        "consume cli-pipe --from-beginning | head -n 2; echo status=${PIPESTATUS[0]} >&2"
+    )
+    result = subprocess.run(
+        ["bash", "-c", shell], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert result.stdout == "line 0\nline 1\n"
+    assert result.stderr.strip() == "status=141", result.stderr
+
+
+def test_version():
+    from pluglog import __version__
+
+    for command in (
+        [sys.executable, "-m", "pluglog.cli.main", "--version"],
+        [
+            sys.executable,
+            "-c",
+            "from twisted.scripts.twistd import run; run()",
+            "pluglog",
+            "--version",
+        ],
+    ):
+        result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=60)
+        assert (result.returncode, result.stdout) == (0, f"pluglog {__version__}\n"), result
+
+
+def _on_a_terminal(broker, *args, data=None):
+    """Run the CLI with stderr on a pseudo-terminal (the progress line only
+    draws on a TTY); return what it wrote there."""
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pluglog.cli.main", "-b", broker.bootstrap, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+        cwd=ROOT,
+    )
+    os.close(slave)
+    proc.communicate(data, timeout=60)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the terminal's other side is closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert proc.returncode == 0, out
+    return out.decode()
+
+
+def test_progress_line_shows_megabytes_per_second(shared_broker):
+    import re
+
+    lines = b"".join(b"%06d" % i + b"x" * 194 + b"\n" for i in range(100_000))  # 20 MB
+    for text in (
+        _on_a_terminal(shared_broker, "produce", "cli-rate", "--batch-size", "100", data=lines),
+        _on_a_terminal(shared_broker, "consume", "cli-rate", "--from-beginning", "--exit"),
+    ):
+        rates = [float(r) for r in re.findall(r"([\d.]+) MB/s", text)]
+        assert rates and rates[-1] > 0.0, text
