@@ -2,10 +2,12 @@
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from kazoo.client import KazooClient
@@ -90,3 +92,194 @@ def test_dev_cluster_refuses_bad_count():
         timeout=60,
     )
     assert result.returncode == 2 and "positive integer" in result.stderr
+
+
+class Supervisor:
+    """A running ``pluglog dev-cluster`` process whose output (stdout and
+    stderr) a thread collects line by line."""
+
+    def __init__(self, *args, cwd=ROOT):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pluglog.cli.main", "dev-cluster", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=_env(),
+            cwd=cwd,
+        )
+        self.lines = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_line(self, pattern, timeout=60):
+        """The first match of ``pattern`` in the output so far or to come."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in list(self.lines):
+                found = re.search(pattern, line)
+                if found:
+                    return found
+            assert self.proc.poll() is None or self._reader.is_alive(), self.output()
+            assert time.monotonic() < deadline, f"no {pattern!r} in:\n{self.output()}"
+            time.sleep(0.05)
+
+    def output(self):
+        return "\n".join(self.lines)
+
+    def stop(self, timeout=90):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join(5)
+        return self.proc.returncode
+
+
+def _env():
+    return dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
+    )
+
+
+def _cli(*args, expect=0):
+    result = subprocess.run(
+        [sys.executable, "-m", "pluglog.cli.main", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(),
+        timeout=120,
+        check=False,
+    )
+    assert expect is None or result.returncode == expect, result.stdout + result.stderr
+    return result
+
+
+def _partitions(bootstrap, topic):
+    """``[(leader, replicas, isr)]`` from ``pluglog topics describe``."""
+    out = _cli("-b", bootstrap, "topics", "describe", topic).stdout
+    rows = re.findall(r"Leader: (-?\d+)\tReplicas: \[([\d, ]*)\]\tIsr: \[([\d, ]*)\]", out)
+    return [
+        (int(leader), {int(r) for r in replicas.split(",")}, {int(i) for i in isr.split(",")})
+        for leader, replicas, isr in rows
+    ]
+
+
+def _wait(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.3)
+
+
+def test_failover_walkthrough(tmp_path):
+    """docs/cluster.rst's walkthrough as a new user runs it: a 3-broker dev
+    cluster, a topic with 3 replicas, acks=all produce, one broker killed
+    (the others keep serving, its death reported), produce continues, the
+    broker started again with ``dev-cluster start N``, the ISR restored."""
+    import confluent_kafka
+
+    root = tmp_path / "dev"
+    cluster = Supervisor(
+        "--brokers", "3", "--dir", str(root),
+        "--set", "zookeeper.session.timeout.ms=3000",
+        "--set", "default.replication.factor=2",
+    )  # fmt: skip
+    try:
+        bootstrap = cluster.wait_line(r"^bootstrap: (\S+)").group(1)
+        first = bootstrap.split(",")[0]
+        pids = {
+            int(m[0]): int(m[1])
+            for m in re.findall(r"^broker (\d): \S+, pid (\d+), log", cluster.output(), re.M)
+        }
+        assert sorted(pids) == [1, 2, 3], cluster.output()
+        restart = cluster.wait_line(r"restart: (.* dev-cluster start 2 --dir \S+)$").group(1)
+        assert restart.endswith(f"dev-cluster start 2 --dir {root}")
+
+        _cli("-b", first, "topics", "create", "walk", "--partitions", "3",
+             "--replication-factor", "3", "--config", "min.insync.replicas=2")  # fmt: skip
+        assert [len(r) for _, r, _ in _partitions(first, "walk")] == [3, 3, 3]
+        _cli("-b", first, "topics", "create", "default-rf")  # the broker's default: 2
+        assert [len(r) for _, r, _ in _partitions(first, "default-rf")] == [2]
+
+        acked, failed = [], []
+
+        def report(err, msg):
+            (failed if err else acked).append(err or msg.value().decode())
+
+        producer = confluent_kafka.Producer(
+            {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+             "linger.ms": 5, "message.timeout.ms": 60000}
+        )  # fmt: skip
+
+        def produce(start, count):
+            for i in range(start, start + count):
+                producer.produce("walk", f"v{i}".encode(), on_delivery=report)
+                producer.poll(0)
+            assert producer.flush(60) == 0
+
+        produce(0, 300)
+        # kill -9 one broker that leads a partition: a crash.
+        victim = _partitions(first, "walk")[1][0]
+        survivor = next(f"127.0.0.1:{p}" for p in _ports(bootstrap, victim))
+        os.kill(pids[victim], signal.SIGKILL)
+        report_line = cluster.wait_line(rf"broker {victim} \(pid {pids[victim]}\) exited.*").group(
+            0
+        )
+        assert "code -9 (SIGKILL)" in report_line, report_line
+        log = re.search(r"; see (\S+) ", report_line).group(1)
+        assert os.path.exists(log) and log.endswith(f"broker-{victim}.log")
+
+        produce(300, 300)  # acks=all keeps working on the other two
+        _wait(
+            lambda: all(victim not in isr for _, _, isr in _partitions(survivor, "walk")),
+            30,
+            "the dead broker never left the ISR",
+        )
+        produce(600, 300)
+        assert cluster.proc.poll() is None, cluster.output()
+
+        deadline = time.monotonic() + 30
+        # A restart soon after a SIGKILL may be refused while the killed
+        # broker's ZooKeeper session lives on ("broker.id=N is already
+        # registered", issue 21 item 2): try again, as a user would.
+        while True:
+            started = _cli("dev-cluster", "start", str(victim), "--dir", str(root), expect=None)
+            if started.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert f"broker {victim} started" in started.stdout
+        _wait(
+            lambda: all(isr == {1, 2, 3} for _, _, isr in _partitions(survivor, "walk")),
+            30,
+            "the ISR was not restored",
+        )
+        produce(900, 100)
+        assert failed == [] and len(acked) == 1000
+        out = _cli("-b", first, "consume", "walk", "--from-beginning", "--exit").stdout
+        assert sorted(out.split()) == sorted(acked)
+        status = _cli("dev-cluster", "status", "--dir", str(root)).stdout
+        assert status.count(": running\t") == 3, status
+    finally:
+        code = cluster.stop()
+    assert code == 0, cluster.output()
+    assert cluster.output().endswith("cluster stopped")
+    assert not (root / "dev-cluster.json").exists()
+
+
+def _ports(bootstrap, *not_nodes):
+    """Broker ports of the bootstrap list, except brokers ``not_nodes``
+    (broker N is the Nth address)."""
+    return [
+        address.rsplit(":", 1)[1]
+        for node, address in enumerate(bootstrap.split(","), start=1)
+        if node not in not_nodes
+    ]
