@@ -32,7 +32,8 @@ import time
 from pluglog.cli import devcontrol
 from pluglog.coordination.zkserver import ZK_JAR, ZooKeeperServer, free_port
 
-TWISTD = "from twisted.scripts.twistd import run; run()"
+# argv[0] "twistd": its usage errors then read "twistd ...: <error>", not "-c ...".
+TWISTD = "import sys; sys.argv[0] = 'twistd'; from twisted.scripts.twistd import run; run()"
 #: Broker settings of every dev cluster (``--set`` adds and overrides).
 SETTINGS = {
     "zookeeper.session.timeout.ms": "6000",

@@ -25,39 +25,11 @@ def _listening(address):
 
 
 def test_dev_cluster_starts_registers_and_stops(tmp_path):
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
-    )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pluglog.cli.main",
-            "dev-cluster",
-            "--brokers",
-            "2",
-            "--dir",
-            str(tmp_path),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
-    lines = {}
+    cluster = Supervisor("--brokers", "2", "--dir", str(tmp_path))
     try:
-        deadline = time.monotonic() + 90
-        while "bootstrap" not in lines and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            key, _, value = line.partition(": ")
-            lines[key.strip()] = value.strip()
-        assert "bootstrap" in lines, lines
-        addresses = lines["bootstrap"].split(",")
+        addresses = cluster.wait_line(r"^bootstrap: (\S+)", timeout=90).group(1).split(",")
         assert len(addresses) == 2 and all(_listening(a) for a in addresses)
-        zk = KazooClient(hosts=lines["ZooKeeper"])
+        zk = KazooClient(hosts=cluster.wait_line(r"^ZooKeeper: (\S+)").group(1))
         zk.start(10)
         try:
             deadline = time.monotonic() + 20
@@ -69,17 +41,43 @@ def test_dev_cluster_starts_registers_and_stops(tmp_path):
         finally:
             zk.stop()
             zk.close()
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=90)
-        assert proc.returncode == 0, out
-        assert "cluster stopped" in out
-        assert not any(_listening(a) for a in addresses)
-        assert (tmp_path / "broker-1" / "meta.properties").exists()
-        assert "stopped cleanly" in (tmp_path / "broker-1.log").read_text()
+        # stop N: a clean SIGTERM stop on request, not reported as a death.
+        out = _cli("dev-cluster", "stop", "2", "--dir", str(tmp_path)).stdout
+        assert out.startswith("broker 2 (pid ") and "stopped (SIGTERM" in out, out
+        assert not _listening(addresses[1]) and _listening(addresses[0])
+        err = _cli("dev-cluster", "stop", "2", "--dir", str(tmp_path), expect=1).stderr
+        assert err == "pluglog: broker 2 is not running\n"
+        status = _cli("dev-cluster", "status", "--dir", str(tmp_path)).stdout
+        assert re.search(r"^broker 1: running\t", status, re.M), status
+        assert re.search(r"^broker 2: stopped\t", status, re.M), status
+        time.sleep(0.5)
+        assert "exited" not in cluster.output()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        code = cluster.stop()
+    assert code == 0, cluster.output()
+    assert cluster.output().endswith("cluster stopped")
+    assert not any(_listening(a) for a in addresses)
+    assert (tmp_path / "broker-1" / "meta.properties").exists()
+    assert "stopped cleanly" in (tmp_path / "broker-1.log").read_text()
+    err = _cli("dev-cluster", "start", "2", "--dir", str(tmp_path), expect=1).stderr
+    assert err.startswith(f"pluglog: no dev cluster runs in {tmp_path} ("), err
+
+
+def test_a_broker_that_cannot_start_is_named_with_its_log(tmp_path):
+    cluster = Supervisor(
+        "--brokers", "1", "--dir", str(tmp_path), "--set", "num.partitions=many"
+    )  # fmt: skip
+    try:
+        cluster.proc.wait(90)  # it gives up on its own
+    finally:
+        code = cluster.stop()
+    assert code == 1, cluster.output()
+    line = cluster.wait_line(r"^pluglog: broker 1 \(pid \d+\) exited with code 1.*").group(0)
+    logs = re.search(r"; see (\S+)(?: and (\S+))?$", line)
+    assert logs, line
+    assert logs.group(1) == str(tmp_path / "broker-1.log")
+    assert all(os.path.exists(path) for path in logs.groups() if path)
+    assert cluster.output().endswith("cluster stopped")
 
 
 def test_dev_cluster_refuses_bad_count():
