@@ -38,11 +38,29 @@ def _positive(text):
 
 
 def _bootstrap(text):
+    """``host:port[,host:port...]``, as printed by ``pluglog dev-cluster``."""
     try:
-        split_host_port(text)
+        for address in text.split(","):
+            split_host_port(address.strip())
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
+
+
+def _connect(bootstrap):
+    """A client connected to the first ``-b`` address that accepts; the
+    others stay known (``client.seeds``) for a failover."""
+    seeds = [split_host_port(a.strip()) for a in bootstrap.split(",")]
+    failure = None
+    for host, port in seeds:
+        try:
+            client = BlockingClient(host, port, client_id="pluglog-cli")
+        except OSError as exc:
+            failure = exc
+            continue
+        client.seeds = seeds
+        return client
+    raise failure
 
 
 def _config_pair(text):
@@ -69,7 +87,7 @@ def build_parser():
         "--bootstrap-server",
         type=_bootstrap,
         default="localhost:9092",
-        help="broker host:port (default localhost:9092)",
+        help="broker host:port, or several separated by commas (default localhost:9092)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     cluster_cli.add_parser(sub)
@@ -144,9 +162,7 @@ def _run(argv):
             print(f"pluglog: {exc}", file=sys.stderr)
             return 1
     try:
-        with BlockingClient.from_bootstrap(
-            args.bootstrap_server, client_id="pluglog-cli"
-        ) as client:
+        with _connect(args.bootstrap_server) as client:
             return args.run(client, args) or 0
     except (CliError, ProtocolError) as exc:
         print(f"pluglog: {exc}", file=sys.stderr)

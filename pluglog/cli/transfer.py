@@ -14,14 +14,14 @@ commits its offsets (:mod:`pluglog.cli.membership`).
 import sys
 import time
 
-from pluglog import protocol as codec
 from pluglog.cli import formats
-from pluglog.cli.common import check, partitions_of
+from pluglog.cli.common import CliError, check, error_name, partitions_of
 from pluglog.cli.membership import GroupMember
 from pluglog.cli.progress import Progress
-from pluglog.cli.routing import router
+from pluglog.cli.routing import CONNECTION_ERRORS, NoLeaderError, router
+from pluglog.cli.sender import BACKOFF_S, RETRIABLE, RETRY_FOR_S, Sender, read_lines
 from pluglog.cli.topics import end_offsets
-from pluglog.protocol.records import CODEC_NAMES, Record, build_batch, iter_records
+from pluglog.protocol.records import CODEC_NAMES, Record, iter_records
 
 
 def add_parsers(sub, positive):
@@ -35,6 +35,12 @@ def add_parsers(sub, positive):
     produce.add_argument("--compression", choices=sorted(CODEC_NAMES), default="none")
     produce.add_argument("--acks", type=int, choices=(-1, 0, 1), default=-1)
     produce.add_argument("--batch-size", type=positive, default=500)
+    produce.add_argument(
+        "--linger-ms",
+        type=int,
+        default=100,
+        help="send records that waited this long without filling a batch (default 100)",
+    )
     formats.add_arguments(produce, produce=True)
     produce.set_defaults(run=produce_lines)
 
@@ -74,38 +80,6 @@ def _partitioner(name):
         raise CliError(str(exc)) from None
 
 
-def _send(client, topic, pending, args):
-    """One Produce request per leader of the pending partitions."""
-    for leader, partitions in router(client).by_leader(topic, sorted(pending)):
-        topic_data = [
-            {
-                "name": topic,
-                "partition_data": [
-                    {
-                        "index": partition,
-                        "records": build_batch(
-                            pending[partition],
-                            compression=args.compression,
-                            base_timestamp=pending[partition][0].timestamp,
-                        ),
-                    }
-                    for partition in partitions
-                ],
-            }
-        ]
-        body = {
-            "transactional_id": None,
-            "acks": args.acks,
-            "timeout_ms": 30000,
-            "topic_data": topic_data,
-        }
-        resp = leader.request(codec.PRODUCE, 8, body, expect_response=args.acks != 0)
-        if resp is not None:
-            for part in resp["responses"][0]["partition_responses"]:
-                check(part["error_code"], f"{topic}-{part['index']}", part["error_message"])
-    pending.clear()
-
-
 def produce_lines(client, args):
     partitions = partitions_of(client, args.topic, allow_create=True)
     if args.partition is not None and args.partition not in partitions:
@@ -114,11 +88,26 @@ def produce_lines(client, args):
         raise CliError(f"--partition {args.partition}: {args.topic} has partitions {partitions}")
     partitioner = None if args.partition is not None else _partitioner(args.partitioner)
     value_format = formats.ValueFormat(args)
+    sender = Sender(client, args.topic, args.acks, args.compression)
     pending = {}
     count = size = 0
+    number = 0
+    lingering_since = None
     progress = Progress("produced")
-    for number, line in enumerate(sys.stdin.buffer, 1):
-        line = line.rstrip(b"\r\n")
+
+    def send():
+        nonlocal lingering_since
+        sender.send(pending)
+        lingering_since = None
+        progress.add(count - progress.records, size - progress.bytes)
+
+    for line in read_lines(sys.stdin, args.linger_ms / 1000):
+        if line is None:  # nothing new for --linger-ms: send what waits
+            if pending:
+                send()
+            continue
+        number += 1
+        line = line.rstrip(b"\r")
         key = None
         if args.key_separator is not None:
             sep = args.key_separator.encode()
@@ -132,12 +121,14 @@ def produce_lines(client, args):
         records.append(Record(key=key, value=line, timestamp=int(time.time() * 1000)))
         count += 1
         size += len(line) + (len(key) if key else 0)
-        if len(records) >= args.batch_size:
-            _send(client, args.topic, pending, args)
-            progress.add(count - progress.records, size - progress.bytes)
+        lingering_since = lingering_since or time.monotonic()
+        if (
+            len(records) >= args.batch_size
+            or time.monotonic() - lingering_since >= args.linger_ms / 1000
+        ):
+            send()
     if pending:
-        _send(client, args.topic, pending, args)
-    progress.add(count - progress.records, size - progress.bytes)
+        send()
     progress.done()
     print(f"Produced {count} records to {args.topic}.", file=sys.stderr)
 
@@ -174,11 +165,36 @@ def consume_records(client, args):
         progress.done()
 
 
+class _Failing:
+    """Fetches failing because a leader moved or died: retried with fresh
+    leaders for up to RETRY_FOR_S seconds, then the command stops."""
+
+    def __init__(self, routes):
+        self.routes = routes
+        self.since = None
+        self.failed = False
+
+    def round_done(self):
+        if not self.failed:
+            self.since = None
+        self.failed = False
+
+    def retry(self, why):
+        self.failed = True
+        now = time.monotonic()
+        self.since = self.since or now
+        if now - self.since > RETRY_FOR_S:
+            raise CliError(f"no answer from the leaders for {RETRY_FOR_S:.0f}s: {why}")
+        self.routes.reset()
+        time.sleep(BACKOFF_S)
+
+
 def _consume_loop(client, args, positions, stop_at, progress, member=None):
     """Print records from ``positions`` ({partition: next offset}, updated in
     place) on; ``member`` (a group member) may hand over new partitions."""
     out = sys.stdout.buffer
     value_format = formats.ValueFormat(args)
+    failing = _Failing(router(client))
     printed = 0
     idle_since = time.monotonic()
     while True:
@@ -194,17 +210,24 @@ def _consume_loop(client, args, positions, stop_at, progress, member=None):
             time.sleep(0.5)  # nothing assigned: stay in the group
             continue
         fetched = []
-        for leader, parts in router(client).by_leader(args.topic, active):
-            fetched += leader.fetch(
-                args.topic,
-                {p: positions[p] for p in parts},
-                max_wait_ms=500,
-                partition_max_bytes=1_048_576,
-            )
+        try:
+            for leader, parts in router(client).by_leader(args.topic, active):
+                fetched += leader.fetch(
+                    args.topic,
+                    {p: positions[p] for p in parts},
+                    max_wait_ms=500,
+                    partition_max_bytes=1_048_576,
+                )
+        except (*CONNECTION_ERRORS, NoLeaderError) as exc:
+            failing.retry(getattr(exc, "strerror", None) or exc)
+            continue
         got_any = False
         size = 0
         for part in fetched:
             index = part["partition_index"]
+            if part["error_code"] in RETRIABLE:  # the leader moved: ask again
+                failing.retry(f"{args.topic}-{index}: {error_name(part['error_code'])}")
+                continue
             check(part["error_code"], f"{args.topic}-{index}")
             for record in iter_records(part["records"] or b""):
                 if record.offset < positions[index]:
@@ -226,6 +249,7 @@ def _consume_loop(client, args, positions, stop_at, progress, member=None):
                     out.flush()
                     return
         out.flush()
+        failing.round_done()
         progress.add(printed - progress.records, size)
         if got_any:
             idle_since = time.monotonic()

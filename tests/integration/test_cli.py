@@ -288,3 +288,38 @@ def test_progress_line_shows_megabytes_per_second(shared_broker):
     ):
         rates = [float(r) for r in re.findall(r"([\d.]+) MB/s", text)]
         assert rates and rates[-1] > 0.0, text
+
+
+def test_produce_sends_a_slow_writers_line_without_waiting_for_a_batch(shared_broker):
+    import time
+
+    # The first -b address refuses connections: the next one is used.
+    from tests.broker_process import free_port
+
+    bootstrap = f"127.0.0.1:{free_port()},{shared_broker.bootstrap}"
+    producer = subprocess.Popen(
+        [sys.executable, "-m", "pluglog.cli.main", "-b", bootstrap, "produce", "cli-slow"],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    try:
+        producer.stdin.write(b"first\n")
+        producer.stdin.flush()
+        deadline = time.monotonic() + 20
+        seen = []
+        while seen != ["first"]:
+            assert time.monotonic() < deadline and producer.poll() is None
+            time.sleep(0.2)
+            result = subprocess.run(
+                [sys.executable, "-m", "pluglog.cli.main", "-b", bootstrap, "consume",
+                 "cli-slow", "--from-beginning", "--exit"],
+                capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
+            )  # fmt: skip
+            seen = result.stdout.split()
+        _, err = producer.communicate(b"second\n", timeout=60)
+        assert producer.returncode == 0 and b"Produced 2 records" in err, err
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+            producer.wait()

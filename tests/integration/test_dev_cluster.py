@@ -190,6 +190,7 @@ def test_failover_walkthrough(tmp_path):
         "--set", "zookeeper.session.timeout.ms=3000",
         "--set", "default.replication.factor=2",
     )  # fmt: skip
+    console = None
     try:
         bootstrap = cluster.wait_line(r"^bootstrap: (\S+)").group(1)
         first = bootstrap.split(",")[0]
@@ -223,19 +224,40 @@ def test_failover_walkthrough(tmp_path):
                 producer.poll(0)
             assert producer.flush(60) == 0
 
-        produce(0, 300)
-        # kill -9 one broker that leads a partition: a crash.
-        victim = _partitions(first, "walk")[1][0]
-        survivor = next(f"127.0.0.1:{p}" for p in _ports(bootstrap, victim))
-        os.kill(pids[victim], signal.SIGKILL)
-        report_line = cluster.wait_line(rf"broker {victim} \(pid {pids[victim]}\) exited.*").group(
-            0
+        # The console producer too, fed a line at a time, sending each
+        # within --linger-ms, through the kill and the restart.
+        console = subprocess.Popen(
+            [sys.executable, "-m", "pluglog.cli.main", "-b", bootstrap, "produce", "walk"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+            cwd=ROOT,
         )
+        lines = []
+
+        def console_produce(count):
+            for _ in range(count):
+                lines.append(f"c{len(lines)}")
+                console.stdin.write(lines[-1].encode() + b"\n")
+                console.stdin.flush()
+                time.sleep(0.005)
+
+        produce(0, 300)
+        console_produce(100)
+        # kill -9 broker 1, the leader of a partition and the first -b address: a crash.
+        victim = 1
+        assert victim in {leader for leader, _, _ in _partitions(first, "walk")}
+        survivor = bootstrap.split(",")[1]
+        os.kill(pids[victim], signal.SIGKILL)
+        dead = rf"broker {victim} \(pid {pids[victim]}\) exited.*"
+        report_line = cluster.wait_line(dead).group(0)
         assert "code -9 (SIGKILL)" in report_line, report_line
         log = re.search(r"; see (\S+) ", report_line).group(1)
         assert os.path.exists(log) and log.endswith(f"broker-{victim}.log")
 
         produce(300, 300)  # acks=all keeps working on the other two
+        console_produce(100)
         _wait(
             lambda: all(victim not in isr for _, _, isr in _partitions(survivor, "walk")),
             30,
@@ -256,28 +278,24 @@ def test_failover_walkthrough(tmp_path):
         assert started.returncode == 0, started.stdout + started.stderr
         assert f"broker {victim} started" in started.stdout
         _wait(
-            lambda: all(isr == {1, 2, 3} for _, _, isr in _partitions(survivor, "walk")),
+            lambda: all(isr == {1, 2, 3} for _, _, isr in _partitions(bootstrap, "walk")),
             30,
             "the ISR was not restored",
         )
         produce(900, 100)
+        console_produce(100)
+        said = console.communicate(timeout=90)[0].decode()  # closes its stdin: EOF
+        assert console.returncode == 0, said
         assert failed == [] and len(acked) == 1000
-        out = _cli("-b", first, "consume", "walk", "--from-beginning", "--exit").stdout
-        assert sorted(out.split()) == sorted(acked)
+        out = _cli("-b", bootstrap, "consume", "walk", "--from-beginning", "--exit").stdout
+        assert sorted(out.split()) == sorted(acked + lines)  # each record once
         status = _cli("dev-cluster", "status", "--dir", str(root)).stdout
         assert status.count(": running\t") == 3, status
     finally:
+        if console is not None and console.poll() is None:
+            console.kill()
+            console.wait()
         code = cluster.stop()
     assert code == 0, cluster.output()
     assert cluster.output().endswith("cluster stopped")
     assert not (root / "dev-cluster.json").exists()
-
-
-def _ports(bootstrap, *not_nodes):
-    """Broker ports of the bootstrap list, except brokers ``not_nodes``
-    (broker N is the Nth address)."""
-    return [
-        address.rsplit(":", 1)[1]
-        for node, address in enumerate(bootstrap.split(","), start=1)
-        if node not in not_nodes
-    ]
