@@ -431,6 +431,8 @@ def run(client, args):
         if server is not None:
             server.close()
             os.unlink(cluster.control)
+            if os.path.dirname(cluster.control) != root:  # a short temporary one
+                os.rmdir(os.path.dirname(cluster.control))
         cluster.stop()
         for signum, handler in old.items():
             signal.signal(signum, handler)

@@ -149,6 +149,10 @@ def main(argv=None):
         # The reader of our output went away (``pluglog consume ... | head``):
         # stop without a message, as Unix tools do.
         return _quiet_pipe_exit()
+    except KeyboardInterrupt:
+        # Ctrl-C ends ``consume`` (after committing, with --group): no traceback.
+        print(file=sys.stderr)
+        return 130
 
 
 def _run(argv):

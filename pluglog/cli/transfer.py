@@ -11,6 +11,8 @@ when it started. ``--group G`` makes it a member of consumer group G that
 commits its offsets (:mod:`pluglog.cli.membership`).
 """
 
+import contextlib
+import signal
 import sys
 import time
 
@@ -146,23 +148,49 @@ def consume_records(client, args):
         partitions = [p for p in partitions if p == args.partition]
     stop_at = end_offsets(client, args.topic, partitions, -1) if args.exit else None
     progress = Progress("consumed")
-    try:
-        if args.group is None:
-            if args.offset is not None:
-                positions = dict.fromkeys(partitions, args.offset)
-            else:
-                start = -2 if args.from_beginning else -1
-                positions = end_offsets(client, args.topic, partitions, start)
-            _consume_loop(client, args, positions, stop_at, progress)
-            return
-        with GroupMember(client, args.group, args.topic, args.from_beginning) as member:
-            positions = member.join()
-            try:
-                _consume_loop(client, args, positions, stop_at, progress, member)
-            finally:
+    with _ctrl_c_stops(args):
+        try:
+            if args.group is None:
+                if args.offset is not None:
+                    positions = dict.fromkeys(partitions, args.offset)
+                else:
+                    start = -2 if args.from_beginning else -1
+                    positions = end_offsets(client, args.topic, partitions, start)
+                _consume_loop(client, args, positions, stop_at, progress)
+                return
+            with GroupMember(client, args.group, args.topic, args.from_beginning) as member:
+                positions = member.join()
+                try:
+                    _consume_loop(client, args, positions, stop_at, progress, member)
+                except BrokenPipeError:
+                    member.leave(positions)  # what was printed counts as read
+                    raise
                 member.leave(positions)
+        finally:
+            progress.done()
+
+
+@contextlib.contextmanager
+def _ctrl_c_stops(args):
+    """Ctrl-C (SIGINT) ends the consume loop between two fetches, so no
+    request is cut in half and ``--group`` commits; a second Ctrl-C
+    interrupts at once."""
+    args.stop = []
+
+    def on_sigint(_signum, _frame):
+        if args.stop:
+            raise KeyboardInterrupt
+        args.stop.append(True)
+
+    try:
+        old = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread: Ctrl-C stays KeyboardInterrupt
+        old = None
+    try:
+        yield
     finally:
-        progress.done()
+        if old is not None:
+            signal.signal(signal.SIGINT, old)
 
 
 class _Failing:
@@ -197,7 +225,7 @@ def _consume_loop(client, args, positions, stop_at, progress, member=None):
     failing = _Failing(router(client))
     printed = 0
     idle_since = time.monotonic()
-    while True:
+    while not args.stop:
         if member is not None:
             moved = member.tick(positions)
             if moved is not None:

@@ -323,3 +323,28 @@ def test_produce_sends_a_slow_writers_line_without_waiting_for_a_batch(shared_br
         if producer.poll() is None:
             producer.kill()
             producer.wait()
+
+
+def test_ctrl_c_stops_a_group_consumer_cleanly_and_commits(shared_broker):
+    import signal
+    import time
+
+    cli(shared_broker, "produce", "cli-int", data="".join(f"r{i}\n" for i in range(40)))
+    consumer = subprocess.Popen(
+        [sys.executable, "-m", "pluglog.cli.main", "-b", shared_broker.bootstrap, "consume",
+         "cli-int", "--group", "int", "--from-beginning"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        first = [consumer.stdout.readline().strip() for _ in range(40)]
+        time.sleep(0.3)
+        consumer.send_signal(signal.SIGINT)
+        out, err = consumer.communicate(timeout=30)
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()
+            consumer.wait()
+    assert consumer.returncode == 0 and "Traceback" not in err, err
+    assert first + out.split() == [f"r{i}" for i in range(40)]
+    # Its offsets were committed: nothing is left for the group.
+    assert cli(shared_broker, "consume", "cli-int", "--group", "int", "--exit").stdout == ""

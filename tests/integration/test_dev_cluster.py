@@ -170,10 +170,11 @@ def _partitions(bootstrap, topic):
     ]
 
 
-def _wait(predicate, timeout, what):
+def _wait(predicate, timeout, what, detail=str):
+    """Until ``predicate()``; a timeout fails with ``what`` and ``detail()``."""
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, what
+        assert time.monotonic() < deadline, f"{what}:\n{detail()}"
         time.sleep(0.3)
 
 
@@ -222,7 +223,7 @@ def test_failover_walkthrough(tmp_path):
             for i in range(start, start + count):
                 producer.produce("walk", f"v{i}".encode(), on_delivery=report)
                 producer.poll(0)
-            assert producer.flush(60) == 0
+            assert producer.flush(60) == 0, (failed, cluster.output())
 
         # The console producer too, fed a line at a time, sending each
         # within --linger-ms, through the kill and the restart.
@@ -262,6 +263,7 @@ def test_failover_walkthrough(tmp_path):
             lambda: all(victim not in isr for _, _, isr in _partitions(survivor, "walk")),
             30,
             "the dead broker never left the ISR",
+            lambda: _partitions(survivor, "walk"),
         )
         produce(600, 300)
         assert cluster.proc.poll() is None, cluster.output()
@@ -281,6 +283,7 @@ def test_failover_walkthrough(tmp_path):
             lambda: all(isr == {1, 2, 3} for _, _, isr in _partitions(bootstrap, "walk")),
             30,
             "the ISR was not restored",
+            lambda: f"{_partitions(bootstrap, 'walk')}\n{cluster.output()}",
         )
         produce(900, 100)
         console_produce(100)
