@@ -61,6 +61,12 @@ setup(
             "wheel",
             "setuptools>=61",
             "ruff>=0.6",
+            # the layers contract in pyproject.toml (lint-imports) and the
+            # import-cycle test (grimp, which import-linter brings)
+            "import-linter>=2.1",
+            # type checking of protocol, storage, interfaces and client
+            "mypy>=1.10",
+            "mypy-zope>=1.0",
             "confluent-kafka>=2.6",
             # confluent_kafka.schema_registry's imports (its [schemaregistry]
             # extra pins a certifi newer than PyPI has): the interop tests.

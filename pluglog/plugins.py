@@ -5,9 +5,11 @@ third-party packages use, then setuptools entry points of the group
 ``pluglog`` are loaded (unless ``PLUGLOG_DISABLE_PLUGIN_AUTOLOAD`` is set),
 and ``check_pending`` rejects hook implementations with misspelled names.
 The manager is built inside ``makeService`` (never at import time) so a broken
-third-party plugin cannot break ``twistd --help``.
+third-party plugin cannot break ``twistd --help``, and importing this module
+imports no provider.
 """
 
+import importlib
 import os
 
 import pluggy
@@ -16,6 +18,11 @@ from pluglog import PROJECT_NAME, hookspecs
 from pluglog.errors import PluginError
 
 ENTRY_POINT_GROUP = "pluglog"
+#: pluglog's own providers, loaded by module name as third-party ones are by
+#: entry point (pytest loads its default plugins the same way). The manager
+#: is the bottom of the plugin system and knows no provider; ``builtin`` is
+#: a composition root at the top of the layers (docs/architecture.rst).
+BUILTIN_PLUGINS = ("pluglog.builtin",)
 DISABLE_AUTOLOAD_ENV = "PLUGLOG_DISABLE_PLUGIN_AUTOLOAD"
 
 
@@ -26,11 +33,10 @@ def make_plugin_manager(extra_plugins=(), autoload=None):
     (tests, embedding applications). ``autoload`` overrides the environment
     variable switch for entry-point loading.
     """
-    from pluglog import builtin  # imported late: it pulls in every built-in
-
     manager = pluggy.PluginManager(PROJECT_NAME)
     manager.add_hookspecs(hookspecs)
-    manager.register(builtin, name="pluglog.builtin")
+    for name in BUILTIN_PLUGINS:
+        manager.register(importlib.import_module(name), name=name)
     for plugin in extra_plugins:
         manager.register(plugin)
     if autoload is None:

@@ -7,7 +7,9 @@ plugins' ``pluglog_add_web_resources``) -> ``pluglog_broker_started``. Stop
 runs the reverse: stop listening, stop timers and plugin services, then
 flush every log and write the recovery-point checkpoint and the
 clean-shutdown marker (``Broker.stop``). A failed start is logged and stops
-the reactor instead of leaving a half-started broker.
+the reactor instead of leaving a half-started broker; an operator's error
+(:data:`OPERATOR_ERRORS`) is one line, in the log and, as the process exits
+(with 1), on stderr, and no "stopped cleanly" follows it.
 """
 
 import atexit
@@ -17,10 +19,11 @@ import sys
 
 from twisted.application import service
 from twisted.internet import defer, endpoints, task
+from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 from pluglog.broker.core import Broker
-from pluglog.errors import ConfigError
+from pluglog.errors import ConfigError, PluglogError
 from pluglog.registry import Registry
 from pluglog.server import dispatch
 
@@ -45,10 +48,23 @@ def tune_gc():
     gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
 
 
-def _exit_failed():
-    # Runs after twistd has stopped and cleaned up (pid file, logs).
+#: Start-up failures the operator causes and fixes (a bad or conflicting
+#: setting, a port or data dir in use, an unreachable ZooKeeper, an unreadable
+#: file): reported as one line. Anything else is a bug and keeps its traceback.
+OPERATOR_ERRORS = (PluglogError, CannotListenError, OSError)
+
+
+def _exit_failed(line):
+    # Runs after twistd has stopped and cleaned up (pid file, logs): the
+    # reason is the last thing on the terminal. twistd redirects sys.stderr
+    # into the log, so this writes to the process's real stderr.
     sys.stdout.flush()
     sys.stderr.flush()
+    try:
+        sys.__stderr__.write(line + "\n")
+        sys.__stderr__.flush()
+    except (AttributeError, OSError, ValueError):
+        pass  # daemonized: no terminal, the log has the line
     os._exit(1)
 
 
@@ -69,6 +85,7 @@ class BrokerService(service.MultiService):
         self._started = None
         #: Set by ``twistd pluglog`` (tap.makeService): exit 1 after a failed start.
         self.exit_nonzero_on_failure = False
+        self.start_failed = False
 
     def startService(self):
         super().startService()
@@ -183,11 +200,17 @@ class BrokerService(service.MultiService):
         self._timers.append(call)
 
     def _start_failed(self, failure):
-        log.failure("pluglog broker failed to start", failure)
+        self.start_failed = True
+        if failure.check(*OPERATOR_ERRORS):
+            reason = str(failure.value) or failure.type.__name__
+            log.error("pluglog broker failed to start: {reason}", reason=reason)
+        else:
+            reason = f"{failure.type.__name__}: {failure.value} (the traceback is in the log)"
+            log.failure("pluglog broker failed to start", failure)
         if self.exit_nonzero_on_failure:
             # twistd exits 0 after reactor.stop(); a broker that could not
             # start must not look like one that stopped cleanly.
-            atexit.register(_exit_failed)
+            atexit.register(_exit_failed, f"pluglog broker failed to start: {reason}")
         # Start usually runs before reactor.run(); stop as soon as it runs.
         if self.reactor.running:
             self.reactor.stop()
@@ -213,5 +236,9 @@ class BrokerService(service.MultiService):
                 call.stop()
         yield super().stopService()
         if self.broker is not None:
+            # After a failed start too: this process holds the data dir's
+            # lock, so closing its logs (and marking the stop clean) is right;
+            # but it did not serve, so no "stopped cleanly".
             yield self.broker.stop()
-            log.info("pluglog broker stopped cleanly; logs flushed and checkpointed")
+            if not self.start_failed:
+                log.info("pluglog broker stopped cleanly; logs flushed and checkpointed")

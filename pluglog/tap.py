@@ -4,17 +4,19 @@ Options validate everything they can before the reactor starts, raising
 ``usage.UsageError`` naming the bad value: strports are parsed, the config
 file is read and checked, and the chosen storage/coordinator names are
 looked up in the plugin manager (built here, on demand, never at import).
+Under twistd a usage error prints one line (not the help) and exits 2.
 """
 
 import os
-import re
 import socket
+import sys
 
 from twisted.internet import endpoints
 from twisted.internet import reactor as default_reactor
 from twisted.python import usage
 
 from pluglog import __version__
+from pluglog.addresses import listen_address
 from pluglog.config import (
     FSYNC_POLICIES,
     BrokerConfig,
@@ -31,28 +33,6 @@ def parse_host_port(value, option="--advertised-listener"):
         return split_host_port(value)
     except ValueError as exc:
         raise usage.UsageError(f"{option}: {exc}") from None
-
-
-def listen_address(description):
-    """Return ``(interface or None, port)`` of a tcp strport description."""
-    parts = [p.replace("\\:", ":") for p in re.split(r"(?<!\\):", description)]
-    interface = None
-    port = None
-    positional = []
-    for part in parts[1:]:
-        key, eq, val = part.partition("=")
-        if eq and key == "interface":
-            interface = val
-        elif eq and key == "port":
-            port = val
-        elif not eq:
-            positional.append(part)
-    if port is None and positional:
-        port = positional[0]
-    try:
-        return interface, int(port) if port is not None else 0
-    except ValueError:
-        raise usage.UsageError(f"--listen: bad port in {description!r}") from None
 
 
 def check_zookeeper_connect(value):
@@ -109,6 +89,18 @@ class Options(usage.Options):
         if not eq or not key:
             raise usage.UsageError(f"--set: expected KEY=VALUE, got {value!r}")
         self["set"].append((key.strip(), val.strip()))
+
+    def parseOptions(self, options=None):
+        """As ``twistd pluglog``, a usage error is one line on stderr and
+        exit 2 (twistd's own runner prints the whole help first and buries
+        the error under it); used directly, UsageError is raised."""
+        try:
+            super().parseOptions(options)
+        except usage.UsageError as exc:
+            if self.parent is None:
+                raise
+            sys.stderr.write(f"twistd pluglog: {exc}\n(twistd pluglog --help lists the options)\n")
+            raise SystemExit(2) from None
 
     def opt_version(self):
         """Print the pluglog version and exit."""

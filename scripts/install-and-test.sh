@@ -37,4 +37,8 @@ $PY -m pip install -q -e plugins/pluglog-audit
 LINTED="pluglog tests bench twisted plugins/pluglog-spark plugins/pluglog-audit"
 $PY -m ruff check $LINTED
 $PY -m ruff format --check $LINTED
+# The layers of docs/architecture.rst (the contract is in pyproject.toml).
+lint-imports
+# Types of the layers other code builds on (the files are in pyproject.toml).
+$PY -m mypy
 $PY -m pytest -q "$@"

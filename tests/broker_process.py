@@ -7,14 +7,39 @@ read when something goes wrong.
 
 import os
 import socket
+import subprocess
 import sys
+from typing import NamedTuple
 
 from pluglog.childprocess import ChildProcess, free_port
 
-__all__ = ["ROOT", "TWISTD", "BrokerProcess", "free_port"]
+__all__ = ["ROOT", "TWISTD", "BrokerProcess", "Exited", "assert_refused", "free_port"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TWISTD = "from twisted.scripts.twistd import run; run()"
+
+
+class Exited(NamedTuple):
+    """How a broker process that was expected to refuse to start ended."""
+
+    returncode: int
+    log: str  # stdout: twistd logs there (--logfile=-)
+    stderr: str
+
+
+def assert_refused(exited, *fragments):
+    """A start-up failure as an operator must see it: a non-zero exit, the
+    reason as one line on stderr (the last) and in the log, no traceback and
+    no claim of a clean stop."""
+    assert exited.returncode > 0, exited
+    last = exited.stderr.strip().splitlines()[-1] if exited.stderr.strip() else ""
+    for fragment in fragments:
+        assert fragment in last, (fragment, exited)
+        assert fragment in exited.log, (fragment, exited)
+    everything = exited.log + exited.stderr
+    assert "Traceback" not in everything, exited
+    assert "stopped cleanly" not in everything, exited
+    return last
 
 
 class BrokerProcess(ChildProcess):
@@ -58,6 +83,27 @@ class BrokerProcess(ChildProcess):
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
         return self._spawn(self.command(), self._listening, "listen", timeout, env=env, cwd=ROOT)
+
+    def run_until_exit(self, timeout=20):
+        """Run the broker expecting it to exit on its own (a refused start);
+        one still running after ``timeout`` seconds gets SIGTERM. Returns
+        :class:`Exited` with its stdout and stderr apart."""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+        proc = subprocess.Popen(
+            self.command(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            out, err = proc.communicate(timeout=60)
+        return Exited(proc.returncode, out, err)
 
     def _listening(self):
         try:

@@ -13,6 +13,7 @@ from pluglog.broker import dynamic_config, limits
 from pluglog.broker.partition import Partition
 from pluglog.broker.quotas import ClientQuotas
 from pluglog.broker.quotas import attach as attach_quotas
+from pluglog.datadir import DataDirLock
 from pluglog.errors import (
     InvalidRequestError,
     KafkaError,
@@ -42,9 +43,18 @@ class Broker:
         self.registry = registry
         self.reactor = reactor
         self.hook = registry.manager.hook
-        self.storage = registry.build("storage", config.storage, config, reactor)
-        self.coordinator = registry.build("coordinator", config.coordinator, config, reactor)
-        self.retention = registry.build("retention", "delete", config, reactor)
+        # Before anything reads or writes in the data dir (recovery, the
+        # clean-shutdown marker, the coordinator's files): a second broker
+        # process on the same dir stops here, having touched nothing.
+        self.data_dir_lock = DataDirLock.acquire(config.data_dir)
+        #: Opened by start() once the coordinator has checked meta.properties.
+        self.storage = None
+        try:
+            self.coordinator = registry.build("coordinator", config.coordinator, config, reactor)
+            self.retention = registry.build("retention", "delete", config, reactor)
+        except BaseException:
+            self.data_dir_lock.release()
+            raise
         self.partitions = {}
         self.topic_configs = {}
         self.node_id = config.broker_id
@@ -63,6 +73,11 @@ class Broker:
         from pluglog.replication.manager import ReplicaManager
 
         yield self.coordinator.start()
+        # Only now that the coordinator has refused a data dir of another
+        # cluster (meta.properties) are the logs opened and recovered.
+        self.storage = self.registry.build(
+            "storage", self.config.storage, self.config, self.reactor
+        )
         attach_quotas(self)
         dynamic_config.apply(self)
         dynamic_config.follow(self)
@@ -248,5 +263,7 @@ class Broker:
             self.replicas.stop()
         for part in self.partitions.values():
             part._waiters.clear()
-        self.storage.close()
+        if self.storage is not None:
+            self.storage.close()
         yield self.coordinator.stop()
+        self.data_dir_lock.release()

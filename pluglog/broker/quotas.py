@@ -33,12 +33,14 @@ Threading: reactor thread only; time comes from the broker's clock.
 
 from collections import deque
 
+from pluglog.coordination.state import (  # noqa: F401 - re-exported for the quota handlers
+    CONSUMER_BYTE_RATE,
+    PRODUCER_BYTE_RATE,
+    QUOTA_KEYS,
+    REQUEST_PERCENTAGE,
+)
 from pluglog.errors import InvalidRequestError
 
-PRODUCER_BYTE_RATE = "producer_byte_rate"
-CONSUMER_BYTE_RATE = "consumer_byte_rate"
-REQUEST_PERCENTAGE = "request_percentage"
-QUOTA_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE)
 ENTITY_TYPES = ("client-id", "user")
 ANONYMOUS = "ANONYMOUS"
 #: Kafka's Long.MAX_VALUE default of quota.producer.default / quota.consumer.default

@@ -14,6 +14,7 @@ import decimal
 import json
 import uuid
 
+from pluglog.cli.common import CliError
 from pluglog.config import split_host_port
 
 FORMATS = ("string", "avro")
@@ -59,8 +60,6 @@ class ValueFormat:
     """Encodes stdin lines and decodes record values for one topic."""
 
     def __init__(self, args):
-        from pluglog.cli.main import CliError
-
         self.avro = None
         if args.value_format != "avro":
             return
@@ -88,7 +87,6 @@ class ValueFormat:
         """bytes of one stdin line (without its newline)."""
         if self.avro is None:
             return line
-        from pluglog.cli.main import CliError
         from pluglog.serialization.framing import SerializationError
         from pluglog.serialization.registry import RegistryError
 
@@ -109,7 +107,6 @@ class ValueFormat:
         """bytes to print for one record value."""
         if self.avro is None or value is None:
             return value or b""
-        from pluglog.cli.main import CliError
         from pluglog.serialization.framing import SerializationError
         from pluglog.serialization.registry import RegistryError
 

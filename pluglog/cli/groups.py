@@ -18,7 +18,7 @@ from datetime import datetime
 
 from pluglog import errors
 from pluglog import protocol as codec
-from pluglog.cli.common import check, error_name, metadata, partitions_of
+from pluglog.cli.common import CliError, check, error_name, metadata, partitions_of
 from pluglog.cli.topics import end_offsets
 from pluglog.client.blocking import BlockingClient
 
@@ -213,8 +213,6 @@ def reset_offsets(client, args):
     for part in resp["topics"][0]["partitions"]:
         code = part["error_code"]
         if code in (25, 27, 22):  # UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION
-            from pluglog.cli.main import CliError
-
             raise CliError(
                 f"group {args.group} has active members ({error_name(code)}); "
                 "stop its consumers before resetting offsets"

@@ -15,15 +15,19 @@ import re
 import select
 import sys
 
+from pluglog import __version__
 from pluglog.cli import cluster as cluster_cli
+from pluglog.cli import devcluster, groups, topics, transfer, users
 from pluglog.cli.common import CliError
 from pluglog.client.blocking import BlockingClient, ProtocolError
 from pluglog.config import split_host_port
+from pluglog.errors import PluginError
+from pluglog.plugins import make_plugin_manager
 
-# CliError lives in pluglog.cli.common: run as ``python -m pluglog.cli.main``
-# this module is ``__main__``, and a class defined here would not be the one
-# the commands raise (they import pluglog.cli.main), so it would escape as a
-# traceback instead of one line.
+# CliError lives in pluglog.cli.common, the leaf every command imports: run
+# as ``python -m pluglog.cli.main`` this module is ``__main__``, and a class
+# defined here would not be the one the commands raise, so it would escape
+# as a traceback instead of one line.
 __all__ = ["CliError", "build_parser", "main"]
 
 
@@ -77,9 +81,6 @@ def plain(text):
 
 
 def build_parser():
-    from pluglog import __version__
-    from pluglog.cli import devcluster, groups, topics, transfer, users
-
     parser = argparse.ArgumentParser(prog="pluglog", description=plain(__doc__.splitlines()[0]))
     parser.add_argument("--version", action="version", version=f"pluglog {__version__}")
     parser.add_argument(
@@ -103,9 +104,6 @@ def build_parser():
 def _plugin_commands(sub):
     """Subcommands of installed plugins (``pluglog_add_cli_commands``); a
     broken plugin costs its commands and a warning, not the whole CLI."""
-    from pluglog.errors import PluginError
-    from pluglog.plugins import make_plugin_manager
-
     try:
         manager = make_plugin_manager()
         manager.hook.pluglog_add_cli_commands(subparsers=sub)

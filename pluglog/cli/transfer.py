@@ -70,7 +70,6 @@ def add_parsers(sub, positive):
 def _partitioner(name):
     from twisted.internet.task import Clock
 
-    from pluglog.cli.main import CliError
     from pluglog.config import BrokerConfig
     from pluglog.errors import PluginError
     from pluglog.plugins import make_plugin_manager
@@ -85,8 +84,6 @@ def _partitioner(name):
 def produce_lines(client, args):
     partitions = partitions_of(client, args.topic, allow_create=True)
     if args.partition is not None and args.partition not in partitions:
-        from pluglog.cli.main import CliError
-
         raise CliError(f"--partition {args.partition}: {args.topic} has partitions {partitions}")
     partitioner = None if args.partition is not None else _partitioner(args.partitioner)
     value_format = formats.ValueFormat(args)

@@ -18,6 +18,7 @@ the process list or shell history.
 import os
 import sys
 
+from pluglog.cli.common import CliError
 from pluglog.security.credentials import (
     CODE_MECHANISMS,
     MECHANISM_CODES,
@@ -86,8 +87,6 @@ def add_parser(sub, positive):
 
 
 def _fail(action, message):
-    from pluglog.cli.main import CliError
-
     return CliError(f"users {action}: {message}")
 
 
@@ -107,9 +106,9 @@ def _file_store(action, args):
 
 def _request(action, args, api_key, body):
     """One request to ``--bootstrap-server``, logged in per ``--command-config``."""
+    from pluglog.cli.login import LoginError, connect, read_properties
     from pluglog.client.blocking import ProtocolError
     from pluglog.errors import ConfigError
-    from pluglog.security.client_login import LoginError, connect, read_properties
 
     try:
         props = read_properties(args.command_config) if args.command_config else {}

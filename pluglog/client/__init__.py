@@ -6,6 +6,9 @@ aiokafka-like classes whose methods return Deferreds; they share
 :mod:`pluglog.client.connection` (one connection, pipelined requests) with
 pluglog's own sans-IO codec. :mod:`pluglog.client.blocking` is the
 one-request-at-a-time client for scripts.
+
+It may import serialization, storage, protocol, plugins and the layers below
+(docs/architecture.rst, Layers); nothing of the broker.
 """
 
 from pluglog.client.admin import AdminClient, ConfigResource, NewTopic

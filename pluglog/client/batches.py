@@ -49,7 +49,7 @@ from pluglog.client.errors import KafkaClientError
 try:
     from pluglog import _producerbuffer
 except ImportError:  # pragma: no cover - the install script builds it
-    _producerbuffer = None
+    _producerbuffer = None  # type: ignore[assignment]  # the Python path serves
 
 BATCH_OVERHEAD = 61  # a magic-2 batch header
 
@@ -153,13 +153,13 @@ if _producerbuffer is not None and _COMPATIBLE:
     _RecordBuffer = _producerbuffer.RecordBuffer
     FastSend = _producerbuffer.FastSend
 else:  # pragma: no cover - the install script builds pluglog._producerbuffer
-    FastSend = None
+    FastSend = None  # type: ignore[assignment, misc]  # send() checks for None
 
     def track(obj):
         pass
 
     _fire_acks = py_fire_acks
-    _RecordBuffer = PyRecordBuffer
+    _RecordBuffer = PyRecordBuffer  # type: ignore[assignment, misc]  # same attributes
 
 
 def fire_acks(deferreds, topic, partition, base_offset, timestamp):
@@ -170,7 +170,9 @@ def fire_acks(deferreds, topic, partition, base_offset, timestamp):
     _fire_acks(deferreds, topic, partition, base_offset, timestamp, RecordMetadata)
 
 
-class Batch(_RecordBuffer):
+# The base is chosen at import (the C RecordBuffer or PyRecordBuffer), which
+# a static checker cannot follow.
+class Batch(_RecordBuffer):  # type: ignore[valid-type, misc]
     """One partition's records on their way: encoded bytes, Deferreds and
     the state a retry keeps (bytes, sequence). ``add()`` (from the record
     buffer base) is ``send()``'s common case; records, deferreds, size,

@@ -14,7 +14,7 @@ from pluglog.protocol.records import decode_records, encode_record_fields
 try:
     from pluglog import _clientcodec
 except ImportError:  # pragma: no cover - the install script builds it
-    _clientcodec = None
+    _clientcodec = None  # type: ignore[assignment]  # the Python codec below serves
 
 BUILT = _clientcodec is not None
 

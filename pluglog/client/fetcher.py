@@ -12,9 +12,9 @@ from typing import NamedTuple
 
 from pluglog.client.codec import decode_consumer_records
 from pluglog.errors import CorruptRecordError, InvalidRecordError
+from pluglog.protocol.crc import crc32c
 from pluglog.protocol.records import decompress
 from pluglog.serializers import BytesSerializer
-from pluglog.storage.crc import crc32c
 
 # The magic-2 batch header (kafka-protocol.md §2): base offset, length,
 # leader epoch, magic, crc, attributes, last offset delta, base and max

@@ -381,10 +381,13 @@ class Controller(ReassignmentMixin):
 
     def controlled_shutdown(self, broker):
         """Move leadership off ``broker`` and drop it from ISRs; returns how
-        many partitions it still leads."""
+        many partitions it still leads that another live in-sync replica
+        could take. One that no other replica can lead stays with ``broker``
+        until it stops (then it is offline, as in Kafka): counting it would
+        only make the last broker of a cluster wait out its timeout."""
         self.shutting_down.add(broker)
         topics, states = self.load()
-        remaining = 0
+        remaining = stuck = 0
         for (topic, p), state in sorted(states.items()):
             replicas = topics[topic].assignment[p]
             if state is None or broker not in replicas:
@@ -396,10 +399,18 @@ class Controller(ReassignmentMixin):
                 state,
                 lambda r, s: election.shutdown(r, s, broker, self.live, self.shutting_down),
             )
-            if final is not None and final.leader == broker:
+            if final is None or final.leader != broker:
+                continue
+            if any(r in self.live and r not in self.shutting_down for r in final.isr):
                 remaining += 1
+            else:
+                stuck += 1
         self.say(
-            "controlled shutdown of broker {b}: {n} partition(s) still led", b=broker, n=remaining
+            "controlled shutdown of broker {b}: {n} partition(s) still led, "
+            "{s} with no other live in-sync replica",
+            b=broker,
+            n=remaining,
+            s=stuck,
         )
         return remaining
 

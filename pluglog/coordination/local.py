@@ -4,7 +4,10 @@ The file ``<data-dir>/pluglog-metadata.json`` holds the cluster id and every
 topic (partition count, config overrides, topic id). It is rewritten
 atomically (write a temp file, fsync, rename, fsync the directory) on every
 change, so a crash leaves either the old or the new metadata. This broker is
-the only broker and the controller.
+the only broker and the controller. ``meta.properties`` (Kafka's file, see
+:mod:`pluglog.datadir`) records the cluster id too, with
+``pluglog.coordinator=local``, so a ZooKeeper cluster member's data dir is
+refused here and this one there.
 """
 
 import json
@@ -21,7 +24,9 @@ from pluglog.coordination.topicchecks import (
     topic_configs,
     validate_topic_name,
 )
+from pluglog.datadir import COORDINATOR_KEY, LOCAL, check_meta_properties, read_meta_properties
 from pluglog.errors import (
+    ConfigError,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
@@ -57,6 +62,12 @@ class LocalCoordinator:
             listener(event, meta)
 
     def start(self):
+        try:
+            return self._start()
+        except ConfigError:
+            return defer.fail()
+
+    def _start(self):
         os.makedirs(self.config.data_dir, exist_ok=True)
         if os.path.exists(self.path):
             with open(self.path, encoding="utf-8") as handle:
@@ -77,8 +88,18 @@ class LocalCoordinator:
                     bool(info.get("internal", False)),
                     {p: [node] for p in range(count)},
                 )
+        props = read_meta_properties(self.config.data_dir)
+        if not self._cluster_id and props and props.get(COORDINATOR_KEY) == LOCAL:
+            self._cluster_id = props.get("cluster.id")
         if not self._cluster_id:
             self._cluster_id = _new_cluster_id()
+        check_meta_properties(
+            self.config.data_dir,
+            self._cluster_id,
+            self.config.broker_id,
+            LOCAL,
+            f"the single-node cluster {self._cluster_id} of this --coordinator local broker",
+        )
         self._save()
         return defer.succeed(None)
 

@@ -29,6 +29,13 @@ from pluglog.errors import PluglogError
 
 NO_LEADER = -1
 
+#: Kafka's client quota keys, as coordinators store them per user / client id
+#: (enforced by :mod:`pluglog.broker.quotas`).
+PRODUCER_BYTE_RATE = "producer_byte_rate"
+CONSUMER_BYTE_RATE = "consumer_byte_rate"
+REQUEST_PERCENTAGE = "request_percentage"
+QUOTA_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE)
+
 
 class StaleStateError(PluglogError):
     """A conditional partition-state write lost to a newer state."""

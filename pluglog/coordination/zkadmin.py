@@ -361,7 +361,10 @@ class AdminMixin:
             if result is None:
                 break
             if result.get("remaining") == 0:
-                log.info("controlled shutdown done: no partition led here")
+                log.info(
+                    "controlled shutdown done: no partition left here that another "
+                    "live in-sync replica could lead"
+                )
                 return
             log.info(
                 "controlled shutdown attempt {n}: {left} partition(s) still led here",

@@ -14,6 +14,7 @@ import time
 import uuid
 
 from pluglog.coordination.state import PartitionState
+from pluglog.datadir import meta_properties, parse_properties  # noqa: F401 - re-exported
 
 CLUSTER_ID = "/cluster/id"
 BROKER_IDS = "/brokers/ids"
@@ -227,22 +228,3 @@ def reassign_from_json(data):
         (e["topic"], int(e["partition"])): [int(b) for b in e["replicas"]]
         for e in (data or {}).get("partitions") or ()
     }
-
-
-def meta_properties(cluster_id, broker_id):
-    """Kafka's ``meta.properties`` (version 0, ZooKeeper mode)."""
-    return (
-        f"#\n#{time.strftime('%a %b %d %H:%M:%S UTC %Y', time.gmtime())}\n"
-        f"cluster.id={cluster_id}\nversion=0\nbroker.id={broker_id}\n"
-    )
-
-
-def parse_properties(text):
-    out = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith(("#", "!")):
-            continue
-        key, _, value = line.partition("=")
-        out[key.strip()] = value.strip()
-    return out

@@ -5,6 +5,13 @@ The cluster id is created once in ``/cluster/id``; the data dir's Kafka
 ephemeral ``/brokers/ids/<id>`` is refused while another live session holds
 it. Each failure is a ConfigError naming the values, which stops the broker.
 These run on the coordinator's io worker (blocking kazoo calls).
+
+A broker restarted quickly after a crash finds its id still registered by
+its own previous session, which ZooKeeper removes only once that session
+times out. The data dir remembers the session that registered last
+(``zookeeper.session``; the data dir lock guarantees that session's process
+is gone), so the broker waits for it to expire, bounded by
+``zookeeper.session.timeout.ms`` plus a margin, instead of exiting.
 """
 
 import os
@@ -12,13 +19,19 @@ import time
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from pluglog.addresses import advertised_url
 from pluglog.coordination import zkdata as z
 from pluglog.coordination.local import _new_cluster_id
+from pluglog.datadir import ZOOKEEPER, check_meta_properties
 from pluglog.errors import ConfigError
 from pluglog.fileutil import atomic_write
 from pluglog.security.interbroker import advertised_endpoints
 
 META_PROPERTIES = "meta.properties"
+#: the session id that last registered this data dir's broker, in hex
+SESSION_FILE = "zookeeper.session"
+#: beyond the session timeout: ZooKeeper expires sessions on its tick
+EXPIRY_MARGIN_S = 5.0
 
 
 class RegistrationMixin:
@@ -43,30 +56,17 @@ class RegistrationMixin:
 
     def _check_meta_properties(self, cluster_id):
         """Kafka's meta.properties: a data dir belongs to one cluster and broker."""
-        os.makedirs(self.config.data_dir, exist_ok=True)
-        path = os.path.join(self.config.data_dir, META_PROPERTIES)
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as handle:
-                props = z.parse_properties(handle.read())
-            if props.get("cluster.id") and props["cluster.id"] != cluster_id:
-                raise ConfigError(
-                    f"data dir {self.config.data_dir} belongs to cluster {props['cluster.id']}, "
-                    f"but ZooKeeper at zookeeper.connect={self.hosts + self.chroot} holds "
-                    f"cluster {cluster_id}"
-                )
-            if props.get("broker.id") and int(props["broker.id"]) != self.broker_id:
-                raise ConfigError(
-                    f"data dir {self.config.data_dir} belongs to broker.id={props['broker.id']}, "
-                    f"not broker.id={self.broker_id}"
-                )
-            return
-        atomic_write(path, z.meta_properties(cluster_id, self.broker_id).encode())
+        check_meta_properties(
+            self.config.data_dir,
+            cluster_id,
+            self.broker_id,
+            ZOOKEEPER,
+            f"cluster {cluster_id} in ZooKeeper at zookeeper.connect={self.hosts + self.chroot}",
+        )
 
     def _register(self, wait):
         """Create our ephemeral /brokers/ids/<id>; an id held by another live
         session is refused (after up to ``wait`` seconds for it to expire)."""
-        from pluglog.web.site import advertised_url
-
         # Every advertised listener, so each broker can answer a client with
         # the others' endpoints on the listener that client came in on.
         body = z.dumps(
@@ -78,19 +78,32 @@ class RegistrationMixin:
                 advertised_endpoints(self.config),
             )
         )
-        deadline = time.monotonic() + wait
+        started = time.monotonic()
+        deadline = started + wait
         path = z.broker_path(self.broker_id)
+        previous = self._previous_session()
+        waiting = False
         while True:
             try:
                 self.client.create(path, body, ephemeral=True)
-                return
+                break
             except NodeExistsError:
                 try:
                     _, stat = self.client.get(path)
                 except NoNodeError:
                     continue
                 if stat.ephemeralOwner == self.client.client_id[0]:
-                    return
+                    break
+                if stat.ephemeralOwner == previous and not waiting:
+                    # Our own crashed predecessor: its node goes when its session expires.
+                    bound = self.config.zookeeper_session_timeout_ms / 1000.0 + EXPIRY_MARGIN_S
+                    deadline = max(deadline, started + bound)
+                    waiting = True
+                    self._say(
+                        f"broker.id={self.broker_id} is still registered by this data dir's "
+                        f"previous ZooKeeper session 0x{previous:x}; waiting up to {bound:.0f}s "
+                        "for it to expire"
+                    )
                 if time.monotonic() >= deadline:
                     raise ConfigError(
                         f"broker.id={self.broker_id} is already registered in ZooKeeper at "
@@ -98,3 +111,19 @@ class RegistrationMixin:
                         f"(session 0x{stat.ephemeralOwner:x})"
                     ) from None
                 time.sleep(0.2)
+        self._remember_session()
+
+    def _session_path(self):
+        return os.path.join(self.config.data_dir, SESSION_FILE)
+
+    def _previous_session(self):
+        try:
+            with open(self._session_path(), encoding="ascii") as handle:
+                return int(handle.read().strip(), 16)
+        except (OSError, ValueError):
+            return None
+
+    def _remember_session(self):
+        session = self.client.client_id[0]
+        if session != self._previous_session():
+            atomic_write(self._session_path(), f"{session:x}\n".encode())

@@ -24,8 +24,8 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from pluglog.broker.quotas import QUOTA_KEYS
 from pluglog.coordination import zkentities as e
+from pluglog.coordination.state import QUOTA_KEYS
 from pluglog.security.acls import AclBinding
 from pluglog.security.credentials import SCRAM_MECHANISMS
 

@@ -191,9 +191,11 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
             # another disconnection runs again on the next connection.
             self.io.post(self._restore)
         elif state == KazooState.CONNECTED:
-            # Same session after a disconnection (e.g. a ZooKeeper restart):
-            # jobs cut off meanwhile are redone.
-            self.io.post(self._safely, self.refresh_all)
+            # Same session after a disconnection (e.g. a ZooKeeper restart).
+            # kazoo drops every watch when a connection is lost (it has no
+            # SetWatches on reconnect), so every znode is read again with
+            # a new watch, and jobs cut off meanwhile are redone.
+            self.io.post(self._safely, self.refresh_all, True)
             self.controller.post(self.controller.resync)
 
     def _session_lost(self):
@@ -206,8 +208,7 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
             return
         try:
             self._register(wait=self.config.zookeeper_session_timeout_ms / 1000.0)
-            self._io_topics = set()
-            self.refresh_all()
+            self.refresh_all(rewatch=True)
         except DISCONNECTED:
             return  # disconnected again: the next CONNECTED restores
         self._lost = False
@@ -238,10 +239,14 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
         except DISCONNECTED:
             pass  # the session restore refreshes everything
 
-    def refresh_all(self):
+    def refresh_all(self, rewatch=False):
+        """Read the cluster's znodes, watching each. ``rewatch`` re-reads every
+        known topic and partition state too: after a lost connection, whose
+        watches kazoo has dropped, a change made meanwhile would otherwise
+        never be seen (a broker would follow a dead leader forever)."""
         self.refresh_controller()
         self.refresh_brokers()
-        self.refresh_topics()
+        self.refresh_topics(rewatch)
         self.refresh_stores()
 
     def refresh_controller(self):
@@ -281,12 +286,13 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
         self.io.deliver(self._set_brokers, brokers, endpoints)
         self.controller.post(self.controller.on_brokers_changed)
 
-    def refresh_topics(self):
+    def refresh_topics(self, rewatch=False):
         names = set(
             self.client.get_children(z.TOPICS, watch=self._watcher("topics", self.refresh_topics))
         )
-        for name in sorted(names - self._io_topics):
-            self._io_topics.add(name)
+        fresh = names if rewatch else names - self._io_topics
+        self._io_topics |= names
+        for name in sorted(fresh):
             self.refresh_topic(name)
         for name in sorted(self._io_topics - names):
             self._io_topics.discard(name)

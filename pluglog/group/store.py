@@ -59,6 +59,7 @@ from pluglog.errors import (
     REQUEST_TIMED_OUT,
     UNKNOWN_TOPIC_OR_PARTITION,
     KafkaError,
+    TopicExistsError,
 )
 from pluglog.group.model import OffsetAndMetadata
 from pluglog.protocol import records as batches
@@ -370,8 +371,14 @@ class OffsetStore:
 
     def _created(self, result):
         waiters, self._waiters = self._waiters, []
-        # Losing a creation race to someone else is success too.
-        failed = isinstance(result, Failure) and not self.topic_exists()
+        # Losing a creation race to another broker is success too, even
+        # before this broker's cache has seen the winner's topic: callers
+        # answer a retriable COORDINATOR_NOT_AVAILABLE until it has.
+        failed = (
+            isinstance(result, Failure)
+            and not result.check(TopicExistsError)
+            and not self.topic_exists()
+        )
         for waiter in waiters:
             if failed:
                 waiter.errback(result)

@@ -349,7 +349,7 @@ def _make_encoder(fields, version, flexible):
     return encode
 
 
-_CACHE = {}
+_CACHE: dict = {}
 
 
 def compile_struct(fields, version, flexible):

@@ -17,7 +17,7 @@ import struct
 from typing import NamedTuple
 
 from pluglog.errors import CorruptRecordError, InvalidRecordError
-from pluglog.storage.crc import crc32c
+from pluglog.protocol.crc import crc32c
 
 COMPRESSION_NONE = 0
 COMPRESSION_GZIP = 1

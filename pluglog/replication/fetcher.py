@@ -31,6 +31,7 @@ from pluglog.errors import (
     UNKNOWN_TOPIC_OR_PARTITION,
     KafkaError,
 )
+from pluglog.replication import peer
 from pluglog.replication.epochs import UNDEFINED
 
 log = Logger()
@@ -95,15 +96,13 @@ class LeaderFetcher:
     def _connection(self):
         if self.conn is not None and self.conn.connected:
             return self.conn
-        from pluglog.security import interbroker
-
         address = self._leader_address()
         if address is None:
             raise KafkaError(f"leader {self.leader_id} is not registered")
         timeout = self.config.replica_socket_timeout_ms / 1000.0
         # The leader's endpoint on the inter-broker listener, over TLS and
         # logged in when that listener asks for it.
-        self.conn = yield interbroker.connect(
+        self.conn = yield peer.connect(
             self.reactor,
             self.config,
             address[0],

@@ -4,6 +4,10 @@
 and hangs off ``broker.security``: the configured listeners, the enabled
 SASL mechanisms with their IAuthenticator providers, the SCRAM credential
 store and (when ``authorizer.class.name`` is set) the IAuthorizer.
+
+Mechanisms only: deciding whether one request is allowed is the server's job
+(:mod:`pluglog.server.authorization`). It may import client, serialization,
+storage, protocol and below; it opens no connections of its own.
 """
 
 from pluglog.errors import ConfigError

@@ -6,7 +6,8 @@ and ``listener_security_protocol_map``). Replica fetchers connect to the
 leader's endpoint on the inter-broker listener, picked as Kafka does:
 ``inter.broker.listener.name``, else the listener named like
 ``security.inter.broker.protocol`` (default PLAINTEXT); setting both is
-refused. On a TLS listener the fetcher verifies the leader's certificate
+refused. The connection itself is made by :mod:`pluglog.replication.peer`.
+On a TLS listener the fetcher verifies the leader's certificate
 against ``ssl.truststore.location``; on a SASL listener it logs in with
 ``sasl.mechanism.inter.broker.protocol`` (PLAIN, SCRAM-SHA-256 or
 SCRAM-SHA-512) as ``inter.broker.sasl.username`` /
@@ -17,10 +18,7 @@ same without a JAAS parser. That user needs a credential like any other
 (replica fetches need CLUSTER_ACTION, as in Kafka).
 """
 
-from twisted.internet import defer
-
-from pluglog.errors import ConfigError, KafkaError
-from pluglog.security import sasl_client
+from pluglog.errors import ConfigError
 from pluglog.security.listeners import parse_listeners, protocol_map
 
 
@@ -72,67 +70,3 @@ def check(config):
             "(the CA that signed the brokers' certificates)"
         )
     return name, protocol
-
-
-@defer.inlineCallbacks
-def connect(reactor, config, host, port, client_id, timeout):
-    """A KafkaClientProtocol to another broker's inter-broker endpoint, over
-    TLS and logged in as configured; a Deferred."""
-    from twisted.internet.endpoints import HostnameEndpoint
-    from twisted.internet.protocol import Factory
-    from twisted.protocols.tls import TLSMemoryBIOFactory
-
-    from pluglog.client.connection import KafkaClientProtocol, KafkaConnectionError
-
-    _name, protocol = check(config)
-    endpoint = HostnameEndpoint(reactor, host, port, timeout=timeout)
-    proto = KafkaClientProtocol(reactor, client_id=client_id, request_timeout=timeout)
-    factory = Factory.forProtocol(lambda: proto)
-    if protocol.endswith("SSL"):
-        # Not wrapClientTLS: its TLS layer schedules writes on the global
-        # reactor, and this one may be another (tests run a private one).
-        factory = TLSMemoryBIOFactory(_tls_options(config, host), True, factory, clock=reactor)
-    try:
-        yield endpoint.connect(factory)
-    except Exception as exc:
-        raise KafkaConnectionError(f"cannot connect to {host}:{port}: {exc}") from None
-    if protocol.startswith("SASL_"):
-        try:
-            yield _login(proto, config, timeout)
-        except Exception:
-            proto.close()
-            raise
-    return proto
-
-
-def _tls_options(config, host):
-    from twisted.internet import ssl
-
-    with open(config.ssl_truststore_location, "rb") as handle:
-        authority = ssl.Certificate.loadPEM(handle.read())
-    return ssl.optionsForClientTLS(host, trustRoot=authority)
-
-
-@defer.inlineCallbacks
-def _login(proto, config, timeout):
-    """SaslHandshake v1 then SaslAuthenticate v1 exchanges (KIP-152)."""
-    mechanism = config.sasl_mechanism_inter_broker_protocol
-    user, password = config.inter_broker_sasl_username, config.inter_broker_sasl_password
-    steps = sasl_client.exchange(mechanism, user, password)
-    try:
-        request = next(steps)
-        while True:
-            answer = yield proto.request(*request, timeout=timeout)
-            try:
-                request = steps.send(answer)
-            except StopIteration:
-                return
-    except sasl_client.MechanismError as exc:
-        raise KafkaError(
-            f"inter-broker SASL handshake for {mechanism} refused "
-            f"(error {exc.error_code}; offered: {exc.offered})"
-        ) from None
-    except sasl_client.CredentialsError as exc:
-        raise KafkaError(
-            f"inter-broker SASL login as {user!r} failed: {exc.error_message}"
-        ) from None

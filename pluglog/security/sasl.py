@@ -19,15 +19,21 @@ import hashlib
 import hmac
 import os
 import struct
+import weakref
 
 from scramp import ScramMechanism
 from twisted.logger import Logger
 from zope.interface import implementer
 
 from pluglog.interfaces import IAuthenticator
+from pluglog.logsafe import SafeLogger, Throttle
 from pluglog.security.credentials import SCRAM_MECHANISMS
 
 log = Logger()
+#: user names come from the client: escaped in the failure line
+_safe_log = SafeLogger()
+#: one authentication-failure warning throttle per reactor (i.e. per broker)
+_FAILURE_THROTTLES = weakref.WeakKeyDictionary()
 ANONYMOUS = "User:ANONYMOUS"
 #: ApiVersions, SaslHandshake, SaslAuthenticate: allowed before authentication
 PRE_AUTH_APIS = frozenset((18, 17, 36))
@@ -192,6 +198,7 @@ class Session:
         "raw",
         "security",
         "acl_cache",
+        "failure_logged",
     )
 
     def __init__(self, listener, conn, security):
@@ -202,8 +209,9 @@ class Session:
         self.exchange = None
         self.mechanism = None
         self.raw = False
-        #: authorization decisions of this connection (pluglog.security.checks)
+        #: authorization decisions of this connection (pluglog.server.authorization)
         self.acl_cache = {}
+        self.failure_logged = False
 
     @property
     def authenticated(self):
@@ -257,19 +265,37 @@ class Session:
         return challenge
 
     def fail(self, exc):
-        """Close after the current answer; logged once, the reason names no password."""
-        reason = f"SASL authentication failed ({self.mechanism}): {exc}"
+        """Close after the current answer. Logged now (the client usually
+        hangs up first), once per connection and throttled across them; the
+        reason names the user, never the password."""
         self.exchange = None
         self.raw = False
+        if not self.failure_logged:
+            self.failure_logged = True
+            reactor = self.conn.broker.reactor
+            throttle = _FAILURE_THROTTLES.get(reactor)
+            if throttle is None:
+                throttle = _FAILURE_THROTTLES[reactor] = Throttle(
+                    reactor, "SASL authentication failure warnings"
+                )
+            throttle(
+                _safe_log.warn,
+                "SASL authentication failed ({mechanism}) for {peer} on listener "
+                "{listener}: {reason}",
+                mechanism=self.mechanism,
+                peer=self.conn.peer,
+                listener=self.listener.name,
+                reason=str(exc),
+            )
         # KIP-306: the close waits connection.failed.authentication.delay.ms, so
         # the client reads the error (over TLS a close right behind the answer
         # can overtake it in some clients) and a password guesser is slowed.
         delay = self.conn.broker.config.connection_failed_authentication_delay_ms / 1000.0
-        self.conn.broker.reactor.callLater(delay, self._close, reason)
+        self.conn.broker.reactor.callLater(delay, self._close)
 
-    def _close(self, reason):
+    def _close(self):
         if not self.conn._closing:
-            self.conn._bad_input(reason)
+            self.conn._bad_input(None)  # None: already logged
 
 
 class _Authorizing:

@@ -8,7 +8,7 @@ the PLAIN message (``\\0user\\0password``) or the two SCRAM client messages
 refused step raises :class:`MechanismError` or :class:`CredentialsError`
 (both :class:`LoginError`).
 
-The callers own only the I/O: :mod:`pluglog.security.client_login` drives it
+The callers own only the I/O: :mod:`pluglog.cli.login` drives it
 over a blocking socket for the CLI, :mod:`pluglog.security.interbroker` over a
 Twisted connection for the replica fetchers.
 """

@@ -13,4 +13,7 @@
   :mod:`~pluglog.serialization.store` reads and appends that topic.
 * :mod:`~pluglog.serialization.client` is an HTTP client of the registry's
   REST API (the CLI, Spark and any process outside the broker).
+
+It may import storage, protocol, plugins and below (docs/architecture.rst,
+Layers); the web layer serves its registry.
 """

@@ -6,6 +6,8 @@ section (``url = http://host:8081``), else the ``--http`` listener of a
 broker on this host, else Confluent's default ``http://localhost:8081``.
 """
 
+from pluglog.addresses import listen_address
+
 DEFAULT_URL = "http://localhost:8081"
 
 
@@ -14,8 +16,6 @@ def registry_url(config):
     if section.get("url"):
         return section["url"]
     if getattr(config, "http", ""):
-        from pluglog.tap import listen_address
-
         interface, port = listen_address(config.http)
         host = interface if interface not in (None, "", "0.0.0.0", "::") else "localhost"
         return f"http://{host}:{port}"

@@ -32,10 +32,13 @@ from pluglog import protocol as codec
 from pluglog.errors import UNKNOWN_SERVER_ERROR, KafkaError
 from pluglog.logsafe import SafeLogger, Throttle
 from pluglog.protocol.hotpath import PRODUCE_VERSIONS
+from pluglog.security.sasl import Session, _Authorizing
+from pluglog.server.api_checks import checked
 from pluglog.server.connections import ConnectionGuard
 from pluglog.server.fastlane import produce_fast
-from pluglog.server.handlers import HANDLERS, NO_RESPONSE, CloseConnection, RequestContext
+from pluglog.server.handlers.common import NO_RESPONSE, CloseConnection, RequestContext
 from pluglog.server.handlers.core import metadata_precheck
+from pluglog.server.handlers.table import HANDLERS
 from pluglog.server.sendfile import SocketWriter, supports_direct
 from pluglog.server.throttle import apply_quotas
 
@@ -85,8 +88,6 @@ class KafkaServerProtocol(protocol.Protocol):
         #: the session while SASL authentication is pending (None: pass everything)
         self._gate = None
         if listener is not None:
-            from pluglog.security.sasl import Session
-
             self.session = Session(listener, self, broker.security)
             if listener.sasl:
                 self._gate = self.session
@@ -193,6 +194,7 @@ class KafkaServerProtocol(protocol.Protocol):
     def _bad_input(self, reason, header=None):
         # Logged once per connection (it is closed right after), at most
         # Throttle.burst per window across connections; SafeLogger escapes.
+        # A reason of None closes quietly (the caller logged it already).
         extra = ""
         if header is not None:
             client_id = "None" if header.client_id is None else f"'{header.client_id}'"
@@ -200,13 +202,14 @@ class KafkaServerProtocol(protocol.Protocol):
                 f" (api_key={header.api_key} api_version={header.api_version}"
                 f" correlation_id={header.correlation_id} client_id={client_id})"
             )
-        bad_input_throttle(self.broker.reactor)(
-            log.warn,
-            "closing connection from {peer}: {reason}{extra}",
-            peer=self.peer,
-            reason=reason,
-            extra=extra,
-        )
+        if reason is not None:
+            bad_input_throttle(self.broker.reactor)(
+                log.warn,
+                "closing connection from {peer}: {reason}{extra}",
+                peer=self.peer,
+                reason=reason,
+                extra=extra,
+            )
         self._closing = True
         self._buf = bytearray()
         if self._writer is not None:
@@ -431,14 +434,10 @@ class KafkaServerProtocol(protocol.Protocol):
 
 
 def _authorizing(session):
-    from pluglog.security.sasl import _Authorizing
-
     return _Authorizing(session)
 
 
 def _checked(ctx, api_key, request, handler):
-    from pluglog.security.checks import checked
-
     if ctx.session is None or not ctx.session.authenticated:
         return handler(ctx, request)  # ApiVersions / SASL during authentication
     return checked(ctx, api_key, request, handler)

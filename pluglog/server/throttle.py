@@ -22,7 +22,7 @@ from pluglog.broker.quotas import (
     REQUEST_PERCENTAGE,
     fetch_response_bytes,
 )
-from pluglog.server.handlers import NO_RESPONSE
+from pluglog.server.handlers.common import NO_RESPONSE
 
 _NANOS_TO_PERCENT = 100.0 / 1e9
 

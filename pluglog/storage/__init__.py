@@ -6,6 +6,9 @@ Providers implement :class:`pluglog.interfaces.ILogStorage` /
 :class:`pluglog.interfaces.IPartitionLog`; the plugin registry builds them
 through the factories below, each called as ``factory(config, reactor)``
 with a :class:`pluglog.config.BrokerConfig`.
+
+It may import protocol, plugins, the plugin contract and the leaf helpers
+(docs/architecture.rst, Layers); nothing of the broker.
 """
 
 from pluglog.storage.manager import SegmentLogStorage

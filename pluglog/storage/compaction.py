@@ -30,8 +30,8 @@ import struct
 import cramjam
 
 from pluglog.errors import CorruptRecordError, InvalidRecordError
+from pluglog.protocol.crc import crc32c
 from pluglog.protocol.records import decode_varlong
-from pluglog.storage.crc import crc32c
 from pluglog.storage.records import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,

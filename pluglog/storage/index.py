@@ -67,7 +67,8 @@ class _IndexFile:
     are pending until :meth:`write_pending`.
     """
 
-    entry = None
+    #: one entry's layout; each kind of index sets its own
+    entry: struct.Struct
 
     def __init__(self, path, base_offset, max_index_bytes):
         self.path = path

@@ -31,7 +31,7 @@ from zope.interface import implementer
 
 from pluglog.errors import CorruptRecordError, InvalidRecordError, MessageTooLargeError
 from pluglog.interfaces import IFileRange
-from pluglog.storage.crc import crc32c
+from pluglog.protocol.crc import crc32c
 
 BASE_OFFSET_OFFSET = 0
 BATCH_LENGTH_OFFSET = 8

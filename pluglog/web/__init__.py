@@ -4,4 +4,7 @@
 plugins extend through ``pluglog_add_web_resources(broker, root)``;
 :mod:`pluglog.web.registry` is the built-in schema registry's REST resource,
 served at the Confluent Schema Registry's own paths.
+
+It may import server, broker and everything below (docs/architecture.rst,
+Layers); the service starts it.
 """

@@ -18,24 +18,6 @@ from twisted.web import resource, server
 log = Logger()
 
 
-def advertised_url(config):
-    """The ``http://host:port`` other brokers reach our ``--http`` listener at,
-    or None without one (or with port 0). A wildcard interface is advertised as the broker's
-    ``advertised.host.name`` (as Kafka advertises a wildcard listener)."""
-    strport = getattr(config, "http", "")
-    if not strport:
-        return None
-    from pluglog.tap import listen_address
-
-    interface, port = listen_address(strport)
-    if not port:
-        return None  # an ephemeral port is unknown until listening: not advertised
-    host = interface if interface not in (None, "", "0.0.0.0", "::") else config.advertised_host
-    if ":" in host:
-        host = f"[{host}]"
-    return f"http://{host}:{port}"
-
-
 def json_response(request, status, body):
     """Write ``body`` as JSON with ``status``; returns the bytes to render."""
     request.setResponseCode(status)

@@ -11,9 +11,9 @@ import uuid
 
 import pytest
 
+from pluglog.cli.login import connect
 from pluglog.client.blocking import ProtocolError
 from pluglog.protocol.records import Record, build_batch
-from pluglog.security.client_login import connect
 from tests.integration.acl_api_cases import (
     CASES,
     CLUSTER,

@@ -1,5 +1,6 @@
-"""The replica fetchers' connection (pluglog.security.interbroker) against a real
-secured broker: SASL_PLAINTEXT and SASL_SSL logins with PLAIN and SCRAM, the
+"""The replica fetchers' connection (pluglog.replication.peer, with the
+listener choice of pluglog.security.interbroker) against a real secured broker:
+SASL_PLAINTEXT and SASL_SSL logins with PLAIN and SCRAM, the
 CA check on TLS, and the start-up refusals of a setup that cannot work."""
 
 import pytest
@@ -8,6 +9,7 @@ from pluglog.client.connection import KafkaConnectionError
 from pluglog.config import BrokerConfig, parse_settings
 from pluglog.errors import ConfigError, KafkaError
 from pluglog.protocol import api_keys
+from pluglog.replication import peer
 from pluglog.security import interbroker
 from tests.integration.secure_broker import PASSWORD, USER
 from tests.zk_cluster import ReactorThread
@@ -38,7 +40,7 @@ def _config(secure, listener, mechanism, password=PASSWORD, **extra):
 
 def _metadata(rt, config, port):
     def run():
-        d = interbroker.connect(rt.reactor, config, "127.0.0.1", port, "replica-9", 10)
+        d = peer.connect(rt.reactor, config, "127.0.0.1", port, "replica-9", 10)
 
         def ask(conn):
             body = {"topics": [], "allow_auto_topic_creation": False}

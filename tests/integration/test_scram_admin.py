@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from pluglog.security.client_login import LoginError, connect
+from pluglog.cli.login import LoginError, connect
 from tests.broker_process import free_port
 from tests.integration.secure_broker import acl_broker
 from tests.integration.secure_broker import sasl_props as props

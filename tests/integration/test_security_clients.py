@@ -1,13 +1,22 @@
 """kafka-python and kcat over SSL, SASL_PLAINTEXT and SASL_SSL; wrong
 passwords and unknown users refused with SASL_AUTHENTICATION_FAILED in
-every client (confluent-kafka's round trips are in test_security_listeners)."""
+every client (confluent-kafka's round trips are in test_security_listeners),
+and logged by the broker naming the user, never the password."""
 
 import subprocess
 import uuid
 
 import pytest
 
-from tests.integration.secure_broker import MECHANISMS, PASSWORD, USER, confluent_conf
+from tests.broker_process import BrokerProcess, free_port
+from tests.integration.secure_broker import (
+    MECHANISMS,
+    PASSWORD,
+    USER,
+    add_user,
+    confluent_conf,
+    sasl_props,
+)
 
 CASES = [("SSL", None)] + [
     (proto, mech) for proto in ("SASL_PLAINTEXT", "SASL_SSL") for mech in MECHANISMS
@@ -90,6 +99,35 @@ def test_confluent_bad_login_refused(secure, mechanism, user, password):
     admin.poll(1)
     assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
     assert any("Authentication failed" in e.str() for e in errors), errors
+
+
+def test_wrong_password_logged_with_the_user_never_the_password(tmp_path):
+    """Its own broker: the module's broker shares its log throttle with the
+    other bad-login tests."""
+    from confluent_kafka.admin import AdminClient
+
+    data = tmp_path / "data"
+    assert add_user(data, USER, PASSWORD).returncode == 0
+    sasl, plain = free_port(), free_port()
+    listeners = f"SASL_PLAINTEXT://127.0.0.1:{sasl},PLAINTEXT://127.0.0.1:{plain}"
+    broker = BrokerProcess(data, port=plain, settings={"listeners": listeners}).start()
+    wrong = "wrong-" + uuid.uuid4().hex
+    try:
+        conf = {"bootstrap.servers": f"127.0.0.1:{sasl}", **sasl_props(USER, wrong)}
+        admin = AdminClient({**conf, "log_level": 0})
+        with pytest.raises(Exception):  # noqa: B017 - KafkaException or a timeout
+            admin.list_topics(timeout=3)
+    finally:
+        broker.stop()
+    log = broker.log()
+    lines = [line for line in log.splitlines() if "SASL authentication failed" in line]
+    assert lines, log
+    assert "(SCRAM-SHA-256) for 127.0.0.1:" in lines[0]
+    assert "on listener SASL_PLAINTEXT: invalid credentials for user 'alice'" in lines[0]
+    # librdkafka retries every ~50 ms: one line per connection, at most the
+    # throttle's burst of 20 per 10 s.
+    assert len(lines) <= 20, len(lines)
+    assert wrong not in log
 
 
 def kcat_args(secure, protocol, mechanism=None, user=USER, password=PASSWORD):

@@ -15,7 +15,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from pluglog.security.client_login import connect
+from pluglog.cli.login import connect
 from tests.broker_process import BrokerProcess, free_port
 from tests.integration.secure_broker import add_user
 from tests.tls_certs import make_certs

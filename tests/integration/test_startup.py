@@ -1,6 +1,9 @@
-"""Start-up never dies on its own data: offline partitions, corruption at a clean start."""
+"""Start-up never dies on its own data (offline partitions, corruption at a
+clean start) and never touches another broker's: the data dir's lock and its
+cluster identity (meta.properties) refuse, in one line, and write nothing."""
 
 import glob
+import json
 import os
 import shutil
 
@@ -8,9 +11,10 @@ import confluent_kafka
 
 from pluglog import protocol as codec
 from pluglog.client.blocking import BlockingClient
+from pluglog.datadir import meta_properties
 from pluglog.errors import KAFKA_STORAGE_ERROR
 from pluglog.protocol.records import Record, build_batch
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, assert_refused
 from tests.integration.clients import (
     consume_confluent,
     create_topic,
@@ -155,5 +159,74 @@ def test_thousands_of_partitions_under_a_small_descriptor_limit(tmp_path):
             assert [_latest(client, "wide", p) for p in (0, 7, 1995, 1999)] == [1, 1, 1, 0]
             (fetched,) = client.fetch("wide", {1995: 0})
             assert fetched["error_code"] == 0 and fetched["records"]
+    finally:
+        broker.stop()
+
+
+def _snapshot(directory):
+    return {
+        os.path.relpath(os.path.join(root, name), directory): os.stat(
+            os.path.join(root, name)
+        ).st_mtime_ns
+        for root, dirs, files in os.walk(directory)
+        for name in dirs + files
+    }
+
+
+def test_second_broker_on_a_data_dir_is_refused_and_writes_nothing(tmp_path):
+    data = tmp_path / "data"
+    first = BrokerProcess(data).start()
+    try:
+        create_topic(first.bootstrap, "held", partitions=1)
+        produce_confluent(first.bootstrap, "held", make_records(50, partitions=1))
+        before = _snapshot(data)
+        exited = BrokerProcess(data).run_until_exit()
+        assert_refused(
+            exited,
+            f"data dir {data} is in use by another broker process (lock {data}/.lock held",
+        )
+        assert _snapshot(data) == before
+        # The first broker still serves.
+        produce_confluent(first.bootstrap, "held", [(0, None, b"after", [])])
+        with BlockingClient.from_bootstrap(first.bootstrap) as client:
+            assert _latest(client, "held", 0) == 51
+    finally:
+        first.kill()
+    # Crashed: no clean-shutdown marker, so the next start recovers the log.
+    assert not (data / ".pluglog_cleanshutdown").exists()
+    again = BrokerProcess(data, port=first.port).start()
+    try:
+        assert "recovered held-0 after an unclean shutdown" in again.log()
+    finally:
+        again.stop()
+
+
+def test_local_broker_refuses_a_cluster_members_data_dir(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "meta.properties").write_text(meta_properties("zkClusterId", 1))
+    exited = BrokerProcess(data).run_until_exit()
+    last = assert_refused(
+        exited, f"data dir {data} belongs to cluster zkClusterId (--coordinator zookeeper)"
+    )
+    assert "start it with --coordinator zookeeper" in last
+    assert f"remove {data}/meta.properties" in last
+    # Nothing of its own written: no metadata, checkpoints or marker.
+    assert sorted(os.listdir(data)) == [".lock", "meta.properties"]
+
+
+def test_local_data_dir_carries_its_cluster_id(tmp_path):
+    """A dir without meta.properties (older versions) starts and gets one; the
+    cluster id stays the one in pluglog-metadata.json."""
+    data = tmp_path / "data"
+    broker = BrokerProcess(data).start()
+    broker.stop()
+    meta = (data / "meta.properties").read_text()
+    cluster_id = json.loads((data / "pluglog-metadata.json").read_text())["cluster_id"]
+    assert f"cluster.id={cluster_id}" in meta and "pluglog.coordinator=local" in meta
+    (data / "meta.properties").unlink()
+    broker.start()
+    try:
+        assert f"cluster.id={cluster_id}" in (data / "meta.properties").read_text()
     finally:
         broker.stop()

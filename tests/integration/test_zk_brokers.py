@@ -7,7 +7,8 @@ import sys
 import pytest
 from kazoo.client import KazooClient
 
-from tests.broker_process import ROOT, TWISTD, BrokerProcess, free_port
+from pluglog.datadir import meta_properties
+from tests.broker_process import ROOT, TWISTD, BrokerProcess, assert_refused, free_port
 
 
 def zk_broker(tmp_path, zk_connect, broker_id, **settings):
@@ -52,7 +53,7 @@ def test_brokers_register_and_leave(tmp_path, zk, zk_connect):
         meta = (tmp_path / "data-1" / "meta.properties").read_text()
         assert f"cluster.id={cluster_id}" in meta and "broker.id=1" in meta
         # A third broker with a taken id exits non-zero with a clear line.
-        dup = zk_broker(tmp_path, zk_connect, 2)
+        dup = zk_broker(tmp_path / "dup", zk_connect, 2)  # its own dir: not the lock
         with pytest.raises(RuntimeError, match="broker.id=2 is already registered"):
             dup.start()
         assert dup.proc.returncode != 0
@@ -64,17 +65,54 @@ def test_brokers_register_and_leave(tmp_path, zk, zk_connect):
             broker.stop()
 
 
-def test_unreachable_zookeeper_exits_nonzero(tmp_path):
-    broker = zk_broker(
-        tmp_path,
-        f"127.0.0.1:{free_port()}",
-        1,
-        **{"zookeeper.connection.timeout.ms": "1500"},
+def test_restart_right_after_sigkill_waits_for_its_own_old_session(tmp_path, zk, zk_connect):
+    """The killed broker's ephemeral registration lives until its session
+    expires; the same data dir's next start waits for that, not exits
+    (issue 21, defect 2). Another data dir's broker with the id still fails."""
+    broker = zk_broker(tmp_path, zk_connect, 1)
+    broker.start()
+    old_session = zk.exists("/brokers/ids/1").ephemeralOwner
+    assert (tmp_path / "data-1" / "zookeeper.session").read_text().strip() == f"{old_session:x}"
+    broker.kill()
+    assert zk.exists("/brokers/ids/1").ephemeralOwner == old_session
+    again = zk_broker(tmp_path, zk_connect, 1)
+    try:
+        again.start(timeout=30)
+        assert f"previous ZooKeeper session 0x{old_session:x}; waiting up to 9s" in again.log()
+        assert zk.exists("/brokers/ids/1").ephemeralOwner not in (0, old_session)
+    finally:
+        again.stop()
+
+
+def test_unreachable_zookeeper_is_one_line(tmp_path):
+    connect = f"127.0.0.1:{free_port()}"
+    broker = zk_broker(tmp_path, connect, 1, **{"zookeeper.connection.timeout.ms": "1500"})
+    exited = broker.run_until_exit(timeout=30)
+    assert_refused(
+        exited,
+        f"could not connect to ZooKeeper at zookeeper.connect={connect} "
+        "within zookeeper.connection.timeout.ms=1500",
     )
-    with pytest.raises(RuntimeError, match="could not connect to ZooKeeper"):
-        broker.start(timeout=30)
-    assert broker.proc.returncode != 0
-    assert "not reachable yet (attempt 1" in broker.log()
+    assert "not reachable yet (attempt 1" in exited.log
+
+
+def test_data_dirs_of_other_clusters_refused(tmp_path, zk, zk_connect):
+    """A single-node (local) broker's dir, and a dir of another ZooKeeper
+    cluster: one line saying how to proceed; the broker never registers."""
+    local = BrokerProcess(tmp_path / "data-1").start()
+    local.stop()
+    exited = zk_broker(tmp_path, zk_connect, 1).run_until_exit()
+    last = assert_refused(
+        exited, f"data dir {tmp_path / 'data-1'} belongs to the single-node cluster"
+    )
+    assert "start it with --coordinator local" in last and "remove " in last
+    other = tmp_path / "data-2"
+    other.mkdir()
+    (other / "meta.properties").write_text(meta_properties("someOtherCluster", 2))
+    exited = zk_broker(tmp_path, zk_connect, 2).run_until_exit()
+    last = assert_refused(exited, f"data dir {other} belongs to cluster someOtherCluster")
+    assert "use another --data-dir" in last
+    assert zk.get_children("/brokers/ids") == []
 
 
 def test_usage_errors_on_the_command_line(tmp_path):

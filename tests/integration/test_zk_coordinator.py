@@ -439,6 +439,40 @@ def test_zookeeper_restart_loses_nothing(rt, cluster, zookeeper):
     assert os.path.isdir(zookeeper.data_dir)
 
 
+@pytest.mark.parametrize("stop", ["kill", "stop"])
+def test_watches_follow_changes_after_a_zookeeper_restart(rt, cluster, zk, zookeeper, stop):
+    """kazoo drops every watch when its connection is lost and does not set
+    them again when the same session reconnects: the brokers must, or they
+    follow a dead leader forever (issue 21, defect 1)."""
+    nodes = cluster(1, 2)
+    nodes[0].call("create_topic", "watched", 2, 2, {})
+    rt.wait(lambda: all(n.co.partition_state("watched", p) for n in nodes for p in (0, 1)))
+    sessions = [n.co.client.client_id[0] for n in nodes]
+    getattr(zookeeper, stop)()  # SIGKILL or SIGTERM
+    zookeeper.start()
+    rt.wait(lambda: all(n.co.client.connected for n in nodes), timeout=30)
+    # The sessions survived the restart: this is the reconnect path, not a restore.
+    assert [n.co.client.client_id[0] for n in nodes] == sessions
+    assert not [e for n in nodes for e in n.events if e == ("session", "lost")]
+    # A change made by someone else after the restart reaches every broker.
+    raw, stat = zk.get(z.state_path("watched", 1))
+    moved = z.state_from_znode(raw, stat)
+    moved = type(moved)(
+        moved.leader, moved.leader_epoch + 1, moved.isr[:1], moved.controller_epoch, -1
+    )
+    zk.set(z.state_path("watched", 1), z.state_bytes(moved), version=stat.version)
+    zk.set(
+        z.config_path("watched"),
+        json.dumps({"version": 1, "config": {"retention.ms": "9"}}).encode(),
+    )
+    for node in nodes:
+        rt.wait(
+            lambda n=node: n.co.partition_state("watched", 1).leader_epoch == moved.leader_epoch
+        )
+        rt.wait(lambda n=node: n.co.topics()["watched"].configs == {"retention.ms": "9"})
+        assert node.state("watched", 1).isr == moved.isr
+
+
 def test_unclean_election_on_request_and_kafka_admin_znode(rt, cluster, zk):
     nodes = cluster(1, 2, 3, auto_leader_rebalance_enable=False)
     by_id = {n.broker_id: n for n in nodes}

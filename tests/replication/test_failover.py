@@ -165,3 +165,17 @@ def test_create_topics_with_an_explicit_replica_assignment(cluster):
         assert exc.args[0].code() == confluent_kafka.KafkaError.INVALID_REPLICA_ASSIGNMENT
     else:
         raise AssertionError("an assignment naming an unknown broker was accepted")
+
+
+def test_sigterm_of_the_last_broker_is_prompt(cluster):
+    """With no other replica to take over, controlled shutdown has nothing to
+    wait for: the last broker stops at once, not after
+    controlled.shutdown.timeout.ms (issue 21, defect 7)."""
+    c = cluster(2, settings={"controlled.shutdown.timeout.ms": "30000"})
+    create_topic(c.bootstrap, "last", partitions=2, rf=2, min_isr=1)
+    c.wait_for_isr("last", 2, 2)
+    assert c.brokers[1].stop() in (0, -15)
+    started = time.monotonic()
+    assert c.brokers[2].stop() in (0, -15)
+    assert time.monotonic() - started < 10.0
+    assert "2 with no other live in-sync replica" in c.brokers[2].log()

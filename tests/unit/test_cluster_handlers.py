@@ -18,7 +18,8 @@ from pluglog import errors
 from pluglog import protocol as codec
 from pluglog.coordination.local import LocalCoordinator
 from pluglog.coordination.state import PartitionState
-from pluglog.server.handlers import HANDLERS, RequestContext, cluster
+from pluglog.server.handlers import RequestContext, cluster
+from pluglog.server.handlers.table import HANDLERS
 from tests.unit.test_group_coordinator import make_broker, result_of
 
 

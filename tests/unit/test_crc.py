@@ -5,7 +5,7 @@ import sys
 import crcmod.predefined
 import pytest
 
-from pluglog.storage import crc
+from pluglog.protocol import crc
 
 # RFC 3720 (iSCSI) appendix B.4 test vectors plus the classic check value.
 VECTORS = [

@@ -95,6 +95,7 @@ def test_alter_broker_configs_at_run_time(tmp_path):
     answer = result(handle_incremental_alter_configs(ctx(broker, 44), inc))
     assert answer["responses"][0]["error_code"] == 0
     assert broker.config.log_cleaner_threads == 1 and broker.config.log_cleaner_backoff_ms == 500
+    result(broker.stop())  # releases the data dir's lock
     again = make_broker(tmp_path)
     assert again.config.log_cleaner_backoff_ms == 500
     assert again.config.topic_defaults.retention_ms == 3600000

@@ -10,8 +10,9 @@ import pytest
 from pluglog import errors
 from pluglog import protocol as codec
 from pluglog.group import OFFSETS_TOPIC
-from pluglog.server.handlers import HANDLERS, RequestContext
+from pluglog.server.handlers import RequestContext
 from pluglog.server.handlers.groups import coordinator
+from pluglog.server.handlers.table import HANDLERS
 from tests.unit.test_group_coordinator import Env, result_of
 
 

@@ -313,3 +313,36 @@ def test_a_retention_past_int64_never_expires_and_is_stored(env):
     assert commit(env, {("t", 0): 7}, retention=(1 << 63) - 1) == {("t", 0): 0}
     assert env.gc.expire_offsets() == 0
     assert fetch(env, [("t", [0])])[1] == {("t", 0): (7, "", -1)}
+
+
+def test_losing_the_offsets_topic_creation_race_is_quiet():
+    """Two brokers create __consumer_offsets at once: the loser's
+    TopicExistsError (before its cache has the topic) is success, not a
+    failure logged with a traceback (issue 21, defect 3)."""
+    from twisted.internet import defer
+
+    from pluglog.group.store import OffsetStore
+
+    class Broker:
+        config = type(
+            "Config",
+            (),
+            {
+                "offsets_topic_num_partitions": 3,
+                "offsets_commit_timeout_ms": 5000,
+                "offsets_topic_replication_factor": 3,
+                "offsets_topic_segment_bytes": 1 << 20,
+            },
+        )()
+        coordinator = type("Coordinator", (), {"brokers": lambda self: [1, 2, 3]})()
+
+        def num_partitions(self, topic):
+            return None  # the winner's topic has not reached this broker's cache
+
+        def create_topic(self, *args, **kwargs):
+            return defer.fail(errors.TopicExistsError("topic '__consumer_offsets' already exists"))
+
+    store = OffsetStore(Broker())
+    results = []
+    store.ensure_topic().addBoth(results.append)
+    assert results == [None]

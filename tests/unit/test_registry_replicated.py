@@ -14,6 +14,7 @@ import pytest
 from twisted.internet import defer
 from twisted.web.test.requesthelper import DummyRequest
 
+from pluglog.addresses import advertised_url
 from pluglog.coordination import zkdata
 from pluglog.errors import ConfigError, TopicExistsError
 from pluglog.protocol import records as batches
@@ -22,7 +23,6 @@ from pluglog.serialization.replicated import RegistryNode, section_settings
 from pluglog.serialization.store import SCHEMAS_TOPIC, topic_configs
 from pluglog.web.forward import FORWARDED_HEADER
 from pluglog.web.registry import RegistryResource
-from pluglog.web.site import advertised_url
 from tests.unit.test_group_coordinator import make_broker, pending, result_of
 
 OTHER = 1  # the other replica of _schemas-0 (this broker is 0)

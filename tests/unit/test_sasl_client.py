@@ -112,7 +112,7 @@ class FakeConnection:
 
 def interbroker_login(broker, mechanism, password="pw"):
     from pluglog.config import BrokerConfig, parse_settings
-    from pluglog.security import interbroker
+    from pluglog.replication import peer
 
     config = parse_settings(
         {
@@ -123,7 +123,7 @@ def interbroker_login(broker, mechanism, password="pw"):
         BrokerConfig(),
     )
     failures = []
-    d = interbroker._login(FakeConnection(broker), config, 5)
+    d = peer._login(FakeConnection(broker), config, 5)
     d.addErrback(failures.append)
     return failures[0].value if failures else None
 

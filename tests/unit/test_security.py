@@ -296,8 +296,8 @@ def test_certificate_no_mapping_rule_matches_closes(tmp_path):
 
     from OpenSSL import crypto
 
-    from pluglog.security.checks import _tls_principal
     from pluglog.security.principals import parse_mapping_rules
+    from pluglog.server.authorization import _tls_principal
     from pluglog.server.handlers import CloseConnection
     from tests.tls_certs import make_certs
 

@@ -3,7 +3,8 @@
 import pytest
 from twisted.python import usage
 
-from pluglog.tap import Options, listen_address, parse_host_port
+from pluglog.addresses import listen_address
+from pluglog.tap import Options, parse_host_port
 
 
 def parse(*argv):

@@ -2,7 +2,7 @@
 
 Without an authorizer they answer SECURITY_DISABLED, as Kafka does. Who may
 call them (DESCRIBE / ALTER on the cluster) is checked by
-:mod:`pluglog.security.checks` before these run.
+:mod:`pluglog.server.checks` before these run.
 """
 
 from types import SimpleNamespace

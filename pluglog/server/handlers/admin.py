@@ -2,6 +2,7 @@
 
 from twisted.internet import defer
 
+import pluglog.server.handlers.config_sources as config_sources
 from pluglog import protocol as codec
 from pluglog.broker import dynamic_config, limits
 from pluglog.config import SENSITIVE_KEYS
@@ -16,7 +17,7 @@ from pluglog.errors import (
     UNSUPPORTED_VERSION,
     KafkaError,
 )
-from pluglog.server.handlers import config_sources, error_code, leader_error, per_partition
+from pluglog.server.handlers.common import error_code, leader_error, per_partition
 from pluglog.server.handlers.config_sources import SOURCE_DEFAULT, SOURCE_TOPIC
 
 TOPIC_RESOURCE = 2

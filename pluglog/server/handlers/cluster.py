@@ -24,7 +24,9 @@ from pluglog.errors import (
     NOT_CONTROLLER,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
-from pluglog.server.handlers import error_code
+from pluglog.security.acls import CLUSTER, CLUSTER_NAME
+from pluglog.server.authorization import authorized_operations
+from pluglog.server.handlers.common import error_code
 from pluglog.server.handlers.core import _brokers
 
 log = Logger()
@@ -101,9 +103,6 @@ def handle_describe_cluster(ctx, request):
         "cluster_authorized_operations": AUTHORIZED_OPERATIONS_UNKNOWN,
     }
     if request.get("include_cluster_authorized_operations"):
-        from pluglog.security.acls import CLUSTER, CLUSTER_NAME
-        from pluglog.security.checks import authorized_operations
-
         # KIP-430: the principal's operations (all of them without an authorizer).
         response["cluster_authorized_operations"] = authorized_operations(
             ctx, CLUSTER, CLUSTER_NAME

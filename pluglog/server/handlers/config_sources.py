@@ -10,6 +10,7 @@ and its source with it. ``listeners`` and ``advertised.listeners`` are given
 in Kafka's form (``PLAINTEXT://host:port``), not as the Twisted strport.
 """
 
+from pluglog.addresses import listen_address
 from pluglog.config import (
     BROKER_KEYS,
     SENSITIVE_KEYS,
@@ -41,8 +42,6 @@ def _host(host):
 def strport_address(strport):
     """``(interface, port)`` of a ``tcp:PORT[:interface=IP]`` strport; the
     interface is ``0.0.0.0`` when none is given (Twisted listens on all)."""
-    from pluglog.tap import listen_address  # the option parser's own reading
-
     interface, port = listen_address(strport)
     return interface or "0.0.0.0", port
 

@@ -18,6 +18,8 @@ from pluglog.errors import (
 from pluglog.logsafe import SafeLogger
 from pluglog.protocol.apis import APIS
 from pluglog.protocol.primitives import read_uvarint
+from pluglog.security.acls import CLUSTER, CLUSTER_NAME, TOPIC
+from pluglog.server.authorization import authorized_operations
 
 log = SafeLogger()
 
@@ -158,9 +160,6 @@ def handle_metadata(ctx, request):
 
 def _authorized_operations(ctx, request, response):
     # KIP-430: asked for, the principal's operations (all without an authorizer).
-    from pluglog.security.acls import CLUSTER, CLUSTER_NAME, TOPIC
-    from pluglog.security.checks import authorized_operations
-
     if request.get("include_cluster_authorized_operations"):
         response["cluster_authorized_operations"] = authorized_operations(
             ctx, CLUSTER, CLUSTER_NAME

@@ -22,7 +22,7 @@ from pluglog.errors import (
     KafkaError,
     OffsetOutOfRangeError,
 )
-from pluglog.server.handlers import error_code, leader_error, per_partition
+from pluglog.server.handlers.common import error_code, leader_error, per_partition
 
 LATEST = -1
 EARLIEST = -2

@@ -14,6 +14,9 @@ from pluglog import protocol as codec
 from pluglog.errors import COORDINATOR_NOT_AVAILABLE, NONE
 from pluglog.group import GroupCoordinator
 from pluglog.logsafe import SafeLogger
+from pluglog.security.acls import GROUP
+from pluglog.server.authorization import authorized_operations
+from pluglog.server.handlers.core import endpoint_of
 
 log = SafeLogger()
 
@@ -72,8 +75,6 @@ def handle_find_coordinator(ctx, request):
             return answer(COORDINATOR_NOT_AVAILABLE, "the group's offsets partition has no leader")
         if ctx.session is not None:
             # The coordinator's endpoint on the listener this client came in on.
-            from pluglog.server.handlers.core import endpoint_of
-
             address = endpoint_of(ctx.broker, node[0], ctx.session)
             if address is None:
                 return answer(COORDINATOR_NOT_AVAILABLE, "the coordinator lacks this listener")
@@ -183,9 +184,6 @@ def handle_describe_groups(ctx, request):
         described = gc.describe_group(group_id)
         described["authorized_operations"] = _OPERATIONS_OMITTED
         if request.get("include_authorized_operations"):
-            from pluglog.security.acls import GROUP
-            from pluglog.security.checks import authorized_operations
-
             # KIP-430: the principal's operations (all of them without an authorizer).
             described["authorized_operations"] = authorized_operations(ctx, GROUP, group_id)
         groups.append(described)

@@ -23,7 +23,7 @@ from pluglog.errors import (
     UNSUPPORTED_VERSION,
     KafkaError,
 )
-from pluglog.server.handlers import NO_RESPONSE, CloseConnection, error_code
+from pluglog.server.handlers.common import NO_RESPONSE, CloseConnection, error_code
 
 log = Logger()
 _BATCH_LENGTH_AT = 8

@@ -13,7 +13,7 @@ from twisted.internet import defer
 from pluglog import protocol as codec
 from pluglog.broker.quotas import apply_ops, make_entity
 from pluglog.errors import INVALID_REQUEST, NONE, KafkaError
-from pluglog.server.handlers import error_code
+from pluglog.server.handlers.common import error_code
 
 
 def _entity_out(entity):

@@ -8,7 +8,7 @@ and server keys (:func:`pluglog.security.credentials.from_salted_password`).
 Validation and error codes follow Kafka's ``ZkAdminManager``: one result per
 user, and a user with any bad entry has none of its changes applied.
 Authorization (DESCRIBE / ALTER on the cluster) is in
-:mod:`pluglog.security.api_checks`.
+:mod:`pluglog.server.api_checks`.
 """
 
 from collections import Counter

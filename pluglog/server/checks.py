@@ -1,4 +1,6 @@
-"""What each API needs from the authorizer, as Kafka's KafkaApis checks it.
+"""What each data and group API needs from the authorizer, as Kafka's KafkaApis
+checks it (the rest: :mod:`pluglog.server.api_checks`, which also holds the
+whole table and :func:`~pluglog.server.api_checks.checked`).
 
 Runs only on connections of a broker with an authorizer (the protocol sends
 every request of such a connection here instead of the produce fast lane),
@@ -31,51 +33,12 @@ from pluglog.security.acls import (
     TOPIC,
     WRITE,
 )
+from pluglog.server.authorization import allowed
+from pluglog.server.handlers.common import NO_RESPONSE, CloseConnection
+from pluglog.server.handlers.core import _brokers as _broker_entries
+from pluglog.server.handlers.produce import partition_result
 
 _DENIED = "not authorized"
-
-
-def allowed(ctx, operation, resource_type, name):
-    session = ctx.session
-    authorizer = ctx.broker.security.authorizer
-    cache = session.acl_cache
-    if "tls" not in cache and session.listener.tls and not session.listener.sasl:
-        # SSL listener: the principal is the client certificate's subject
-        # (mapped by ssl.principal.mapping.rules), as Kafka's; read once.
-        _tls_principal(ctx, session)
-    # The built-in authorizer bumps ``version`` on every ACL change; one
-    # without it is asked every time.
-    stamp = getattr(authorizer, "version", None)
-    if stamp is None:
-        host = ctx.peer.rpartition(":")[0]
-        return authorizer.authorize(session.principal, host, operation, resource_type, name)
-    if cache.get(None) != stamp:
-        tls = cache.get("tls")
-        cache.clear()
-        cache[None] = stamp
-        if tls is not None:
-            cache["tls"] = tls
-    key = (operation, resource_type, name)
-    decision = cache.get(key)
-    if decision is None:
-        host = ctx.peer.rpartition(":")[0]
-        decision = authorizer.authorize(session.principal, host, operation, resource_type, name)
-        cache[key] = decision
-    return decision
-
-
-def _tls_principal(ctx, session):
-    from pluglog.security.listeners import peer_principal
-
-    try:
-        principal = peer_principal(session.conn.transport, ctx.broker.security.principal_rules)
-    except ValueError as exc:
-        from pluglog.server.handlers import CloseConnection
-
-        # Kafka fails the authentication when no mapping rule applies.
-        raise CloseConnection(str(exc)) from None
-    session.principal = principal or session.principal
-    session.acl_cache["tls"] = True
 
 
 def _split(ctx, entries, key, operation):
@@ -92,9 +55,6 @@ def _then(result, fix):
 
 
 def _produce(ctx, request, handler):
-    from pluglog.server.handlers import NO_RESPONSE
-    from pluglog.server.handlers.produce import partition_result
-
     ok, denied = _split(ctx, request["topic_data"], "name", WRITE)
     if not denied:
         return handler(ctx, request)
@@ -113,8 +73,6 @@ def _produce(ctx, request, handler):
     if request.get("acks") == 0:
         # No response slot to carry the error: Kafka closes the connection
         # (after appending what was allowed).
-        from pluglog.server.handlers import CloseConnection
-
         if ok:
             handler(ctx, request)
         names = ", ".join(sorted({t["name"] for t in denied}))
@@ -216,11 +174,9 @@ def _creatable(ctx, request, entries):
 
 
 def _brokers(ctx):
-    from pluglog.server.handlers.core import _brokers
-
     return [
         {"node_id": n, "host": h, "port": p, "rack": r}
-        for n, h, p, r in _brokers(ctx.broker, ctx.session)
+        for n, h, p, r in _broker_entries(ctx.broker, ctx.session)
     ]
 
 
@@ -374,36 +330,3 @@ CHECKS = {
     33: _configs(ALTER_CONFIGS),
     44: _configs(ALTER_CONFIGS),
 }
-
-
-def checked(ctx, api_key, request, handler):
-    """Run ``handler`` as far as the principal is allowed to."""
-    check = CHECKS.get(api_key)
-    if check is None:
-        return handler(ctx, request)
-    return check(ctx, request, handler)
-
-
-def authorized_operations(ctx, resource_type, name):
-    """KIP-430's bit field (bit n = operation code n) of what the principal
-    may do on a resource; every operation of the type when no authorizer is set."""
-    from pluglog.security.acls import RESOURCE_OPERATIONS
-
-    security = getattr(ctx.broker, "security", None)
-    authorizing = security is not None and security.authorizer is not None
-    if authorizing and ctx.session is not None and not allowed(ctx, DESCRIBE, resource_type, name):
-        # Kafka answers 0 to a principal that may not DESCRIBE the resource
-        # (e.g. DescribeCluster, which it does not refuse).
-        return 0
-    bits = 0
-    for operation in RESOURCE_OPERATIONS[resource_type]:
-        if not authorizing or ctx.session is None or allowed(ctx, operation, resource_type, name):
-            bits |= 1 << operation
-    return bits
-
-
-# The remaining APIs' checks (offsets, groups, admin, cluster); imported last
-# because they build on the helpers above.
-from pluglog.security.api_checks import MORE_CHECKS  # noqa: E402
-
-CHECKS.update(MORE_CHECKS)

@@ -1,7 +1,8 @@
 """The rest of KafkaApis' authorization: offsets, groups, admin and cluster APIs.
 
-:mod:`pluglog.security.checks` holds the produce/fetch/metadata/config checks
-and the dispatch; this module adds one check per remaining API, each doing
+:mod:`pluglog.server.checks` holds the produce/fetch/metadata/config checks;
+this module adds one check per remaining API and the whole table (``CHECKS``,
+:func:`checked`), each doing
 what Kafka's ``KafkaApis.handle*`` does (operation, resource and error code):
 
 * per-topic APIs (ListOffsets, OffsetForLeaderEpoch, DeleteRecords,
@@ -38,8 +39,10 @@ from pluglog.security.acls import (
     TOPIC,
     WRITE,
 )
-from pluglog.security.checks import _DENIED, _cluster, _named_topics, _split, _then, allowed
-from pluglog.security.checks import _fetch as _client_fetch
+from pluglog.server.authorization import allowed
+from pluglog.server.checks import _DENIED, _cluster, _named_topics, _split, _then
+from pluglog.server.checks import CHECKS as _FIRST_CHECKS
+from pluglog.server.checks import _fetch as _client_fetch
 
 CLUSTER_ACTION, IDEMPOTENT_WRITE, TRANSACTIONAL_ID = 9, 12, 5
 
@@ -394,3 +397,14 @@ MORE_CHECKS = {
     50: _cluster(DESCRIBE, _describe_scram_denied),
     51: _cluster(ALTER, _alter_scram_denied),
 }
+
+#: Every API's check by api key; an API without one needs no permission.
+CHECKS = {**_FIRST_CHECKS, **MORE_CHECKS}
+
+
+def checked(ctx, api_key, request, handler):
+    """Run ``handler`` as far as the principal is allowed to."""
+    check = CHECKS.get(api_key)
+    if check is None:
+        return handler(ctx, request)
+    return check(ctx, request, handler)

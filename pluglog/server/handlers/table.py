@@ -1,0 +1,28 @@
+"""The dispatch table: every API key the broker serves and its handler.
+
+One module per API family contributes its ``HANDLERS``; the connection code
+(:mod:`pluglog.server.protocol`) looks requests up here.
+"""
+
+from pluglog.server.handlers import (
+    acls,
+    admin,
+    cluster,
+    core,
+    fetch,
+    groups,
+    produce,
+    quotas,
+    sasl,
+    scram,
+)
+
+
+def _build_table():
+    table = {}
+    for module in (core, produce, fetch, admin, cluster, quotas, sasl, acls, scram, groups):
+        table.update(module.HANDLERS)
+    return table
+
+
+HANDLERS = _build_table()
