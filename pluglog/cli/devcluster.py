@@ -186,13 +186,22 @@ class Broker:
         self.status = "running"
 
     def last_words(self):
-        """Why this run ended, if it said: its last line on stdout/stderr,
-        else the last ``SomeError: ...`` line of its log ('' if none)."""
-        lines = _tail(self.out, self._out_from)
-        if not lines:
-            lines = [line for line in _tail(self.log, self._log_from) if _ERROR.search(line)]
-            lines = [_ERROR.search(line).group(0) for line in lines]
-        return lines[-1].strip()[:300] if lines else ""
+        """Why this run ended, if it said: the last ``SomeError: ...`` it
+        wrote on stdout/stderr, else its first plain line there (a start-up
+        failure's one line, not a hint or a traceback's frames), else the
+        last ``SomeError: ...`` of its log; '' if none."""
+        said = _tail(self.out, self._out_from)
+        found = [_ERROR.search(line).group(0) for line in said if _ERROR.search(line)]
+        if not found:
+            found = [line for line in said if not line.startswith(("(", " ", "\t", "Traceback"))]
+            found = found[:1]
+        if not found:
+            found = [
+                _ERROR.search(line).group(0)
+                for line in _tail(self.log, self._log_from)
+                if _ERROR.search(line)
+            ]
+        return found[-1].strip()[:300] if found else ""
 
     def exit_report(self):
         """``exited with code 1: <why, if it said>; see <log> [and <stdout/stderr>]``."""
