@@ -148,7 +148,8 @@ def main(argv=None):
         # stop without a message, as Unix tools do.
         return _quiet_pipe_exit()
     except KeyboardInterrupt:
-        # Ctrl-C ends ``consume`` (after committing, with --group): no traceback.
+        # Ctrl-C in a command that does not stop on it by itself (consume
+        # does, between two fetches): no traceback, 128 + SIGINT.
         print(file=sys.stderr)
         return 130
 
