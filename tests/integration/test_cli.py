@@ -228,12 +228,7 @@ def test_consume_into_a_closed_pipe_exits_quietly(shared_broker):
         ["bash", "-c", shell], capture_output=True, text=True, cwd=ROOT, timeout=60
     )
     assert result.stdout == "line 0\nline 1\n"
-    said = [
-        line
-        for line in result.stderr.splitlines()
-        if not line.startswith("pluglog: warning: plugin commands unavailable")
-    ]  # a broken plugin package installed on the machine is not this test's business
-    assert said == ["status=141"], result.stderr
+    assert result.stderr.strip() == "status=141", result.stderr
 
 
 def test_version():
