@@ -97,6 +97,8 @@ def write_checkpoint(path, entries):
 class SegmentLogStorage:
     """ILogStorage over segment files in ``data_dir``."""
 
+    log_class = SegmentPartitionLog
+
     def __init__(
         self,
         data_dir,
