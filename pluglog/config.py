@@ -390,6 +390,7 @@ BROKER_KEYS = {
     "queued.max.request.bytes": ("queued_max_request_bytes", _int_parser(-1)),
     "metadata.max.topics.per.request": ("metadata_max_topics_per_request", _int_parser(1)),
     "log.max.open.segments": ("log_max_open_segments", _int_parser(0)),
+    "metrics.enabled": ("metrics_enabled", _parse_bool),
     # Security (pluglog.security parses and checks the listener keys at start-up).
     "listeners": ("listeners", _string),
     "advertised.listeners": ("advertised_listeners", _string),
@@ -502,6 +503,8 @@ class BrokerConfig:
     metadata_max_topics_per_request: int = 10000
     #: Segments holding file descriptors at once (LRU); 0 sizes it from the fd limit.
     log_max_open_segments: int = 0
+    #: Request metrics on the hot path and ``/metrics`` on the --http listener.
+    metrics_enabled: bool = True
     #: Strport of the HTTP listener (schema registry, plugin resources); off if empty.
     http: str = ""
     #: Kafka's ``listeners`` (NAME://host:port,...); empty: ``listen`` alone, PLAINTEXT.

@@ -57,6 +57,10 @@ class ReplicaManager:
         )
         self._hw_path = os.path.join(self.config.data_dir, HW_CHECKPOINT)
         self._saved_hw = self._read_hw()
+        #: ISR changes this broker stored as a leader (Kafka's IsrShrinksPerSec
+        #: and IsrExpandsPerSec; read by pluglog.metrics on scrape).
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -200,6 +204,10 @@ class ReplicaManager:
             if current is None or current.leader_epoch == new_state.leader_epoch:
                 self.states[key] = new_state
                 if part.is_leader and part.leader_epoch == new_state.leader_epoch:
+                    if len(new_state.isr) < len(part.isr):
+                        self.isr_shrinks += 1
+                    elif len(new_state.isr) > len(part.isr):
+                        self.isr_expands += 1
                     part.isr_changed(new_state.isr)
                     return
             part.isr_change_pending = False
