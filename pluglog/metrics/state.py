@@ -96,11 +96,10 @@ class ReplicationCollector:
         )
         replicas = broker.replicas
         shrinks = CounterMetricFamily(
-            "pluglog_isr_shrinks", "ISR shrinks this broker stored as a leader."
+            "pluglog_isr_shrinks",
+            "ISR shrinks of partitions led here (its own or the controller's).",
         )
-        expands = CounterMetricFamily(
-            "pluglog_isr_expands", "ISR expands this broker stored as a leader."
-        )
+        expands = CounterMetricFamily("pluglog_isr_expands", "ISR expands of partitions led here.")
         shrinks.add_metric([], getattr(replicas, "isr_shrinks", 0))
         expands.add_metric([], getattr(replicas, "isr_expands", 0))
         yield shrinks
