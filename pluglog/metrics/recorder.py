@@ -47,7 +47,8 @@ LATENCY_BOUNDS_S = (
 )
 _BOUNDS_NS = tuple(round(bound * 1e9) for bound in LATENCY_BOUNDS_S)
 _MAX_API_KEY = 128
-_BUFFERS = (bytes, bytearray, memoryview)
+_PRODUCE = api_keys.PRODUCE
+_FETCH = api_keys.FETCH
 
 
 def _camel(name):
@@ -119,17 +120,16 @@ class RequestMetrics:
     def answered(self, api_key, request, body):
         """Count what a response dict says: its error codes and, for a
         consumer's Fetch, the record bytes per topic. Returns ``body``."""
-        if not isinstance(body, dict):
-            return body
-        if api_key == api_keys.FETCH:
-            self._fetch(request, body)
-        elif api_key == api_keys.PRODUCE:
-            for topic in body.get("responses", ()):
-                for part in topic.get("partition_responses", ()):
-                    code = part.get("error_code")
-                    if code:
-                        self.error(api_key, code)
-        else:
+        if api_key == _FETCH:
+            if body.__class__ is dict:
+                self._fetch(request, body)
+        elif api_key == _PRODUCE:
+            if body.__class__ is dict:
+                for topic in body["responses"]:
+                    for part in topic["partition_responses"]:
+                        if part["error_code"]:
+                            self.error(_PRODUCE, part["error_code"])
+        elif isinstance(body, dict):
             _walk_errors(self, api_key, body)
         return body
 
@@ -138,23 +138,25 @@ class RequestMetrics:
         return self.answered(api_key, request, body)
 
     def _fetch(self, request, body):
-        code = body.get("error_code")
-        if code:
-            self.error(api_keys.FETCH, code)
-        consumer = request is None or request.get("replica_id", -1) < 0
+        # Runs for every fetch a consumer or follower sends: indexing, no .get().
+        if body["error_code"]:
+            self.error(_FETCH, body["error_code"])
+        consumer = request.get("replica_id", -1) < 0
         bytes_out = self.bytes_out
-        for topic in body.get("responses", ()):
+        for topic in body["responses"]:
             size = 0
-            for part in topic.get("partitions", ()):
-                code = part.get("error_code")
-                if code:
-                    self.error(api_keys.FETCH, code)
+            for part in topic["partitions"]:
+                if part["error_code"]:
+                    self.error(_FETCH, part["error_code"])
                     continue
-                records = part.get("records")
+                records = part["records"]
                 if records:
-                    size += len(records) if isinstance(records, _BUFFERS) else records.size
+                    try:
+                        size += records.size  # a file range (the usual case)
+                    except AttributeError:
+                        size += len(records)
             if size and consumer:
-                name = topic.get("topic")
+                name = topic["topic"]
                 bytes_out[name] = bytes_out.get(name, 0) + size
 
 
