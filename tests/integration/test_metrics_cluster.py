@@ -37,6 +37,9 @@ def test_under_replicated_gauge_follows_a_killed_broker(tmp_path, zk_connect):
         prometheus.wait_value('count(up{job="pluglog"} == 1)', lambda v: v == 3)
         prometheus.wait_value(URP, lambda v: v == 0)
         assert prometheus.wait_value("sum(pluglog_controller)", lambda v: v == 1) == 1
+        connected = 'sum(pluglog_zookeeper_session_state{state="CONNECTED"})'
+        assert prometheus.wait_value(connected, lambda v: v == 3) == 3
+        assert prometheus.value("sum(pluglog_offline_partitions)") == 0
 
         victim = 3
         cluster.kill(victim)
