@@ -1,5 +1,6 @@
-"""Per-listener metrics of a broker with a SASL and a plain listener (issue 23):
-open connections, and failed SASL logins counted per connection."""
+"""Per-listener and quota metrics of a real broker (issue 23): open connections
+and failed SASL logins per listener, and the throttle time a producer over its
+quota is given."""
 
 import socket
 import time
@@ -79,3 +80,43 @@ def test_connections_and_authentication_failures_per_listener(tmp_path):
     # Every failed connection is counted; the log keeps at most 20 lines per 10 s.
     assert failures >= len(logged) >= 1
     assert ("pluglog_authentication_failures_total", (("listener", "PLAINTEXT"),)) not in after
+
+
+def test_throttle_time_of_a_producer_over_its_quota(tmp_path):
+    from confluent_kafka import Producer
+
+    http = free_port()
+    settings = {
+        "quota.producer.default": "200000",  # 200 KB/s per client id
+        "quota.window.num": "3",
+        "quota.window.size.seconds": "1",
+    }
+    broker = BrokerProcess(
+        tmp_path / "data",
+        settings=settings,
+        extra_args=["--http", f"tcp:{http}:interface=127.0.0.1"],
+    ).start()
+    url = f"http://127.0.0.1:{http}"
+    throttles = []
+    try:
+        assert not [k for k in scrape(url) if k[0] == "pluglog_throttled_responses_total"]
+        producer = Producer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "client.id": "greedy",
+                "linger.ms": 5,
+                "throttle_cb": lambda event: throttles.append(event.throttle_time),
+            }
+        )
+        for _ in range(60):  # 600 KB at once: three seconds' worth
+            producer.produce("throttled", b"q" * 10_000)
+        producer.flush(30)
+        found = scrape(url)
+    finally:
+        broker.stop()
+    throttled = found[("pluglog_throttled_responses_total", (("api", "Produce"),))]
+    seconds = found[("pluglog_throttle_time_seconds_total", (("api", "Produce"),))]
+    assert [t for t in throttles if t > 0], throttles  # librdkafka was told, too
+    assert throttled >= 1 and seconds > 0
+    # Every throttle the client reported is one the broker counted.
+    assert throttled >= len([t for t in throttles if t > 0])
