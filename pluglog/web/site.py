@@ -49,6 +49,15 @@ class Root(resource.Resource):
         return json_response(request, 200, {})
 
 
+class _Site(server.Site):
+    """twisted.web's Site without an access-log line per ``/metrics`` scrape
+    (one every scrape interval, from every Prometheus server)."""
+
+    def log(self, request):
+        if request.path != b"/metrics":
+            super().log(request)
+
+
 class WebService(service.Service):
     """Listens on ``strport`` with a twisted.web Site rooted at :class:`Root`."""
 
@@ -70,7 +79,7 @@ class WebService(service.Service):
             [defer.maybeDeferred(lambda r=r: r) for r in results if r is not None],
             consumeErrors=True,
         )
-        site = server.Site(self.root)
+        site = _Site(self.root)
         site.displayTracebacks = False
         endpoint = endpoints.serverFromString(self.reactor, self.strport)
         self.port = yield endpoint.listen(site)

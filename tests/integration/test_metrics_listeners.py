@@ -80,6 +80,7 @@ def test_connections_and_authentication_failures_per_listener(tmp_path):
     # Every failed connection is counted; the log keeps at most 20 lines per 10 s.
     assert failures >= len(logged) >= 1
     assert ("pluglog_authentication_failures_total", (("listener", "PLAINTEXT"),)) not in after
+    assert "GET /metrics" not in broker.log()  # scrapes leave no access-log line
 
 
 def test_throttle_time_of_a_producer_over_its_quota(tmp_path):
