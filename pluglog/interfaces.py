@@ -28,85 +28,191 @@ class IFileRange(Interface):
 
 
 class IPartitionLog(Interface):
-    """One topic-partition's append-only log of magic-2 record batches."""
+    """One topic-partition's append-only log of magic-2 record batches.
+
+    Everything the broker calls on every log; optional capabilities are the
+    smaller interfaces below (:class:`ICompactableLog`,
+    :class:`IReplicatedLog`, :class:`IFlushableLog`, :class:`IDirectoryLog`),
+    which a log declares with ``@implementer`` and the broker checks with
+    ``providedBy``. The value types (:class:`~pluglog.storage.api.AppendInfo`,
+    :class:`~pluglog.storage.api.ReadResult`,
+    :class:`~pluglog.storage.api.BatchHeader`,
+    :class:`~pluglog.storage.api.SegmentInfo`) and the helpers that validate,
+    number and check batches are in :mod:`pluglog.storage.api`; docs/storage.rst
+    describes them field by field.
+    """
 
     topic = Attribute("topic name (str)")
     partition = Attribute("partition number (int)")
+    config = Attribute(
+        "the TopicConfig in use (pluglog.config.TopicConfig): segment.bytes, "
+        "max.message.bytes, message.timestamp.type, flush.*, cleanup.policy..."
+    )
     log_start_offset = Attribute("first offset still readable (int)")
     log_end_offset = Attribute("offset the next appended record gets (int)")
     recovery_point = Attribute("every offset below this is known flushed to disk (int)")
-    size_bytes = Attribute("total bytes held by the log's segments (int)")
+    size_bytes = Attribute("total bytes of stored batches (int)")
+    closed = Attribute("True once close() ran: the broker no longer uses the log (bool)")
 
-    def append(batches, now_ms, leader_epoch=0):
-        """Validate and append one or more v2 record batches (bytes-like).
+    def append(batches, now_ms, leader_epoch=0, answer=None):
+        """Validate and append a client's record batches; return an AppendInfo.
 
-        Checks each batch header and its CRC-32C, assigns offsets by patching
-        ``baseOffset`` and stamps ``partitionLeaderEpoch``; never decodes
-        records. Returns a :class:`pluglog.storage.records.AppendInfo`.
-        Raises :class:`pluglog.errors.CorruptRecordError` (bad CRC) or
-        :class:`pluglog.errors.InvalidRecordError` (bad structure); nothing is
-        written when either is raised.
+        ``batches`` is one bytes-like object holding one or more magic-2
+        batches back to back (a produce request's records field), each with
+        baseOffset 0. Every batch header and CRC-32C is checked before
+        anything is written; offsets are assigned from ``log_end_offset``
+        by patching ``baseOffset``, and ``partitionLeaderEpoch`` is set to
+        ``leader_epoch``; with ``config.message_timestamp_type ==
+        "LogAppendTime"`` each batch's timestamp type and maxTimestamp become
+        ``now_ms`` (CRC recomputed). Records are never decoded.
+        :func:`pluglog.storage.api.prepare_append` does all of this and
+        returns the bytes to store. Raises
+        :class:`pluglog.errors.CorruptRecordError` (bad CRC),
+        :class:`pluglog.errors.InvalidRecordError` (bad structure) or
+        :class:`pluglog.errors.MessageTooLargeError` (a batch over
+        ``config.max_message_bytes``); nothing is written when it raises.
 
-        Optional: a log whose ``answers_early`` attribute is true also takes
-        ``answer=``, a callable of ``(first_offset, log_append_time,
-        log_start_offset)`` to call exactly once on success, as soon as the
-        batches are written and no flush is due (before the log's own
-        bookkeeping: the produce response leaves sooner); see
-        :meth:`pluglog.storage.log.BasePartitionLog.append`. Logs without the
-        attribute are called without it.
+        The broker passes all four arguments positionally. ``answer`` is
+        ``None`` or a callable ``answer(first_offset, log_append_time,
+        log_start_offset)`` that the log MAY call once, on success, as soon
+        as the batches are stored (and any fsync the flush policy requires
+        is done), so the produce response leaves before the log's own
+        bookkeeping. A log that never calls it is correct: the broker then
+        answers from the returned AppendInfo.
         """
 
     def read(offset, max_bytes, max_offset=None, min_one_batch=True):
-        """Return a :class:`pluglog.storage.records.ReadResult`.
+        """Return a :class:`pluglog.storage.api.ReadResult` of whole batches.
 
-        The records are whole batches starting at the batch containing
-        ``offset``, from a single segment, at most ``max_bytes`` long unless
-        ``min_one_batch`` lets the first batch exceed it (KIP-74); batches
-        starting at or after ``max_offset`` (exclusive bound, e.g. the high
-        watermark) are left out. Raises
+        The records start with the batch containing ``offset`` (so its first
+        batch may start before ``offset``) and are at most ``max_bytes``
+        long, unless ``min_one_batch`` lets the first batch alone exceed it
+        (KIP-74). Batches starting at or after ``max_offset`` (exclusive,
+        e.g. the high watermark) are left out. ``records`` is bytes or an
+        IFileRange. When nothing is readable (``offset`` is the log end, or
+        the first batch starts at ``max_offset``) the result is empty:
+        ``records == b""``, ``size == 0``, ``first_offset == -1``
+        (:func:`pluglog.storage.api.empty_read`). A gap left by compaction
+        is skipped: the first batch after ``offset`` is returned. Raises
         :class:`pluglog.errors.OffsetOutOfRangeError` when ``offset`` is
-        outside [log_start_offset, log_end_offset].
+        outside ``[log_start_offset, log_end_offset]``.
         """
 
     def offset_for_timestamp(timestamp_ms):
         """Return ``(offset, timestamp)`` of the first batch whose max
-        timestamp is >= ``timestamp_ms``, or ``None`` if there is none."""
+        timestamp is >= ``timestamp_ms`` (offset: that batch's base offset,
+        at least log_start_offset), or ``None`` if there is none."""
 
     def batch_headers(start_offset=0):
-        """Iterate over :class:`pluglog.storage.records.BatchHeader` objects of
-        the batches at or after ``start_offset`` (recovery of producer state,
-        compaction, tools). Reads headers only."""
+        """Iterate, in offset order, over the
+        :class:`pluglog.storage.api.BatchHeader` of every stored batch whose
+        last offset is >= ``start_offset``: the batch holding
+        ``start_offset`` is included. Reads headers only (recovery of
+        producer state, tools)."""
 
     def roll(now_ms):
-        """Close the active segment and start a new one at log_end_offset."""
+        """Close the active segment and start a new one at log_end_offset
+        (no-op when the active one is empty). A storage without segments
+        treats everything up to log_end_offset as one closed unit."""
 
     def delete_records_before(offset):
         """Advance log_start_offset to ``offset`` (DeleteRecords); whole
-        segments below it are removed."""
+        segments below it may be removed. Raises OffsetOutOfRangeError when
+        ``offset`` is beyond log_end_offset; returns the segments removed."""
 
     def truncate_to(offset):
-        """Drop every batch at or after ``offset`` (follower truncation)."""
+        """Drop every batch at or after ``offset``. The batch holding
+        ``offset`` goes whole, so log_end_offset becomes its base offset;
+        an offset below log_start_offset empties the log, which continues
+        at ``offset``. No-op when ``offset >= log_end_offset``."""
 
     def segment_infos():
-        """Return a list of :class:`pluglog.storage.records.SegmentInfo`,
-        oldest first, the active segment last."""
+        """Return a list of :class:`pluglog.storage.api.SegmentInfo`,
+        oldest first, the active (written) segment last; never empty."""
 
     def delete_oldest_segments(count):
         """Remove the ``count`` oldest segments (never the active one);
-        log_start_offset moves to the next segment's base offset."""
+        log_start_offset moves to the next segment's base offset. Returns the
+        number removed. Retention policies decide ``count``."""
+
+    def update_config(config):
+        """Use a changed TopicConfig from the next call on (AlterConfigs)."""
 
     def flush():
         """fsync everything written so far and advance the recovery point."""
 
     def close():
-        """Flush and release file handles."""
+        """Flush and release resources; sets ``closed``."""
+
+
+class IFlushableLog(Interface):
+    """A log that defers fsync under the ``interval`` policy (``--fsync``)."""
+
+    def maybe_flush(now_ms):
+        """Flush when ``config.flush_ms`` has passed since the last flush and
+        something is unflushed; return whether it flushed. The broker calls it
+        every ``log.flush.scheduler.interval.ms`` under ``--fsync interval``."""
+
+
+class IReplicatedLog(Interface):
+    """A log that can be a follower replica (topics with replication factor > 1)."""
+
+    def append_replicated(batches, now_ms):
+        """Store batches fetched from the leader exactly as they are (offsets,
+        epochs, CRCs kept; gaps allowed; a trailing partial batch ignored).
+        Returns ``(AppendInfo or None, [BatchHeader])``;
+        :func:`pluglog.storage.api.prepare_replicated` checks and describes
+        them. Raises CorruptRecordError when a batch is corrupt or does not
+        follow log_end_offset."""
+
+    def truncate_fully_and_start_at(offset):
+        """Drop everything; the empty log continues at ``offset`` (both
+        log_start_offset and log_end_offset become ``offset``)."""
+
+
+class ICompactableLog(Interface):
+    """A log that compacts itself (``cleanup.policy=compact`` topics, among
+    them ``__consumer_offsets``). A storage whose logs provide it declares
+    :class:`ICompactingStorage`."""
+
+    def compact(now_ms):
+        """Run one compaction pass; return the number of records removed.
+
+        Kafka's rules: for each key only the record with the highest offset
+        stays; offsets never change (gaps are left); records without a key
+        go; a tombstone (null value) stays until ``config.delete_retention_ms``
+        after it was first compacted; records younger than
+        ``config.min_compaction_lag_ms`` and the active segment are not
+        touched; control batches stay. The log cleaner calls it on the
+        reactor thread every ``log.cleaner.backoff.ms``: keep a pass bounded.
+        :func:`pluglog.storage.api.filter_batch` rewrites one batch."""
+
+
+class IDirectoryLog(Interface):
+    """A log with its own directory: the broker keeps the partition's
+    leader-epoch checkpoint there (otherwise it is kept in memory only)."""
+
+    directory = Attribute("absolute path of the log's directory (str)")
+
+
+class IOfflineLog(IPartitionLog):
+    """The broker's stand-in for a log that could not be opened: every data
+    operation raises KafkaStorageError (pluglog.storage.offline)."""
+
+    reason = Attribute("why the log could not be opened (str)")
 
 
 class ILogStorage(Interface):
     """The set of partition logs of one broker (a data directory)."""
 
+    topic_defaults = Attribute(
+        "TopicConfig for open_log calls without one; the broker replaces it "
+        "when the broker-level defaults change at run time"
+    )
+
     def open_log(topic, partition, topic_config):
-        """Return the IPartitionLog for the partition, creating it if missing."""
+        """Return the IPartitionLog for the partition, creating it if missing
+        (reopening recovers what was written before a crash)."""
 
     def get_log(topic, partition):
         """Return the IPartitionLog, or ``None`` if the partition has no log."""
@@ -124,6 +230,17 @@ class ILogStorage(Interface):
         """Flush, write the recovery-point checkpoint, release every file."""
 
 
+class ICompactingStorage(ILogStorage):
+    """A storage whose logs all provide :class:`ICompactableLog`. Without it
+    the broker refuses compacted topics (CreateTopics answers INVALID_CONFIG;
+    an existing one stops the broker at start)."""
+
+
+class IReplicatingStorage(ILogStorage):
+    """A storage whose logs all provide :class:`IReplicatedLog`. Without it
+    the broker refuses to host a follower replica of any partition."""
+
+
 class IPartitioner(Interface):
     """Chooses a partition for a keyed or unkeyed record (clients, CLI)."""
 
@@ -132,20 +249,29 @@ class IPartitioner(Interface):
 
 
 class IRetentionPolicy(Interface):
-    """Decides which old segments of a log may be deleted."""
+    """Decides which old segments of a log may be deleted.
+
+    Chosen by name: ``retention.policy`` per topic, ``log.retention.policy``
+    / ``--retention`` for the rest (built-in: ``delete``)."""
 
     def segments_to_delete(log, topic_config, now_ms):
-        """Return how many of the oldest segments of ``log`` to delete."""
+        """Return how many of the oldest segments of ``log`` (an
+        IPartitionLog; use ``log.segment_infos()`` and ``log.size_bytes``)
+        to delete, never counting the active one. The broker calls it every
+        ``log.retention.check.interval.ms`` for each hosted partition with
+        the topic's TopicConfig, then ``log.delete_oldest_segments(count)``."""
 
 
 class ISerializer(Interface):
     """Turns application values into record bytes and back."""
 
     def serialize(topic, value):
-        """Return bytes for ``value``."""
+        """Return bytes for ``value``; ``None`` may stay ``None`` (a
+        tombstone, as Kafka's serializers keep it)."""
 
     def deserialize(topic, data):
-        """Return the value encoded in ``data`` (bytes)."""
+        """Return the value encoded in ``data`` (bytes, or ``None`` for a
+        null value)."""
 
 
 class ISchemaRegistry(Interface):

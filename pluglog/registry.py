@@ -7,7 +7,7 @@ claiming one name, builds with ``factory(config, reactor)`` and runs
 ``zope.interface.verify.verifyObject`` on the result.
 """
 
-from zope.interface.exceptions import Invalid
+from zope.interface.exceptions import BrokenImplementation, BrokenMethodImplementation, Invalid
 from zope.interface.verify import verifyObject
 
 from pluglog import interfaces
@@ -95,27 +95,41 @@ class Registry:
             raise PluginError(
                 name, interface, f"factory from {plugin_name!r} failed: {exc}"
             ) from exc
-        try:
-            verifyObject(interface, provider)
-        except Invalid as exc:
-            missing = _missing_names(exc)
-            what = f"lacks {', '.join(repr(m) for m in missing)}; " if missing else ""
-            raise PluginError(
-                plugin_name,
-                interface,
-                f"provider {name!r} ({type(provider).__name__}) {what}does not provide it: {exc}",
-            ) from exc
+        verify_provider(plugin_name, interface, provider, name)
         return provider
 
 
-def _missing_names(exc):
-    """The attribute/method names a zope verification error is about."""
+def verify_provider(plugin_name, interface, provider, name=None):
+    """Run ``verifyObject`` (names, attributes and method signatures) and
+    raise a one-line PluginError naming the plugin, the interface, each
+    missing name, and for a method with the wrong signature the method and
+    the signature the interface expects."""
+    try:
+        verifyObject(interface, provider)
+    except Invalid as exc:
+        what = f"provider {name!r} ({type(provider).__name__})" if name else repr(provider)
+        raise PluginError(plugin_name, interface, f"{what} {describe_invalid(exc)}") from exc
+
+
+def describe_invalid(exc):
+    """One line for a zope.interface verification error."""
     errors = getattr(exc, "exceptions", None) or [exc]
-    names = []
+    missing, wrong, other = [], [], []
     for error in errors:
+        method = getattr(error, "method", None)
+        if isinstance(error, BrokenMethodImplementation) and method is not None:
+            signature = f"{method.__name__}{method.getSignatureString()}"
+            wrong.append(f"method {method.__name__!r} must accept {signature}: {error.mess}")
+            continue
         name = getattr(error, "name", None)
         # BrokenImplementation holds the name or the interface's Method.
         name = getattr(name, "__name__", name)
-        if isinstance(name, str):
-            names.append(name)
-    return names
+        if isinstance(error, BrokenImplementation) and isinstance(name, str):
+            missing.append(repr(name))
+        else:
+            other.append(" ".join(str(error).split()))
+    parts = []
+    if missing:
+        parts.append(f"lacks {', '.join(missing)}")
+    parts += wrong + other
+    return "does not provide it: " + "; ".join(parts)

@@ -68,6 +68,12 @@ class Options(usage.Options):
         ["config", "c", None, "INI file with Kafka-named broker keys."],
         ["storage", None, None, "Storage provider name (default: segments)."],
         ["coordinator", None, None, "Coordinator provider name (default: local)."],
+        [
+            "retention",
+            None,
+            None,
+            "Retention policy name (log.retention.policy; default: delete).",
+        ],
         ["fsync", None, None, "fsync policy: never, interval or always (default: interval)."],
         ["broker-id", None, None, "Broker id (default 0)."],
         [
@@ -175,6 +181,13 @@ class Options(usage.Options):
                 ) from None
             if changes["broker_id"] < 0:
                 raise usage.UsageError(f"--broker-id: must be >= 0, got {self['broker-id']!r}")
+        if self["retention"] is not None:
+            try:
+                changes["topic_defaults"] = config.topic_defaults.with_overrides(
+                    {"retention.policy": self["retention"]}
+                )
+            except ConfigError as exc:
+                raise usage.UsageError(f"--retention: {exc}") from None
         config = config.replace(**changes)
         if config.coordinator == "zookeeper":
             check_zookeeper_connect(config.zookeeper_connect)
@@ -185,10 +198,18 @@ class Options(usage.Options):
         try:
             manager = make_plugin_manager()
             registry = Registry(manager)
-            for kind, name in (("storage", config.storage), ("coordinator", config.coordinator)):
+            for kind, name, flag in (
+                ("storage", config.storage, "--storage"),
+                ("coordinator", config.coordinator, "--coordinator"),
+                (
+                    "retention",
+                    config.topic_defaults.retention_policy,
+                    "--retention/log.retention.policy",
+                ),
+            ):
                 if name not in registry.names(kind):
                     raise usage.UsageError(
-                        f"--{kind}: no {kind} plugin named {name!r} "
+                        f"{flag}: no {kind} plugin named {name!r} "
                         f"(available: {', '.join(registry.names(kind))})"
                     )
             for section, settings in config.plugin_sections.items():

@@ -35,8 +35,10 @@ $PY -m pip install -q pyspark pyarrow
 $PY -m pip install -q -e plugins/pluglog-spark
 # The audit plugin: a third-party package found through its entry point.
 $PY -m pip install -q -e plugins/pluglog-audit
+# The SQLite storage plugin: a second storage provider, selected by name.
+$PY -m pip install -q -e plugins/pluglog-sqlite
 
-LINTED="pluglog tests bench twisted plugins/pluglog-spark plugins/pluglog-audit"
+LINTED="pluglog tests bench twisted plugins/pluglog-spark plugins/pluglog-audit plugins/pluglog-sqlite"
 $PY -m ruff check $LINTED
 $PY -m ruff format --check $LINTED
 # The layers of docs/architecture.rst (the contract is in pyproject.toml).

@@ -10,17 +10,22 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from pluglog.broker import dynamic_config, limits
+from pluglog.broker.capabilities import StorageChecks
 from pluglog.broker.partition import Partition
 from pluglog.broker.quotas import ClientQuotas
 from pluglog.broker.quotas import attach as attach_quotas
 from pluglog.datadir import DataDirLock
 from pluglog.errors import (
+    ConfigError,
+    InvalidConfigError,
     InvalidRequestError,
     KafkaError,
     KafkaStorageError,
     NotLeaderOrFollowerError,
+    PluginError,
     UnknownTopicOrPartitionError,
 )
+from pluglog.interfaces import IFlushableLog
 from pluglog.serialization.validation import schema_check_for
 from pluglog.storage.offline import OfflineLog
 
@@ -49,9 +54,14 @@ class Broker:
         self.data_dir_lock = DataDirLock.acquire(config.data_dir)
         #: Opened by start() once the coordinator has checked meta.properties.
         self.storage = None
+        self.storage_checks = None
+        self._starting = True
         try:
             self.coordinator = registry.build("coordinator", config.coordinator, config, reactor)
-            self.retention = registry.build("retention", "delete", config, reactor)
+            #: IRetentionPolicy providers by name (``retention.policy``), built on first use
+            self.retention_policies = {}
+            self._missing_policies = set()
+            self.retention = self.retention_policy(config.topic_defaults.retention_policy)
         except BaseException:
             self.data_dir_lock.release()
             raise
@@ -68,6 +78,31 @@ class Broker:
     def now_ms(self):
         return int(self.reactor.seconds() * 1000)
 
+    def retention_policy(self, name):
+        """The IRetentionPolicy provider called ``name`` (built once); raises
+        PluginError naming the value and the known names."""
+        policy = self.retention_policies.get(name)
+        if policy is None:
+            policy = self.registry.build("retention", name, self.config, self.reactor)
+            self.retention_policies[name] = policy
+        return policy
+
+    def check_topic_configs(self, configs, topic="", replication_factor=1):
+        """Raise a KafkaError when topic ``configs`` name a provider that is
+        not installed, or need a capability the storage lacks (CreateTopics,
+        AlterConfigs). Malformed values are left to the coordinator."""
+        name = configs.get("retention.policy")
+        if name is not None and str(name).strip() not in self.registry.names("retention"):
+            known = ", ".join(self.registry.names("retention"))
+            raise InvalidConfigError(
+                f"retention.policy: no retention policy named {name!r} (known: {known})"
+            )
+        try:
+            effective = self.config.topic_defaults.with_overrides(configs)
+        except ConfigError:
+            return  # the coordinator answers INVALID_CONFIG
+        self.storage_checks.new_topic(topic, effective, replication_factor)
+
     @defer.inlineCallbacks
     def start(self):
         from pluglog.replication.manager import ReplicaManager
@@ -78,6 +113,11 @@ class Broker:
         self.storage = self.registry.build(
             "storage", self.config.storage, self.config, self.reactor
         )
+        self.storage_checks = StorageChecks(
+            self.storage,
+            self.config.storage,
+            self.registry.plugin_of("storage", self.config.storage),
+        )
         attach_quotas(self)
         dynamic_config.apply(self)
         dynamic_config.follow(self)
@@ -85,6 +125,7 @@ class Broker:
         self.coordinator.add_listener(self._on_topic_event)
         for meta in self.coordinator.topics().values():
             self._open_topic(meta)
+        self._starting = False
         self.replicas.start()
         from pluglog.group import GroupCoordinator
 
@@ -116,12 +157,7 @@ class Broker:
             part = self.partitions.get(key)
             hosted = self.node_id in meta.replicas(index)
             if part is None and hosted:
-                try:
-                    plog = self.storage.open_log(meta.name, index, topic_config)
-                except (KafkaStorageError, OSError) as exc:
-                    # One unreadable partition must not stop the broker.
-                    plog = OfflineLog(meta.name, index, str(exc))
-                    log.error("{p} is offline: {reason}", p=plog, reason=str(exc))
+                plog = self._open_log(meta, index, topic_config)
                 part = Partition(
                     meta.name,
                     index,
@@ -141,10 +177,28 @@ class Broker:
                 self._drop_partition(key)
             elif part is not None:
                 part.config = topic_config
-                if hasattr(part.log, "update_config"):
-                    part.log.update_config(topic_config)
+                part.log.update_config(topic_config)
             if part is not None and hosted:
                 part.schema_check = schema_check_for(self, meta.name, topic_config)
+
+    def _open_log(self, meta, index, topic_config):
+        """The partition's log, checked for what the topic needs; an
+        OfflineLog when it cannot be opened. A log lacking a capability the
+        topic needs stops the broker at start, and is offline (one error
+        line) when the topic appears later."""
+        try:
+            plog = self.storage.open_log(meta.name, index, topic_config)
+            self.storage_checks.opened(plog, meta.name, topic_config, len(meta.replicas(index)))
+        except PluginError as exc:
+            if self._starting:
+                raise
+            plog = OfflineLog(meta.name, index, str(exc))
+            log.error("{p} is offline: {reason}", p=plog, reason=str(exc))
+        except (KafkaStorageError, OSError) as exc:
+            # One unreadable partition must not stop the broker.
+            plog = OfflineLog(meta.name, index, str(exc))
+            log.error("{p} is offline: {reason}", p=plog, reason=str(exc))
+        return plog
 
     def _drop_partition(self, key):
         part = self.partitions.pop(key)
@@ -200,6 +254,11 @@ class Broker:
             num_partitions = self.config.num_partitions
         if replication_factor == -1:
             replication_factor = self.config.default_replication_factor
+        most = max(map(len, assignments.values())) if assignments else replication_factor
+        try:
+            self.check_topic_configs(configs or {}, name, most)
+        except KafkaError:
+            return defer.fail()
         if num_partitions > 0:
             try:
                 limits.check_new_partitions(self, num_partitions)
@@ -224,7 +283,15 @@ class Broker:
         now = self.now_ms()
         deleted = 0
         for part in list(self.partitions.values()):
-            count = self.retention.segments_to_delete(part.log, part.config, now)
+            try:
+                policy = self.retention_policy(part.config.retention_policy)
+            except PluginError as exc:
+                # Installed when the topic was made, gone since: keep the data.
+                if part.config.retention_policy not in self._missing_policies:
+                    self._missing_policies.add(part.config.retention_policy)
+                    log.error("{topic}: no retention: {exc}", topic=part.topic, exc=exc)
+                continue
+            count = policy.segments_to_delete(part.log, part.config, now)
             if count:
                 part.log.delete_oldest_segments(count)
                 deleted += count
@@ -241,9 +308,8 @@ class Broker:
         if self.config.fsync != "interval":
             return
         for part in list(self.partitions.values()):
-            maybe = getattr(part.log, "maybe_flush", None)
-            if maybe is not None:
-                maybe(self.now_ms())
+            if IFlushableLog.providedBy(part.log):
+                part.log.maybe_flush(self.now_ms())
 
     def checkpoint(self):
         self.storage.flush_all()

@@ -85,8 +85,7 @@ def apply(broker, values=None):
     )
     broker.config = config
     broker.dynamic_applied = dict(values)
-    if hasattr(broker.storage, "topic_defaults"):
-        broker.storage.topic_defaults = config.topic_defaults
+    broker.storage.topic_defaults = config.topic_defaults  # ILogStorage.topic_defaults
     # Topics opened so far follow (none yet while the broker starts).
     topics = broker.coordinator.topics()
     for name in list(broker.topic_configs):

@@ -32,7 +32,13 @@ replaced segment keep reading it, as its files are unlinked only after
 
 The first dirty offset of each log lives in ``cleaner-offset-checkpoint`` in
 the data directory (Kafka's name and format), written after every swap.
-Logs without a ``directory`` (the memory storage) are not cleaned.
+
+Which logs take which path is declared, never guessed: built-in segment-file
+logs (:class:`pluglog.storage.segment_log.ISegmentFilesLog`) are cleaned in the
+pool as above; any other log of a compacted topic provides
+:class:`pluglog.interfaces.ICompactableLog` (the broker refuses a topic
+whose log does not, :mod:`pluglog.broker.capabilities`) and its
+``compact(now_ms)`` runs on the reactor thread once per tick.
 """
 
 import os
@@ -43,8 +49,16 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 from zope.interface import Attribute, Interface, implementer
 
-from pluglog.storage.cleaner import CleanJob, SourceSegment, clean, cleaned_ms_of, map_capacity
+from pluglog.interfaces import ICompactableLog
+from pluglog.storage.cleaner import (  # noqa: F401 - cleanable_range: tests
+    clean,
+    cleanable_range,
+    is_compacted,
+    map_capacity,
+    plan_clean,
+)
 from pluglog.storage.manager import CheckpointError, read_checkpoint, write_checkpoint
+from pluglog.storage.segment_log import ISegmentFilesLog
 from pluglog.storage.swap import SwapAborted, discard_cleaned, swap_in
 
 log = Logger()
@@ -59,49 +73,6 @@ class ILogCleaner(Interface):
 
     def run_once():
         """Start passes for the due logs; Deferred fired when they finished."""
-
-
-def is_compacted(topic_config):
-    return "compact" in topic_config.cleanup_policy.split(",")
-
-
-def cleanable_range(log_, topic_config, first_dirty, now_ms):
-    """Return ``(sources, first_dirty, dirty_ratio, max_lag_due)`` of a log,
-    or ``None`` when nothing below the active segment may be cleaned.
-
-    ``sources`` lists the segments from the log start to the first
-    uncleanable offset (the active segment, or the first segment holding a
-    record younger than min.compaction.lag.ms)."""
-    segments = log_.segments[:-1]
-    if not segments:
-        return None
-    if first_dirty > log_.log_end_offset:
-        first_dirty = 0  # a checkpoint entry of a deleted, recreated topic
-    first_dirty = max(first_dirty, segments[0].base_offset)
-    lag = topic_config.min_compaction_lag_ms
-    sources = []
-    clean_bytes = dirty_bytes = 0
-    first_dirty_ts = None
-    for segment in segments:
-        if lag > 0 and segment.largest_timestamp > now_ms - lag:
-            break
-        sources.append(segment)
-        if segment.base_offset < first_dirty:
-            clean_bytes += segment.size
-        else:
-            dirty_bytes += segment.size
-            if first_dirty_ts is None:
-                first_dirty_ts = segment.first_batch_timestamp
-    if not sources:
-        return None
-    total = clean_bytes + dirty_bytes
-    ratio = dirty_bytes / total if total else 0.0
-    max_lag_due = (
-        first_dirty_ts is not None
-        and first_dirty_ts >= 0
-        and now_ms - first_dirty_ts > topic_config.max_compaction_lag_ms
-    )
-    return sources, first_dirty, ratio, max_lag_due
 
 
 #: niceness of the worker processes: cleaning is background work, and on a
@@ -133,6 +104,7 @@ class LogCleaner(service.Service):
         self._timer = None
         self._in_progress = set()
         self._horizons = {}  # (topic, partition) -> earliest tombstone expiry
+        self._cannot_compact = set()  # logged once each
         self.stats = {"passes": 0, "bytes_read": 0, "bytes_written": 0, "records_removed": 0}
         self.last_results = []
         self._checkpoint_path = os.path.join(broker.config.data_dir, CLEANER_CHECKPOINT)
@@ -200,45 +172,29 @@ class LogCleaner(service.Service):
         due = []
         for key, part in list(self.broker.partitions.items()):
             plog = part.log
-            if key in self._in_progress or not hasattr(plog, "directory"):
+            if key in self._in_progress or not ISegmentFilesLog.providedBy(plog):
                 continue
             if not is_compacted(part.config) or plog.closed:
                 continue
-            found = cleanable_range(plog, part.config, self.first_dirty.get(key, 0), now)
+            found = plan_clean(
+                plog,
+                part.config,
+                self.first_dirty.get(key, 0),
+                now,
+                map_capacity(config.log_cleaner_dedupe_buffer_size, config.log_cleaner_threads),
+                config.log_cleaner_io_max_bytes_per_second,
+            )
             if found is None:
                 continue
-            sources, first_dirty, ratio, max_lag_due = found
+            job, ratio, max_lag_due = found
             horizon = self._horizons.get(key)
             tombstones_due = horizon is not None and now >= horizon
-            has_dirty = sources[-1].next_offset > first_dirty
+            has_dirty = job.segments[-1].next_offset > job.first_dirty_offset
             if not (
                 (has_dirty and (ratio >= part.config.min_cleanable_dirty_ratio or max_lag_due))
                 or tombstones_due
             ):
                 continue
-            job = CleanJob(
-                part.topic,
-                part.index,
-                plog.directory,
-                tuple(
-                    SourceSegment(
-                        s.base_offset,
-                        s.next_offset,
-                        s.size,
-                        s.log_path,
-                        cleaned_ms_of(s.log_path) if s.base_offset < first_dirty else -1,
-                    )
-                    for s in sources
-                ),
-                first_dirty,
-                now,
-                part.config.delete_retention_ms,
-                map_capacity(config.log_cleaner_dedupe_buffer_size, config.log_cleaner_threads),
-                part.config.segment_bytes,
-                part.config.index_interval_bytes,
-                part.config.segment_index_bytes,
-                config.log_cleaner_io_max_bytes_per_second,
-            )
             due.append((ratio, key, job))
         due.sort(key=lambda item: -item[0])
         return due
@@ -248,6 +204,10 @@ class LogCleaner(service.Service):
         if not self.broker.config.log_cleaner_enable:
             return defer.succeed([])
         slots = max(1, self.broker.config.log_cleaner_threads) - len(self._in_progress)
+        try:
+            self._compact_in_place()
+        except Exception:
+            log.failure("in-place compaction failed")
         started = []
         for _ratio, key, job in self.due_logs()[: max(0, slots)]:
             self._in_progress.add(key)
@@ -256,6 +216,36 @@ class LogCleaner(service.Service):
             d.addBoth(self._done, key)
             started.append(d)
         return defer.gatherResults(started, consumeErrors=True)
+
+    def _compact_in_place(self):
+        """One ``compact()`` pass of each compacted log that compacts itself."""
+        now = self.broker.now_ms()
+        for part in list(self.broker.partitions.values()):
+            plog = part.log
+            if ISegmentFilesLog.providedBy(plog) or not is_compacted(part.config) or plog.closed:
+                continue
+            if not ICompactableLog.providedBy(plog):
+                # Made compacted after it was opened (AlterConfigs elsewhere): say so.
+                if (part.topic, part.index) not in self._cannot_compact:
+                    self._cannot_compact.add((part.topic, part.index))
+                    log.error(
+                        "{topic}-{partition} is compacted but its log ({cls}) does not "
+                        "provide ICompactableLog: it is not compacted",
+                        topic=part.topic,
+                        partition=part.index,
+                        cls=type(plog).__name__,
+                    )
+                continue
+            removed = plog.compact(now)
+            self.stats["passes"] += 1
+            self.stats["records_removed"] += removed
+            if removed:
+                log.info(
+                    "compacted {topic}-{partition}: {removed} record(s) removed",
+                    topic=part.topic,
+                    partition=part.index,
+                    removed=removed,
+                )
 
     def _done(self, result, key):
         self._in_progress.discard(key)

@@ -178,10 +178,11 @@ class Partition:
 
         ``client=False`` is the broker's own append (group coordinator): it
         may write internal topics and its batches are not walked. ``answer``
-        (the produce fast lane's): passed to a log that ``answers_early``
-        (see :meth:`BasePartitionLog.append`), so the response leaves before
-        the bookkeeping; the caller answers from the returned info when it
-        was not called (a duplicate, or a log without the option).
+        (the produce fast lane's): passed to the log's ``append`` (see
+        :meth:`pluglog.interfaces.IPartitionLog.append`), which may call it
+        so the response leaves before the bookkeeping; the caller answers
+        from the returned info when it was not called (a duplicate, or a log
+        that does not answer early).
         """
         if self.leader_id != self.node_id or self.offline:
             raise NotLeaderOrFollowerError(
@@ -223,10 +224,7 @@ class Partition:
             dup = self.producers.check(producer_id, epoch, first_seq, last_seq)
             if dup is not None:
                 return DuplicateAppend(dup[0], dup[1], dup[2], self.log.log_start_offset)
-        if answer is not None and getattr(self.log, "answers_early", False):
-            info = self.log.append(records, now_ms, self.leader_epoch, answer)
-        else:
-            info = self.log.append(records, now_ms, self.leader_epoch)
+        info = self.log.append(records, now_ms, self.leader_epoch, answer)
         if producer_id >= 0:
             self.producers.update(
                 producer_id,

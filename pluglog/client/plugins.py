@@ -1,7 +1,8 @@
 """Client access to pluglog's plugins: partitioners and serializers by name.
 
-The client loads the same IPartitioner and ISerializer providers the broker
-and the CLI load (built-ins plus third-party ``pluglog`` entry points), so a
+The client loads the IPartitioner and ISerializer providers the CLI loads
+(built-ins plus third-party ``pluglog`` entry points; the broker never
+partitions: that is the client's job, as in Kafka), so a
 producer using ``partitioner="murmur2"`` places keys as the CLI and every
 Kafka client do. A provider object may be passed instead of a name, and for
 serializers a plain callable too (aiokafka's ``value_serializer=fn`` /

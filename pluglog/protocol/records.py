@@ -479,6 +479,24 @@ def iter_batches(buf, verify_crc=True):
         position += size
 
 
+def batches_end(buf, start):
+    """One past the last offset of the last complete batch in ``buf``, or
+    ``start`` when that is further (a consumer's next fetch offset: with
+    compaction a batch's last offsets may hold no record)."""
+    view = memoryview(buf)
+    position = 0
+    end = start
+    while len(view) - position >= _HEADER_SIZE:
+        base, size = struct.unpack_from(">qi", view, position)
+        size += 12
+        if position + size > len(view):
+            break
+        last_delta = struct.unpack_from(">i", view, position + 23)[0]
+        end = max(end, base + last_delta + 1)
+        position += size
+    return end
+
+
 def iter_records(buf, verify_crc=True):
     """Yield every decoded Record of every complete batch in ``buf``."""
     for batch in iter_batches(buf, verify_crc):

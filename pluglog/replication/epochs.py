@@ -19,6 +19,7 @@ import os
 from bisect import bisect_right
 
 from pluglog.fileutil import atomic_write
+from pluglog.interfaces import IDirectoryLog
 
 FILE_NAME = "leader-epoch-checkpoint"
 UNDEFINED = -1
@@ -35,8 +36,9 @@ class LeaderEpochCache:
 
     @classmethod
     def for_log(cls, log):
-        directory = getattr(log, "directory", None)
-        return cls(os.path.join(directory, FILE_NAME) if directory else None)
+        if IDirectoryLog.providedBy(log):
+            return cls(os.path.join(log.directory, FILE_NAME))
+        return cls(None)
 
     def latest_epoch(self):
         return self.entries[-1][0] if self.entries else UNDEFINED

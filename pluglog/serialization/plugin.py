@@ -12,7 +12,7 @@ DEFAULT_URL = "http://localhost:8081"
 
 
 def registry_url(config):
-    section = (getattr(config, "plugin_sections", None) or {}).get("schema_registry", {})
+    section = config.plugin_section("schema_registry")
     if section.get("url"):
         return section["url"]
     if getattr(config, "http", ""):

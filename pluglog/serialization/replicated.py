@@ -65,7 +65,7 @@ def unknown_leader(message):
 def section_settings(config):
     """``(replication factor, timeout in s)`` from the ``[schema_registry]``
     section's kafkastore.topic.replication.factor / kafkastore.timeout.ms."""
-    section = (getattr(config, "plugin_sections", None) or {}).get(SECTION, {})
+    section = config.plugin_section(SECTION)
     try:
         rf = int(section.get("kafkastore.topic.replication.factor", DEFAULT_REPLICATION_FACTOR))
         timeout_ms = int(section.get("kafkastore.timeout.ms", DEFAULT_TIMEOUT_MS))

@@ -48,6 +48,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from pluglog.fileutil import write_pieces
 from pluglog.storage.compaction import filter_batch, iter_keys
 from pluglog.storage.filenames import (
     INDEX_SUFFIX,
@@ -57,7 +58,7 @@ from pluglog.storage.filenames import (
 )
 from pluglog.storage.index import OffsetIndex, TimeIndex
 from pluglog.storage.records import HEADER_SIZE, LOG_OVERHEAD, parse_header
-from pluglog.storage.segment import MAX_RELATIVE_OFFSET, write_pieces
+from pluglog.storage.segment import MAX_RELATIVE_OFFSET
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
@@ -253,6 +254,83 @@ def _last_producer_batches(job, fds, end):
             if header.producer_id >= 0:
                 last[header.producer_id] = header.base_offset
     return set(last.values())
+
+
+def is_compacted(topic_config):
+    return "compact" in topic_config.cleanup_policy.split(",")
+
+
+def cleanable_range(log_, topic_config, first_dirty, now_ms):
+    """Return ``(sources, first_dirty, dirty_ratio, max_lag_due)`` of a log,
+    or ``None`` when nothing below the active segment may be cleaned.
+
+    ``sources`` lists the segments from the log start to the first
+    uncleanable offset (the active segment, or the first segment holding a
+    record younger than min.compaction.lag.ms)."""
+    segments = log_.segments[:-1]
+    if not segments:
+        return None
+    if first_dirty > log_.log_end_offset:
+        first_dirty = 0  # a checkpoint entry of a deleted, recreated topic
+    first_dirty = max(first_dirty, segments[0].base_offset)
+    lag = topic_config.min_compaction_lag_ms
+    sources = []
+    clean_bytes = dirty_bytes = 0
+    first_dirty_ts = None
+    for segment in segments:
+        if lag > 0 and segment.largest_timestamp > now_ms - lag:
+            break
+        sources.append(segment)
+        if segment.base_offset < first_dirty:
+            clean_bytes += segment.size
+        else:
+            dirty_bytes += segment.size
+            if first_dirty_ts is None:
+                first_dirty_ts = segment.first_batch_timestamp
+    if not sources:
+        return None
+    total = clean_bytes + dirty_bytes
+    ratio = dirty_bytes / total if total else 0.0
+    max_lag_due = (
+        first_dirty_ts is not None
+        and first_dirty_ts >= 0
+        and now_ms - first_dirty_ts > topic_config.max_compaction_lag_ms
+    )
+    return sources, first_dirty, ratio, max_lag_due
+
+
+def plan_clean(log_, topic_config, first_dirty, now_ms, max_map_entries, io_rate=float("inf")):
+    """Return ``(job, dirty_ratio, max_lag_due)`` for the cleanable range of a
+    segment-file log (see :func:`cleanable_range`), or ``None``. Reactor
+    thread: it reads segment sizes, timestamps and file mtimes only."""
+    found = cleanable_range(log_, topic_config, first_dirty, now_ms)
+    if found is None:
+        return None
+    sources, first_dirty, ratio, max_lag_due = found
+    job = CleanJob(
+        log_.topic,
+        log_.partition,
+        log_.directory,
+        tuple(
+            SourceSegment(
+                s.base_offset,
+                s.next_offset,
+                s.size,
+                s.log_path,
+                cleaned_ms_of(s.log_path) if s.base_offset < first_dirty else -1,
+            )
+            for s in sources
+        ),
+        first_dirty,
+        now_ms,
+        topic_config.delete_retention_ms,
+        max_map_entries,
+        topic_config.segment_bytes,
+        topic_config.index_interval_bytes,
+        topic_config.segment_index_bytes,
+        io_rate,
+    )
+    return job, ratio, max_lag_due
 
 
 def clean(job):

@@ -40,7 +40,7 @@ from zope.interface import implementer
 from pluglog.config import TopicConfig
 from pluglog.errors import KafkaStorageError
 from pluglog.fileutil import atomic_write, fsync_directory
-from pluglog.interfaces import ILogStorage
+from pluglog.interfaces import ICompactingStorage, IReplicatingStorage
 from pluglog.storage.filenames import (
     CLEAN_SHUTDOWN_FILE,
     DELETED_SUFFIX,
@@ -50,8 +50,9 @@ from pluglog.storage.filenames import (
     log_dir_name,
     parse_log_dir_name,
 )
-from pluglog.storage.log import FSYNC_INTERVAL, SegmentPartitionLog
+from pluglog.storage.log import FSYNC_INTERVAL
 from pluglog.storage.openfiles import OpenSegments
+from pluglog.storage.segment_log import SegmentPartitionLog
 
 CHECKPOINT_VERSION = 0
 _log = Logger()
@@ -92,7 +93,7 @@ def write_checkpoint(path, entries):
     atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
 
 
-@implementer(ILogStorage)
+@implementer(ICompactingStorage, IReplicatingStorage)
 class SegmentLogStorage:
     """ILogStorage over segment files in ``data_dir``."""
 

@@ -22,9 +22,18 @@ from bisect import bisect_left, bisect_right
 from zope.interface import implementer
 
 from pluglog.config import TopicConfig
-from pluglog.interfaces import ILogStorage, IPartitionLog
+from pluglog.interfaces import (
+    ICompactableLog,
+    ICompactingStorage,
+    IFlushableLog,
+    IPartitionLog,
+    IReplicatedLog,
+    IReplicatingStorage,
+)
 from pluglog.storage.log import FSYNC_NEVER, BasePartitionLog
-from pluglog.storage.records import parse_header
+from pluglog.storage.records import PreparedAppend, parse_header
+
+_COLUMNS = ("data", "bases", "lasts", "starts", "ends", "max_timestamps", "running_max")
 
 
 class MemorySegment:
@@ -34,6 +43,7 @@ class MemorySegment:
         self.base_offset = base_offset
         self.created_ms = created_ms
         self.deleted = False
+        self.cleaned_ms = -1  # when compaction first rewrote it (tombstone clock)
         self._clear()
 
     def _clear(self):
@@ -142,8 +152,13 @@ class MemorySegment:
     def delete_files(self):
         self._clear()
 
+    def batches(self):
+        """``(header, bytes)`` of every batch, in order."""
+        for start, end in zip(self.starts, self.ends, strict=True):
+            yield parse_header(self.data, start), bytes(self.data[start:end])
 
-@implementer(IPartitionLog)
+
+@implementer(IPartitionLog, IFlushableLog, IReplicatedLog, ICompactableLog)
 class MemoryPartitionLog(BasePartitionLog):
     """IPartitionLog kept in memory (records are returned as bytes)."""
 
@@ -154,8 +169,65 @@ class MemoryPartitionLog(BasePartitionLog):
     def _new_segment(self, base_offset, now_ms):
         return MemorySegment(base_offset, now_ms)
 
+    def compact(self, now_ms):
+        """ICompactableLog: Kafka's rules over the segments below the active
+        one (and below the first holding a record younger than
+        min.compaction.lag.ms). Each segment is rewritten in place; its last
+        batch and producers' batches stay, emptied, so offsets and
+        idempotence state survive."""
+        # compaction.py imports the protocol codec, which imports this package.
+        from pluglog.storage.compaction import filter_batch, iter_keys
 
-@implementer(ILogStorage)
+        lag = self.config.min_compaction_lag_ms
+        sources = []
+        for segment in self.segments[:-1]:
+            if lag > 0 and segment.largest_timestamp > now_ms - lag:
+                break
+            sources.append(segment)
+        latest = {}
+        for segment in sources:
+            for _header, batch in segment.batches():
+                for offset, key, _is_null in iter_keys(batch):
+                    latest[key] = offset
+        removed = 0
+        expiry = self.config.delete_retention_ms
+        for segment in sources:
+            expired = segment.cleaned_ms >= 0 and segment.cleaned_ms + expiry <= now_ms
+
+            def keep(offset, key, is_null, expired=expired):
+                if key is None or latest.get(key) != offset:
+                    return False
+                return not (is_null and expired)
+
+            found = list(segment.batches())
+            rebuilt = MemorySegment(segment.base_offset, segment.created_ms)
+            for i, (header, batch) in enumerate(found):
+                retain = i == len(found) - 1 or header.producer_id >= 0
+                new, _kept, gone = filter_batch(batch, keep, retain_empty=retain)
+                removed += gone
+                if new is not None:
+                    new_header = parse_header(new)
+                    span = (header.base_offset, header.last_offset, len(new), header.max_timestamp)
+                    rebuilt.append(
+                        PreparedAppend(
+                            [new],
+                            [span],
+                            header.base_offset,
+                            header.last_offset,
+                            new_header.max_timestamp,
+                            header.last_offset,
+                            len(new),
+                            new_header.records_count,
+                        )
+                    )
+            for column in _COLUMNS:
+                setattr(segment, column, getattr(rebuilt, column))
+            if segment.cleaned_ms < 0:
+                segment.cleaned_ms = now_ms
+        return removed
+
+
+@implementer(ICompactingStorage, IReplicatingStorage)
 class MemoryLogStorage:
     """ILogStorage whose logs live in memory; ``close`` forgets nothing until
     the object itself is dropped, so a test can reopen a log."""

@@ -10,13 +10,17 @@ for a replica on an offline log directory). The partition comes back on the
 next start once the cause is fixed.
 """
 
+from zope.interface import implementer
+
 from pluglog.errors import KafkaStorageError
+from pluglog.interfaces import IOfflineLog
 
 
+@implementer(IOfflineLog)
 class OfflineLog:
     """An IPartitionLog stand-in whose data operations all fail."""
 
-    offline = True
+    config = None
     log_start_offset = 0
     log_end_offset = 0
     recovery_point = 0

@@ -79,7 +79,18 @@ class BatchHeader(
         "base_sequence records_count",
     )
 ):
-    """The 61-byte header of a magic-2 record batch."""
+    """The 61-byte header of a magic-2 record batch (a public value type).
+
+    Fields, in wire order: ``base_offset``, ``batch_length`` (bytes after
+    the first 12), ``partition_leader_epoch``, ``magic`` (2), ``crc``
+    (CRC-32C of the bytes from ``attributes`` on), ``attributes`` (codec,
+    timestamp type, transactional and control bits), ``last_offset_delta``,
+    ``base_timestamp``, ``max_timestamp``, ``producer_id``,
+    ``producer_epoch``, ``base_sequence``, ``records_count``. Derived:
+    ``last_offset``, ``next_offset``, ``size`` (bytes in the log),
+    ``compression``, ``timestamp_type``, ``is_transactional``,
+    ``is_control``.
+    """
 
     __slots__ = ()
 
@@ -412,7 +423,12 @@ class AppendInfo(
 ):
     """What an append did (the produce response is built from it).
 
-    ``log_append_time`` is -1 unless message.timestamp.type is LogAppendTime.
+    Fields: ``first_offset`` and ``last_offset`` (of the appended records),
+    ``max_timestamp`` and ``offset_of_max_timestamp`` (-1 when no record has
+    one), ``log_append_time`` (the time stamped, -1 unless
+    message.timestamp.type is LogAppendTime), ``num_batches``,
+    ``size_bytes`` (bytes stored), ``log_start_offset`` (after the append)
+    and ``num_records``.
     A named tuple rather than a frozen dataclass: it is built once per
     produced batch, and a frozen dataclass costs ~1.5 µs to construct.
     """
@@ -422,7 +438,14 @@ class AppendInfo(
 
 @dataclass(frozen=True)
 class ReadResult:
-    """Whole batches read from one segment, plus the log's bounds."""
+    """Whole batches read from one segment, plus the log's bounds.
+
+    ``records`` is bytes or an IFileRange holding ``size`` bytes of whole
+    batches; ``first_offset`` is the base offset of the first of them (-1
+    and ``records == b""`` when the read found none: see
+    :func:`pluglog.storage.api.empty_read`); ``log_start_offset`` and
+    ``log_end_offset`` are the log's at the time of the read.
+    """
 
     records: object  # bytes or an IFileRange
     size: int
@@ -433,7 +456,13 @@ class ReadResult:
 
 @dataclass(frozen=True)
 class SegmentInfo:
-    """A segment's summary, for retention policies, tools and tests."""
+    """A segment's summary, for retention policies, tools and tests.
+
+    ``base_offset``: its first offset; ``next_offset``: one past its last
+    batch's last offset; ``size_bytes``; ``largest_timestamp`` (max
+    timestamp of its batches, -1 if none); ``created_ms`` (when it was
+    started, -1 if unknown); ``active``: it is the one being written.
+    """
 
     base_offset: int
     next_offset: int

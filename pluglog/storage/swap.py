@@ -35,7 +35,13 @@ before the log exists.
 import os
 
 from pluglog.fileutil import fsync_directory
-from pluglog.storage.cleaner import CLEANED_SUFFIX, SWAP_SUFFIX, iter_file_headers
+from pluglog.storage.cleaner import (
+    CLEANED_SUFFIX,
+    SWAP_SUFFIX,
+    clean,
+    iter_file_headers,
+    plan_clean,
+)
 from pluglog.storage.filenames import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -114,6 +120,27 @@ def swap_in(log, group, stop_after=None):
     log._set_segments(log.segments[:start] + [segment] + log.segments[stop:])
     log._dirty = [s for s in log._dirty if not s.deleted]
     return segment
+
+
+#: keys one :func:`compact_inline` pass maps (the cleaner's default 128 MiB buffer)
+INLINE_MAP_ENTRIES = 4_000_000
+
+
+def compact_inline(log, now_ms):
+    """One cleaner pass over a segment-file log on the calling thread, swapped
+    in at once (``SegmentPartitionLog.compact``); returns the records
+    removed. The log remembers its first dirty offset in ``_first_dirty``."""
+    found = plan_clean(log, log.config, log._first_dirty, now_ms, INLINE_MAP_ENTRIES)
+    if found is None:
+        return 0
+    result = clean(found[0])
+    for group in result.groups:
+        segment = swap_in(log, group)
+        if group.dirty:
+            os.utime(segment.log_path, ns=(now_ms * 1_000_000, now_ms * 1_000_000))
+    log._directory_dirty = True
+    log._first_dirty = result.end_offset
+    return result.records_removed
 
 
 def _swap_end(path):

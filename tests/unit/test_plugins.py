@@ -21,6 +21,8 @@ from pluglog.registry import KINDS, Registry
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "data", "example_plugin")
+#: a second third-party package: a retention policy
+EXAMPLE_RETENTION = os.path.join(HERE, "..", "data", "example_retention")
 
 
 def _registry(*extra):
@@ -137,7 +139,8 @@ def test_builtins_register_first():
 
 @pytest.fixture(scope="module")
 def installed_example(tmp_path_factory):
-    """The example plugin pip-installed (for real) into a private target dir."""
+    """The example plugins (a partitioner package and a retention policy
+    package) pip-installed (for real) into a private target dir."""
     target = tmp_path_factory.mktemp("site")
     subprocess.run(
         [
@@ -151,6 +154,7 @@ def installed_example(tmp_path_factory):
             "--target",
             str(target),
             EXAMPLE,
+            EXAMPLE_RETENTION,
         ],
         check=True,
     )
@@ -178,6 +182,9 @@ CHECK = """
     if "example-last" in registry.names("partitioner"):
         p = registry.build("partitioner", "example-last", BrokerConfig(), Clock())
         print(p.partition("t", None, 4), registry.plugin_of("partitioner", "example-last"))
+    print(sorted(registry.names("retention")))
+    if "example-keep-two" in registry.names("retention"):
+        print(registry.plugin_of("retention", "example-keep-two"))
 """
 
 
@@ -187,6 +194,8 @@ def test_entry_point_plugin_is_loaded_and_selected(installed_example):
     lines = result.stdout.splitlines()
     assert "'example-last'" in lines[0]
     assert lines[1] == "3 example"
+    assert lines[2] == "['delete', 'example-keep-two']"
+    assert lines[3] == "example-retention"  # its own package and entry point
 
 
 def test_autoload_can_be_disabled(installed_example):
@@ -210,3 +219,22 @@ def test_a_broken_installed_plugin_package_is_named(tmp_path, monkeypatch):
     assert "'pluglog-broken-demo'" in message
     assert "no_such_module_xyz" in message
     assert "PLUGLOG_DISABLE_PLUGIN_AUTOLOAD=1" in message
+
+
+def test_wrong_signature_is_refused_in_one_line():
+    @implementer(IPartitioner)
+    class TwoArgs:
+        def partition(self, topic, key):  # lacks num_partitions
+            return 0
+
+    plugin = types.SimpleNamespace(
+        pluglog_register_partitioners=hookimpl(lambda: {"two-args": lambda c, r: TwoArgs()})
+    )
+    registry = _registry(plugin)
+    with pytest.raises(PluginError) as info:
+        registry.build("partitioner", "two-args", BrokerConfig(), Clock())
+    message = str(info.value)
+    assert "\n" not in message
+    assert repr(registry.plugin_of("partitioner", "two-args")) in message
+    assert "IPartitioner" in message and "'partition'" in message
+    assert "partition(topic, key, num_partitions)" in message

@@ -261,6 +261,7 @@ def _alter(ctx, request, incremental):
         else:
             try:
                 configs = _apply_ops(meta.configs, resource["configs"], incremental)
+                broker.check_topic_configs(configs, rname)
                 if request["validate_only"]:
                     from pluglog.config import validate_topic_overrides
 

@@ -1,4 +1,4 @@
-"""A third-party pluglog plugin: one partitioner, registered by entry point."""
+"""A third-party pluglog plugin: a partitioner, registered by entry point."""
 
 import pluggy
 from zope.interface import implementer
