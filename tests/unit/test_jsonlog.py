@@ -10,9 +10,13 @@ from twisted.python.usage import UsageError
 from twisted.scripts.twistd import ServerOptions
 
 from pluglog import jsonlog
+from pluglog.plugins import DISABLE_AUTOLOAD_ENV
 
 
-def _twistd(tmp_path, *args):
+def _twistd(tmp_path, monkeypatch, *args):
+    # Only pluglog's own providers: a broken third-party package installed on
+    # the machine must not fail a test of the log option.
+    monkeypatch.setenv(DISABLE_AUTOLOAD_ENV, "1")
     options = ServerOptions()
     options.parseOptions(
         ["-n", "--logfile=-", "pluglog", "--data-dir", str(tmp_path / "d"), *args]
@@ -20,14 +24,14 @@ def _twistd(tmp_path, *args):
     return options
 
 
-def test_text_is_the_default(tmp_path):
-    options = _twistd(tmp_path)
+def test_text_is_the_default(tmp_path, monkeypatch):
+    options = _twistd(tmp_path, monkeypatch)
     assert options.subOptions["log-format"] == "text"
     assert options["logger"] is None  # twistd's own text observer
 
 
-def test_json_names_the_observer_factory(tmp_path):
-    options = _twistd(tmp_path, "--log-format", "json")
+def test_json_names_the_observer_factory(tmp_path, monkeypatch):
+    options = _twistd(tmp_path, monkeypatch, "--log-format", "json")
     assert options["logger"] is jsonlog.observer
     observer = options["logger"]()
     assert isinstance(observer, jsonlog.JsonLinesObserver)
