@@ -37,6 +37,8 @@ setup(
         "twisted>=24.0",
         "zope.interface>=6.0",
         "pluggy>=1.5",
+        # /metrics: registry, collectors and exposition (pluglog.metrics)
+        "prometheus_client>=0.17",
         "crc32c>=2.4",
         "crcmod>=1.7",
         "kazoo>=2.10",

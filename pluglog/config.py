@@ -185,6 +185,8 @@ class BrokerConfig:
     metadata_max_topics_per_request: int = 10000
     #: Segments holding file descriptors at once (LRU); 0 sizes it from the fd limit.
     log_max_open_segments: int = 0
+    #: Request metrics on the hot path and ``/metrics`` on the --http listener.
+    metrics_enabled: bool = True
     #: Strport of the HTTP listener (schema registry, plugin resources); off if empty.
     http: str = ""
     #: Kafka's ``listeners`` (NAME://host:port,...); empty: ``listen`` alone, PLAINTEXT.

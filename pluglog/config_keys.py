@@ -315,6 +315,7 @@ BROKER_KEYS = {
     "queued.max.request.bytes": ("queued_max_request_bytes", int_parser(-1)),
     "metadata.max.topics.per.request": ("metadata_max_topics_per_request", int_parser(1)),
     "log.max.open.segments": ("log_max_open_segments", int_parser(0)),
+    "metrics.enabled": ("metrics_enabled", _parse_bool),
     # Security (pluglog.security parses and checks the listener keys at start-up).
     "listeners": ("listeners", _string),
     "advertised.listeners": ("advertised_listeners", _string),
