@@ -11,17 +11,26 @@ utime+stime) and the wall-clock time per request: with such a client the
 wall time is the broker's latency, which is what a stop-and-wait producer
 (the paper benchmark's batch-50 test) waits for. Give two ``--root``
 checkouts in turn (interleaved runs) to compare commits.
+
+``--metrics-compare`` runs each checkout twice per run, interleaved: with
+``metrics.enabled=false`` (no request counters, no ``/metrics``) and with
+metrics on, ``--http`` and a scraper reading ``/metrics`` every second (as
+Prometheus with a 1 s scrape interval would), so the "on" figure includes
+the scrapes' own CPU.
 """
 
 import argparse
 import os
 import shutil
 import socket
+import statistics
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
@@ -69,12 +78,40 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run(root, n, acks):
+class Scraper(threading.Thread):
+    """GET ``url`` every ``interval`` seconds until stopped."""
+
+    def __init__(self, url, interval=1.0):
+        super().__init__(daemon=True)
+        self.url = url
+        self.interval = interval
+        self.stop = threading.Event()
+        self.scrapes = 0
+
+    def run(self):
+        while not self.stop.wait(self.interval):
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as response:
+                    response.read()
+                self.scrapes += 1
+            except OSError:
+                pass
+
+
+def run(root, n, acks, metrics=None):
+    """``metrics``: None (the broker's defaults), "off" or "on" (see the docstring)."""
     port = free_port()
     work = tempfile.mkdtemp(prefix="pluglog-latency-")
     cmd = [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n"]
     cmd += ["--pidfile=", f"--logfile={work}/log", "pluglog"]
     cmd += ["--listen", f"tcp:{port}:interface=127.0.0.1", "--data-dir", f"{work}/data"]
+    scraper = None
+    if metrics == "off":
+        cmd += ["--set", "metrics.enabled=false"]
+    elif metrics == "on":
+        http = free_port()
+        cmd += ["--http", f"tcp:{http}:interface=127.0.0.1"]
+        scraper = Scraper(f"http://127.0.0.1:{http}/metrics")
     proc = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=root), cwd=root)
     try:
         client = Client(port)
@@ -87,12 +124,16 @@ def run(root, n, acks):
         body += struct.pack(">iii", 1, 0, len(batch)) + batch
         for i in range(500):
             client.request(0, 8, body, i)
+        if scraper is not None:
+            scraper.start()
         cpu0, wall0 = cpu_seconds(proc.pid), time.perf_counter()
         for i in range(n):
             client.request(0, 8, body, i)
         cpu1, wall1 = cpu_seconds(proc.pid), time.perf_counter()
         return 1e6 * (cpu1 - cpu0) / n, 1e6 * (wall1 - wall0) / n
     finally:
+        if scraper is not None:
+            scraper.stop.set()
         proc.terminate()
         proc.wait()
         shutil.rmtree(work, ignore_errors=True)
@@ -104,12 +145,25 @@ def main():
     parser.add_argument("--n", type=int, default=10000)
     parser.add_argument("--acks", type=int, default=1, choices=[1, -1])
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument(
+        "--metrics-compare",
+        action="store_true",
+        help="each run: metrics off, then on with /metrics scraped every second",
+    )
     args = parser.parse_args()
+    variants = ["off", "on"] if args.metrics_compare else [None]
+    results = {}
     for number in range(args.runs):
         for root in args.root or [HERE]:
-            cpu, wall = run(os.path.abspath(root), args.n, args.acks)
-            print(f"run {number + 1} {root}: broker CPU {cpu:.0f} us/request, ", end="")
-            print(f"wall {wall:.0f} us/request")
+            for metrics in variants:
+                cpu, wall = run(os.path.abspath(root), args.n, args.acks, metrics)
+                results.setdefault((root, metrics), []).append(cpu)
+                label = root if metrics is None else f"{root} metrics {metrics}"
+                print(f"run {number + 1} {label}: broker CPU {cpu:.1f} us/request, ", end="")
+                print(f"wall {wall:.0f} us/request", flush=True)
+    for (root, metrics), cpus in results.items():
+        label = root if metrics is None else f"{root} metrics {metrics}"
+        print(f"median {label}: broker CPU {statistics.median(cpus):.1f} us/request")
 
 
 if __name__ == "__main__":

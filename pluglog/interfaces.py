@@ -210,6 +210,14 @@ class ILogStorage(Interface):
         "when the broker-level defaults change at run time"
     )
 
+    log_class = Attribute(
+        "The class of the IPartitionLog objects open_log returns. The broker "
+        "verifies it when it starts, before any topic is opened: IPartitionLog "
+        "and each optional log interface the class implements, method "
+        "signatures included, so a wrong signature stops the broker at once "
+        "with one line (every opened log is verified as well)"
+    )
+
     def open_log(topic, partition, topic_config):
         """Return the IPartitionLog for the partition, creating it if missing
         (reopening recovers what was written before a crash)."""

@@ -24,6 +24,8 @@ from twisted.logger import Logger
 
 from pluglog.broker.core import Broker
 from pluglog.errors import ConfigError, PluglogError
+from pluglog.metrics.recorder import RequestMetrics
+from pluglog.metrics.registry import broker_registry
 from pluglog.registry import Registry
 from pluglog.server import dispatch
 
@@ -79,6 +81,7 @@ class BrokerService(service.MultiService):
         self.plugin_manager = plugin_manager
         self.reactor = reactor
         self.broker = None
+        self.request_metrics = None
         self.port = None
         self.ports = []
         self._timers = []
@@ -99,6 +102,8 @@ class BrokerService(service.MultiService):
         registry = Registry(self.plugin_manager)
         self.broker = broker = Broker(self.config, registry, self.reactor)
         yield broker.start()
+        #: the hot-path request counters (pluglog.metrics), None when switched off
+        self.request_metrics = RequestMetrics() if self.config.metrics_enabled else None
         from pluglog.security import Security
 
         broker.security = Security(self.config, registry, broker.coordinator, self.reactor)
@@ -111,7 +116,9 @@ class BrokerService(service.MultiService):
             yield self._listen_named(broker, broker.security.listeners)
         else:
             endpoint = endpoints.serverFromString(self.reactor, self.config.listen)
-            self.port = yield endpoint.listen(KafkaServerFactory(broker))
+            self.port = yield endpoint.listen(
+                KafkaServerFactory(broker, None, self.request_metrics)
+            )
             self.ports = [self.port]
             bound = self.port.getHost().port
             broker.bound_port = bound  # DescribeConfigs' listeners when listening on tcp:0
@@ -139,7 +146,12 @@ class BrokerService(service.MultiService):
         if self.config.http:
             from pluglog.web.site import WebService
 
-            web = WebService(broker, self.config.http, self.plugin_manager.hook, self.reactor)
+            metrics_registry = None
+            if self.config.metrics_enabled:
+                metrics_registry = broker_registry(broker, self.request_metrics)
+            web = WebService(
+                broker, self.config.http, self.plugin_manager.hook, self.reactor, metrics_registry
+            )
             web.setServiceParent(self)
             yield web.start()
         self.plugin_manager.hook.pluglog_broker_started(broker=broker)
@@ -157,7 +169,8 @@ class BrokerService(service.MultiService):
         advertised = {}
         for listener in listeners:
             endpoint = server_endpoint(self.reactor, listener, self.config, tls)
-            port = yield endpoint.listen(KafkaServerFactory(broker, listener))
+            factory = KafkaServerFactory(broker, listener, self.request_metrics)
+            port = yield endpoint.listen(factory)
             self.ports.append(port)
             host = listener.advertised_host or listener.host
             if not host or host in ("0.0.0.0", "::"):

@@ -83,6 +83,12 @@ class Options(usage.Options):
             "HTTP listener (schema registry, plugin web resources) as a Twisted "
             "strport, e.g. tcp:8081:interface=127.0.0.1 (default: off).",
         ],
+        [
+            "log-format",
+            None,
+            "text",
+            "text, or json: one JSON object per line (pluglog.jsonlog).",
+        ],
     ]
 
     def __init__(self):
@@ -147,6 +153,7 @@ class Options(usage.Options):
             except (ValueError, KeyError, TypeError) as exc:
                 raise usage.UsageError(f"--http: bad strport {self['http']!r}: {exc}") from None
 
+        self._log_format()
         if self["fsync"] is not None and self["fsync"] not in FSYNC_POLICIES:
             raise usage.UsageError(
                 f"--fsync: {self['fsync']!r} is not one of {', '.join(FSYNC_POLICIES)}"
@@ -217,6 +224,23 @@ class Options(usage.Options):
             raise usage.UsageError(str(exc)) from None
         self.broker_config = config
         self.plugin_manager = manager
+
+    def _log_format(self):
+        # twistd builds its log observer after parsing, from its --logger
+        # option (a name it imports): --log-format json names pluglog's.
+        if self["log-format"] not in ("text", "json"):
+            raise usage.UsageError(
+                f"--log-format: expected text or json, got {self['log-format']!r}"
+            )
+        if self["log-format"] == "json" and self.parent is not None:
+            from pluglog import jsonlog
+
+            if self.parent.get("logger"):
+                raise usage.UsageError(
+                    "--log-format json and twistd's --logger exclude each other"
+                )
+            jsonlog.configure(self.parent.get("logfile"), self.parent.get("nodaemon"))
+            self.parent["logger"] = jsonlog.OBSERVER
 
 
 def makeService(options):

@@ -15,6 +15,8 @@ command -v kcat >/dev/null || need+=(kcat)
 command -v gcc >/dev/null || need+=(gcc)
 [ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+# The metrics tests' real Prometheus server (only the binary is run).
+[ -x /usr/bin/prometheus ] || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"

@@ -79,11 +79,11 @@ class Cluster:
     def kill(self, node):
         self.brokers[node].kill()
 
-    def restart(self, node):
+    def restart(self, node, wait_expiry=True):
         old = self.brokers[node]
         if old.alive():
             old.stop()
-        if self.live():
+        if self.live() and wait_expiry:
             # A SIGKILLed broker stays registered until its ZooKeeper session
             # expires; until then its id counts as taken (as in Kafka).
             self.wait_for(

@@ -16,6 +16,9 @@ INVALID_REPLICATION_FACTOR, and an existing topic stops the broker at start
 (:class:`pluglog.errors.PluginError`) instead of degrading silently.
 """
 
+from zope.interface.exceptions import Invalid
+from zope.interface.verify import verifyClass
+
 from pluglog.errors import InvalidConfigError, InvalidReplicationFactorError, PluginError
 from pluglog.interfaces import (
     ICompactableLog,
@@ -26,7 +29,7 @@ from pluglog.interfaces import (
     IReplicatedLog,
     IReplicatingStorage,
 )
-from pluglog.registry import verify_provider
+from pluglog.registry import describe_invalid, verify_provider
 
 #: capabilities a log may declare; each declared one is verified like the base
 OPTIONAL_LOG_INTERFACES = (IFlushableLog, IReplicatedLog, ICompactableLog, IDirectoryLog)
@@ -45,6 +48,24 @@ class StorageChecks:
         self.name = name
         self.plugin = plugin
         self._verified = set()
+
+    def verify_log_class(self):
+        """Raise PluginError unless the storage's declared ``log_class``
+        implements IPartitionLog and every optional log interface it claims,
+        with the interfaces' method signatures (at start, before any log)."""
+        cls = self.storage.log_class
+        for interface in (IPartitionLog, *OPTIONAL_LOG_INTERFACES):
+            if interface is not IPartitionLog and not interface.implementedBy(cls):
+                continue
+            try:
+                verifyClass(interface, cls)
+            except Invalid as exc:
+                raise PluginError(
+                    self.plugin,
+                    interface,
+                    f"the {self.name!r} storage's log_class {cls.__name__} "
+                    f"{describe_invalid(exc)}",
+                ) from exc
 
     def new_topic(self, name, topic_config, replication_factor):
         """Raise a KafkaError unless the storage can host the topic."""

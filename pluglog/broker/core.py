@@ -118,6 +118,7 @@ class Broker:
             self.config.storage,
             self.registry.plugin_of("storage", self.config.storage),
         )
+        self.storage_checks.verify_log_class()
         attach_quotas(self)
         dynamic_config.apply(self)
         dynamic_config.follow(self)

@@ -34,7 +34,7 @@ The first dirty offset of each log lives in ``cleaner-offset-checkpoint`` in
 the data directory (Kafka's name and format), written after every swap.
 
 Which logs take which path is declared, never guessed: built-in segment-file
-logs (:class:`pluglog.storage.log.ISegmentFilesLog`) are cleaned in the
+logs (:class:`pluglog.storage.segment_log.ISegmentFilesLog`) are cleaned in the
 pool as above; any other log of a compacted topic provides
 :class:`pluglog.interfaces.ICompactableLog` (the broker refuses a topic
 whose log does not, :mod:`pluglog.broker.capabilities`) and its
@@ -57,8 +57,8 @@ from pluglog.storage.cleaner import (  # noqa: F401 - cleanable_range: tests
     map_capacity,
     plan_clean,
 )
-from pluglog.storage.log import ISegmentFilesLog
 from pluglog.storage.manager import CheckpointError, read_checkpoint, write_checkpoint
+from pluglog.storage.segment_log import ISegmentFilesLog
 from pluglog.storage.swap import SwapAborted, discard_cleaned, swap_in
 
 log = Logger()

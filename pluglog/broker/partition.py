@@ -97,6 +97,9 @@ class Partition:
         self._waiters = []
         self._hw_waits = []
         self._producers_loaded = False
+        #: Client records and bytes appended (per batch; read by pluglog.metrics on scrape).
+        self.messages_in = 0
+        self.bytes_in = 0
         #: Set by the replica manager: ``isr_writer(partition, new_isr)``.
         self.isr_writer = None
         self.isr_change_pending = False
@@ -209,6 +212,7 @@ class Partition:
             require_keys(records)
         if self.schema_check is not None:
             self.schema_check(records)
+        size_in = len(records)
         if config.compression_type != "producer":
             records = recompress(records, config.compression_type)
         producer_id, epoch, first_seq, last_seq = producer_fields(records)
@@ -231,6 +235,9 @@ class Partition:
                 info.last_offset,
                 info.log_append_time,
             )
+        if client:
+            self.messages_in += info.last_offset - info.first_offset + 1
+            self.bytes_in += size_in
         if len(self.isr) == 1:
             self._set_high_watermark(self.log.log_end_offset)
         if self._waiters:
@@ -392,6 +399,16 @@ class Partition:
             waiters, self._waiters = self._waiters, []
             for waiter in waiters:
                 waiter(self)
+
+    @property
+    def parked_fetches(self):
+        """The fetches waiting for this partition's next append or HW move."""
+        return tuple(self._waiters)
+
+    @property
+    def parked_produces(self):
+        """acks=all produces waiting for the HW to pass their batch."""
+        return len(self._hw_waits)
 
     def add_waiter(self, waiter):
         self._waiters.append(waiter)

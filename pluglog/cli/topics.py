@@ -19,8 +19,23 @@ def add_parser(sub, positive, config_pair):
     describe.set_defaults(run=describe_topic)
     create = actions.add_parser("create", help="create a topic")
     create.add_argument("topic")
-    create.add_argument("--partitions", type=positive, default=None)
-    create.add_argument("--config", type=config_pair, action="append", default=[])
+    create.add_argument(
+        "--partitions", type=positive, default=None, help="default: the broker's num.partitions"
+    )
+    create.add_argument(
+        "--replication-factor",
+        type=positive,
+        default=None,
+        help="replicas per partition (default: the broker's default.replication.factor)",
+    )
+    create.add_argument(
+        "--config",
+        type=config_pair,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a topic config, e.g. min.insync.replicas=2 (repeatable)",
+    )
     create.set_defaults(run=create_topic)
     delete = actions.add_parser("delete", help="delete a topic")
     delete.add_argument("topic")
@@ -111,7 +126,8 @@ def create_topic(client, args):
                 {
                     "name": args.topic,
                     "num_partitions": args.partitions or -1,
-                    "replication_factor": -1,
+                    # -1: the broker's default.replication.factor, as in Kafka.
+                    "replication_factor": args.replication_factor or -1,
                     "assignments": [],
                     "configs": [{"name": k, "value": v} for k, v in args.config],
                 }

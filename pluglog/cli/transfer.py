@@ -7,19 +7,23 @@ produce reads lines from stdin (``--key-separator`` splits key and value;
 batch per partition per request.
 consume prints records from every partition (or one), from the beginning,
 the end or an offset, and with ``--exit`` stops at the end offsets it found
-when it started.
+when it started. ``--group G`` makes it a member of consumer group G that
+commits its offsets (:mod:`pluglog.cli.membership`).
 """
 
+import contextlib
+import signal
 import sys
 import time
 
-from pluglog import protocol as codec
 from pluglog.cli import formats
-from pluglog.cli.common import CliError, check, partitions_of
+from pluglog.cli.common import CliError, check, error_name, partitions_of
+from pluglog.cli.membership import GroupMember
 from pluglog.cli.progress import Progress
-from pluglog.cli.routing import router
+from pluglog.cli.routing import CONNECTION_ERRORS, NoLeaderError, router
+from pluglog.cli.sender import BACKOFF_S, RETRIABLE, RETRY_FOR_S, Sender, read_lines
 from pluglog.cli.topics import end_offsets
-from pluglog.protocol.records import CODEC_NAMES, Record, batches_end, build_batch, iter_records
+from pluglog.protocol.records import CODEC_NAMES, Record, batches_end, iter_records
 
 
 def add_parsers(sub, positive):
@@ -33,12 +37,24 @@ def add_parsers(sub, positive):
     produce.add_argument("--compression", choices=sorted(CODEC_NAMES), default="none")
     produce.add_argument("--acks", type=int, choices=(-1, 0, 1), default=-1)
     produce.add_argument("--batch-size", type=positive, default=500)
+    produce.add_argument(
+        "--linger-ms",
+        type=int,
+        default=100,
+        help="send records that waited this long without filling a batch (default 100)",
+    )
     formats.add_arguments(produce, produce=True)
     produce.set_defaults(run=produce_lines)
 
     consume = sub.add_parser("consume", help="print records")
     consume.add_argument("topic")
     consume.add_argument("--partition", type=int, default=None)
+    consume.add_argument(
+        "--group",
+        default=None,
+        help="consume as a member of this consumer group and commit its offsets, "
+        "so the next run continues where this one stopped",
+    )
     where = consume.add_mutually_exclusive_group()
     where.add_argument("--from-beginning", action="store_true")
     where.add_argument("--offset", type=int, default=None)
@@ -65,49 +81,32 @@ def _partitioner(name):
         raise CliError(str(exc)) from None
 
 
-def _send(client, topic, pending, args):
-    """One Produce request per leader of the pending partitions."""
-    for leader, partitions in router(client).by_leader(topic, sorted(pending)):
-        topic_data = [
-            {
-                "name": topic,
-                "partition_data": [
-                    {
-                        "index": partition,
-                        "records": build_batch(
-                            pending[partition],
-                            compression=args.compression,
-                            base_timestamp=pending[partition][0].timestamp,
-                        ),
-                    }
-                    for partition in partitions
-                ],
-            }
-        ]
-        body = {
-            "transactional_id": None,
-            "acks": args.acks,
-            "timeout_ms": 30000,
-            "topic_data": topic_data,
-        }
-        resp = leader.request(codec.PRODUCE, 8, body, expect_response=args.acks != 0)
-        if resp is not None:
-            for part in resp["responses"][0]["partition_responses"]:
-                check(part["error_code"], f"{topic}-{part['index']}", part["error_message"])
-    pending.clear()
-
-
 def produce_lines(client, args):
     partitions = partitions_of(client, args.topic, allow_create=True)
     if args.partition is not None and args.partition not in partitions:
         raise CliError(f"--partition {args.partition}: {args.topic} has partitions {partitions}")
     partitioner = None if args.partition is not None else _partitioner(args.partitioner)
     value_format = formats.ValueFormat(args)
+    sender = Sender(client, args.topic, args.acks, args.compression)
     pending = {}
-    count = 0
+    count = size = 0
+    number = 0
+    lingering_since = None
     progress = Progress("produced")
-    for number, line in enumerate(sys.stdin.buffer, 1):
-        line = line.rstrip(b"\r\n")
+
+    def send():
+        nonlocal lingering_since
+        sender.send(pending)
+        lingering_since = None
+        progress.add(count - progress.records, size - progress.bytes)
+
+    for line in read_lines(sys.stdin, args.linger_ms / 1000):
+        if line is None:  # nothing new for --linger-ms: send what waits
+            if pending:
+                send()
+            continue
+        number += 1
+        line = line.rstrip(b"\r")
         key = None
         if args.key_separator is not None:
             sep = args.key_separator.encode()
@@ -120,51 +119,140 @@ def produce_lines(client, args):
         records = pending.setdefault(partition, [])
         records.append(Record(key=key, value=line, timestamp=int(time.time() * 1000)))
         count += 1
-        if len(records) >= args.batch_size:
-            _send(client, args.topic, pending, args)
-            progress.add(args.batch_size)
+        size += len(line) + (len(key) if key else 0)
+        lingering_since = lingering_since or time.monotonic()
+        if (
+            len(records) >= args.batch_size
+            or time.monotonic() - lingering_since >= args.linger_ms / 1000
+        ):
+            send()
     if pending:
-        _send(client, args.topic, pending, args)
+        send()
     progress.done()
     print(f"Produced {count} records to {args.topic}.", file=sys.stderr)
 
 
 def consume_records(client, args):
+    if args.group is not None and (args.partition is not None or args.offset is not None):
+        print(  # a usage error: exit 2 like argparse's
+            "pluglog: consume: --group reads the partitions the group assigns, from its "
+            "committed offsets; drop --partition/--offset",
+            file=sys.stderr,
+        )
+        return 2
     partitions = partitions_of(client, args.topic)
     if args.partition is not None:
         partitions = [p for p in partitions if p == args.partition]
-    if args.offset is not None:
-        positions = dict.fromkeys(partitions, args.offset)
-    else:
-        positions = end_offsets(client, args.topic, partitions, -2 if args.from_beginning else -1)
     stop_at = end_offsets(client, args.topic, partitions, -1) if args.exit else None
-    out = sys.stdout.buffer
     progress = Progress("consumed")
+    with _ctrl_c_stops(args):
+        try:
+            if args.group is None:
+                if args.offset is not None:
+                    positions = dict.fromkeys(partitions, args.offset)
+                else:
+                    start = -2 if args.from_beginning else -1
+                    positions = end_offsets(client, args.topic, partitions, start)
+                _consume_loop(client, args, positions, stop_at, progress)
+                return
+            with GroupMember(client, args.group, args.topic, args.from_beginning) as member:
+                positions = member.join()
+                try:
+                    _consume_loop(client, args, positions, stop_at, progress, member)
+                except BrokenPipeError:
+                    member.leave(positions)  # what was printed counts as read
+                    raise
+                member.leave(positions)
+        finally:
+            progress.done()
+
+
+@contextlib.contextmanager
+def _ctrl_c_stops(args):
+    """Ctrl-C (SIGINT) ends the consume loop between two fetches, so no
+    request is cut in half and ``--group`` commits; a second Ctrl-C
+    interrupts at once."""
+    args.stop = []
+
+    def on_sigint(_signum, _frame):
+        if args.stop:
+            raise KeyboardInterrupt
+        args.stop.append(True)
+
     try:
-        _consume_loop(client, args, partitions, positions, stop_at, out, progress)
+        old = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread: Ctrl-C stays KeyboardInterrupt
+        old = None
+    try:
+        yield
     finally:
-        progress.done()
+        if old is not None:
+            signal.signal(signal.SIGINT, old)
 
 
-def _consume_loop(client, args, partitions, positions, stop_at, out, progress):
+class _Failing:
+    """Fetches failing because a leader moved or died: retried with fresh
+    leaders for up to RETRY_FOR_S seconds, then the command stops."""
+
+    def __init__(self, routes):
+        self.routes = routes
+        self.since = None
+        self.failed = False
+
+    def round_done(self):
+        if not self.failed:
+            self.since = None
+        self.failed = False
+
+    def retry(self, why):
+        self.failed = True
+        now = time.monotonic()
+        self.since = self.since or now
+        if now - self.since > RETRY_FOR_S:
+            raise CliError(f"no answer from the leaders for {RETRY_FOR_S:.0f}s: {why}")
+        self.routes.reset()
+        time.sleep(BACKOFF_S)
+
+
+def _consume_loop(client, args, positions, stop_at, progress, member=None):
+    """Print records from ``positions`` ({partition: next offset}, updated in
+    place) on; ``member`` (a group member) may hand over new partitions."""
+    out = sys.stdout.buffer
     value_format = formats.ValueFormat(args)
+    failing = _Failing(router(client))
     printed = 0
     idle_since = time.monotonic()
-    while True:
-        active = [p for p in partitions if stop_at is None or positions[p] < stop_at[p]]
+    while not args.stop:
+        if member is not None:
+            moved = member.tick(positions)
+            if moved is not None:
+                positions.clear()
+                positions.update(moved)
+        active = [p for p in sorted(positions) if stop_at is None or positions[p] < stop_at[p]]
         if not active:
-            break
+            if member is None or stop_at is not None:
+                break
+            time.sleep(0.5)  # nothing assigned: stay in the group
+            continue
         fetched = []
-        for leader, parts in router(client).by_leader(args.topic, active):
-            fetched += leader.fetch(
-                args.topic,
-                {p: positions[p] for p in parts},
-                max_wait_ms=500,
-                partition_max_bytes=1_048_576,
-            )
+        try:
+            for leader, parts in router(client).by_leader(args.topic, active):
+                fetched += leader.fetch(
+                    args.topic,
+                    {p: positions[p] for p in parts},
+                    max_wait_ms=500,
+                    partition_max_bytes=1_048_576,
+                )
+        except (*CONNECTION_ERRORS, NoLeaderError) as exc:
+            failing.retry(getattr(exc, "strerror", None) or exc)
+            continue
         got_any = False
+        size = 0
         for part in fetched:
             index = part["partition_index"]
+            if part["error_code"] in RETRIABLE:  # the leader moved: ask again
+                failing.retry(f"{args.topic}-{index}: {error_name(part['error_code'])}")
+                continue
             check(part["error_code"], f"{args.topic}-{index}")
             for record in iter_records(part["records"] or b""):
                 if record.offset < positions[index]:
@@ -176,7 +264,9 @@ def _consume_loop(client, args, partitions, positions, stop_at, out, progress):
                     prefix += f"{index}:{record.offset}\t".encode()
                 if args.print_key:
                     prefix += (record.key or b"") + b"\t"
-                out.write(prefix + value_format.decode(args.topic, record.value) + b"\n")
+                value = value_format.decode(args.topic, record.value)
+                out.write(prefix + value + b"\n")
+                size += len(value) + len(record.key or b"")
                 positions[index] = record.offset + 1
                 printed += 1
                 got_any = True
@@ -188,7 +278,8 @@ def _consume_loop(client, args, partitions, positions, stop_at, out, progress):
             end = batches_end(part["records"] or b"", positions[index])
             positions[index] = min(end, stop_at[index]) if stop_at else end
         out.flush()
-        progress.add(printed - progress.records)
+        failing.round_done()
+        progress.add(printed - progress.records, size)
         if got_any:
             idle_since = time.monotonic()
         elif (

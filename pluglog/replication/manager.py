@@ -57,6 +57,11 @@ class ReplicaManager:
         )
         self._hw_path = os.path.join(self.config.data_dir, HW_CHECKPOINT)
         self._saved_hw = self._read_hw()
+        #: ISR changes of partitions this broker leads, its own or the
+        #: controller's (Kafka's IsrShrinksPerSec and IsrExpandsPerSec; read by
+        #: pluglog.metrics on scrape).
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -131,6 +136,8 @@ class ReplicaManager:
         if state.leader == self.node_id:
             self._unfollow(key)
             was_leader = part.is_leader and part.leader_epoch == state.leader_epoch
+            if part.is_leader:
+                self._count_isr_change(part.isr, state.isr)  # e.g. the controller's
             part.become_leader(state.leader_epoch, replicas, state.isr, now)
             if part.replicated:
                 self._ensure_isr_check()
@@ -200,6 +207,7 @@ class ReplicaManager:
             if current is None or current.leader_epoch == new_state.leader_epoch:
                 self.states[key] = new_state
                 if part.is_leader and part.leader_epoch == new_state.leader_epoch:
+                    self._count_isr_change(part.isr, new_state.isr)
                     part.isr_changed(new_state.isr)
                     return
             part.isr_change_pending = False
@@ -210,6 +218,12 @@ class ReplicaManager:
                 log.failure("ISR update of {key} failed", failure, key=key)
 
         d.addCallbacks(stored, failed)
+
+    def _count_isr_change(self, old, new):
+        if len(new) < len(old):
+            self.isr_shrinks += 1
+        elif len(new) > len(old):
+            self.isr_expands += 1
 
     def shrink_isr(self):
         now = self.broker.now_ms()

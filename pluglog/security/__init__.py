@@ -50,6 +50,8 @@ class Security:
         self.authenticators = {m: offered[m] for m in self.mechanisms}
         #: IAuthorizer or None (no authorization: everything allowed)
         self.authorizer = make_authorizer(config, registry, reactor)
+        #: listener name -> connections whose SASL authentication failed
+        self.authentication_failures = {}
 
 
 #: Kafka's authorizer classes: aliases of the built-in ``acl`` provider

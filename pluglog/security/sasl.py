@@ -272,6 +272,10 @@ class Session:
         self.raw = False
         if not self.failure_logged:
             self.failure_logged = True
+            # Counted per connection, like the log line (pluglog.metrics reads it).
+            failures = getattr(self.security, "authentication_failures", None)
+            if failures is not None:
+                failures[self.listener.name] = failures.get(self.listener.name, 0) + 1
             reactor = self.conn.broker.reactor
             throttle = _FAILURE_THROTTLES.get(reactor)
             if throttle is None:

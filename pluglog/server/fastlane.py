@@ -55,7 +55,7 @@ _TAIL_V8 = struct.Struct(">iihqqqihi")
 log = Logger()
 
 
-def produce_fast(broker, buf, send=None):
+def produce_fast(broker, buf, send=None, metrics=None):
     """The whole response frame (size prefix included) for a one-partition
     Produce v3-v8 request payload ``buf``, or ``None`` for the general path.
 
@@ -63,6 +63,10 @@ def produce_fast(broker, buf, send=None):
     instead, as early as the log allows (``Partition.append``'s ``answer``:
     once the batch is written, before the log's bookkeeping), and the
     return value is ``True``.
+
+    ``metrics`` (a :class:`~pluglog.metrics.recorder.RequestMetrics`) counts
+    an error answer's code; the caller times the request, and the records and
+    bytes in are counted by the partition per batch.
 
     The caller has checked that ``buf`` holds api key 0 and a version in 3-8.
     """
@@ -103,6 +107,8 @@ def produce_fast(broker, buf, send=None):
             # break the connection's framing.
             log.failure("after answering produce to {t}-{i}", t=name, i=index)
             return True
+        if metrics is not None:
+            metrics.error(0, exc.error_code)
         frame = _error_frame(version, correlation_id, name, index, exc)
         if send is None:
             return frame

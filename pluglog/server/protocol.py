@@ -44,6 +44,7 @@ from pluglog.server.throttle import apply_quotas
 
 log = SafeLogger()
 _SIZE = struct.Struct(">i")
+_now_ns = time.perf_counter_ns
 # Pause reading from a client that has this many requests in flight; the
 # clients we serve keep at most ~5, so this only bites runaway pipelines.
 MAX_IN_FLIGHT = 256
@@ -60,11 +61,14 @@ def bad_input_throttle(reactor):
 
 
 class _Slot:
-    __slots__ = ("ready", "parts")
+    __slots__ = ("ready", "parts", "stats", "arrived")
 
-    def __init__(self):
+    def __init__(self, stats=None, arrived=0):
         self.ready = False
         self.parts = None
+        # The request's ApiStats and arrival time: observed once it is written.
+        self.stats = stats
+        self.arrived = arrived
 
 
 class KafkaServerProtocol(protocol.Protocol):
@@ -80,9 +84,14 @@ class KafkaServerProtocol(protocol.Protocol):
     host = None
     expired = None
 
-    def __init__(self, broker, max_frame, listener=None):
+    def __init__(self, broker, max_frame, listener=None, metrics=None):
         self.broker = broker
         self.max_frame = max_frame
+        #: pluglog.metrics.recorder.RequestMetrics, or None (metrics.enabled=false)
+        self.metrics = metrics
+        self._arrived = 0  # perf_counter_ns() when the current frame was complete
+        # Bound once: the fast lane's answers are timed without a lookup.
+        self._produce_stats = None if metrics is None else metrics.apis[0]
         #: pluglog.security.sasl.Session when listeners are configured
         self.session = None
         #: the session while SASL authentication is pending (None: pass everything)
@@ -218,6 +227,8 @@ class KafkaServerProtocol(protocol.Protocol):
             self.transport.loseConnection()
 
     def _handle_frame(self, frame):
+        if self.metrics is not None:
+            self._arrived = _now_ns()
         if self._gate is not None and self._gate.intercept(frame):
             return
         if (
@@ -229,7 +240,7 @@ class KafkaServerProtocol(protocol.Protocol):
         ):
             # Produce v3-v8: the fast lane takes the one-partition shape.
             try:
-                handled = produce_fast(self.broker, frame, self._send_fast)
+                handled = produce_fast(self.broker, frame, self._send_fast, self.metrics)
             except Exception:
                 log.failure("handler for api 0 v{v} crashed", v=frame[3])
                 self._bad_input("internal error while handling the request")
@@ -243,17 +254,21 @@ class KafkaServerProtocol(protocol.Protocol):
         # from inside the log's append (the early answer): it must not raise
         # into the log's bookkeeping, so a failure closes the connection.
         try:
+            stats = self._produce_stats
             if self._slots:
                 # Behind a long poll, like any answer (its size prefix is re-added).
-                slot = _Slot()
+                slot = _Slot(stats, self._arrived)
                 self._slots.append(slot)
                 self._fill([memoryview(response)[4:]], slot)
-            elif self._closing:
-                pass
-            elif self._writer is not None:
+                return
+            if self._closing:
+                return
+            if self._writer is not None:
                 self._writer.write_bytes(response)
             else:
                 self.transport.write(response)
+            if stats is not None:
+                stats.observe(_now_ns() - self._arrived)
         except Exception:
             log.failure("sending a produce answer to {peer} failed", peer=self.peer)
             self._bad_input("internal error while answering")
@@ -318,10 +333,20 @@ class KafkaServerProtocol(protocol.Protocol):
             log.failure("handler for api {k} v{v} crashed", k=api_key, v=version)
             self._bad_input("internal error while handling the request", header)
             return
+        metrics = self.metrics
+        stats = None
+        if metrics is not None:
+            stats = metrics.api(api_key)
+            if result is NO_RESPONSE:
+                stats.observe(_now_ns() - self._arrived)
+            elif isinstance(result, defer.Deferred):
+                result.addCallback(metrics.answered_later, api_key, request)
+            else:
+                metrics.answered(api_key, request, result)
         if result is NO_RESPONSE:
             return
         if isinstance(result, defer.Deferred):
-            slot = _Slot()
+            slot = _Slot(stats, self._arrived)
             self._slots.append(slot)
             result.addCallback(self._encode, header)
             result.addErrback(self._failed, header)
@@ -338,11 +363,13 @@ class KafkaServerProtocol(protocol.Protocol):
             return
         if self._slots:
             # An earlier answer (a long poll) is still pending: queue behind it.
-            slot = _Slot()
+            slot = _Slot(stats, self._arrived)
             self._slots.append(slot)
             self._fill(parts, slot)
         elif not self._closing:
             self._write(parts)
+            if stats is not None:
+                stats.observe(_now_ns() - self._arrived)
 
     def _encode(self, body, header):
         return codec.encode_response(
@@ -367,6 +394,8 @@ class KafkaServerProtocol(protocol.Protocol):
             head = slots.popleft()
             if head.parts is not None and not self._closing:
                 self._write(head.parts)
+                if head.stats is not None:
+                    head.stats.observe(_now_ns() - head.arrived)
         if self._paused and len(slots) < MAX_IN_FLIGHT // 2:
             self._paused = False
             self._update_reading()
@@ -446,17 +475,20 @@ def _checked(ctx, api_key, request, handler):
 class KafkaServerFactory(protocol.Factory):
     """Builds a KafkaServerProtocol per client connection."""
 
-    def __init__(self, broker, listener=None):
+    def __init__(self, broker, listener=None, metrics=None):
         self.broker = broker
         self.listener = listener
         self.guard = ConnectionGuard(broker.config, broker.reactor)
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.add_listener("PLAINTEXT" if listener is None else listener.name, self.guard)
 
     def stopFactory(self):
         self.guard.stop()
 
     def buildProtocol(self, addr):
         proto = KafkaServerProtocol(
-            self.broker, self.broker.config.socket_request_max_bytes, self.listener
+            self.broker, self.broker.config.socket_request_max_bytes, self.listener, self.metrics
         )
         proto.factory = self
         return proto

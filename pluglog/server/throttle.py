@@ -45,18 +45,21 @@ def apply_quotas(proto, header, request_bytes, result, elapsed_ns):
         def on_fetch(body):
             size = fetch_response_bytes(body)
             ms = quotas.record(CONSUMER_BYTE_RATE, user, client, size, broker.now_ms())
-            return _stamp(proto, body, max(throttle, ms))
+            return _stamp(proto, body, max(throttle, ms), header.api_key)
 
         if isinstance(result, defer.Deferred):
             return result.addCallback(on_fetch)
         return on_fetch(result)
     if isinstance(result, defer.Deferred):
-        return result.addCallback(lambda body: _stamp(proto, body, throttle))
-    return _stamp(proto, result, throttle)
+        return result.addCallback(lambda body: _stamp(proto, body, throttle, header.api_key))
+    return _stamp(proto, result, throttle, header.api_key)
 
 
-def _stamp(proto, body, throttle_ms):
+def _stamp(proto, body, throttle_ms, api_key):
     if throttle_ms > 0:
+        metrics = getattr(proto, "metrics", None)
+        if metrics is not None:
+            metrics.throttled(api_key, throttle_ms)
         if body is not NO_RESPONSE and isinstance(body, dict) and "throttle_time_ms" in body:
             body["throttle_time_ms"] = max(body["throttle_time_ms"], throttle_ms)
         proto.mute(throttle_ms)

@@ -48,6 +48,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from pluglog.fileutil import write_pieces
 from pluglog.storage.compaction import filter_batch, iter_keys
 from pluglog.storage.filenames import (
     INDEX_SUFFIX,
@@ -57,7 +58,7 @@ from pluglog.storage.filenames import (
 )
 from pluglog.storage.index import OffsetIndex, TimeIndex
 from pluglog.storage.records import HEADER_SIZE, LOG_OVERHEAD, parse_header
-from pluglog.storage.segment import MAX_RELATIVE_OFFSET, write_pieces
+from pluglog.storage.segment import MAX_RELATIVE_OFFSET
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"

@@ -50,8 +50,9 @@ from pluglog.storage.filenames import (
     log_dir_name,
     parse_log_dir_name,
 )
-from pluglog.storage.log import FSYNC_INTERVAL, SegmentPartitionLog
+from pluglog.storage.log import FSYNC_INTERVAL
 from pluglog.storage.openfiles import OpenSegments
+from pluglog.storage.segment_log import SegmentPartitionLog
 
 CHECKPOINT_VERSION = 0
 _log = Logger()
@@ -95,6 +96,8 @@ def write_checkpoint(path, entries):
 @implementer(ICompactingStorage, IReplicatingStorage)
 class SegmentLogStorage:
     """ILogStorage over segment files in ``data_dir``."""
+
+    log_class = SegmentPartitionLog
 
     def __init__(
         self,

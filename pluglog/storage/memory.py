@@ -232,6 +232,8 @@ class MemoryLogStorage:
     """ILogStorage whose logs live in memory; ``close`` forgets nothing until
     the object itself is dropped, so a test can reopen a log."""
 
+    log_class = MemoryPartitionLog
+
     def __init__(self, topic_defaults=None, reactor=None):
         self.topic_defaults = topic_defaults or TopicConfig()
         self.reactor = reactor

@@ -37,6 +37,7 @@ import stat
 from bisect import bisect_left, bisect_right
 
 from pluglog.errors import KafkaStorageError
+from pluglog.fileutil import write_pieces
 from pluglog.storage.filenames import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -53,43 +54,11 @@ from pluglog.storage.records import (
     scan_batches,
 )
 
-_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 # Header scans read this much at a time; recovery reads bigger chunks.
 _SCAN_CHUNK = 16384
 _RECOVERY_CHUNK = 8 * 1024 * 1024
 #: relative offsets are u32 in the index; Kafka keeps them within int32
 MAX_RELATIVE_OFFSET = 2**31 - 1
-
-
-def write_pieces(fd, pieces, position, total=None):
-    """Write the concatenation of ``pieces`` at ``position`` (pwritev, IOV_MAX-sized);
-    ``total``, their combined length if the caller knows it, saves summing it."""
-    if len(pieces) <= _IOV_MAX:  # always, for a produced batch (two pieces)
-        expected = sum(map(len, pieces)) if total is None else total
-        written = os.pwritev(fd, pieces, position)
-        if written < expected:
-            _finish_write(fd, pieces, position, written)
-        return position + expected
-    for start in range(0, len(pieces), _IOV_MAX):
-        chunk = pieces[start : start + _IOV_MAX]
-        expected = sum(map(len, chunk))
-        written = os.pwritev(fd, chunk, position)
-        if written < expected:
-            _finish_write(fd, chunk, position, written)
-        position += expected
-    return position
-
-
-def _finish_write(fd, pieces, position, written):
-    # Short writes on regular files mean a full disk or a signal; finish the
-    # rest byte-exactly, and let a real error propagate.
-    rest = memoryview(b"".join(pieces))[written:]
-    while rest:
-        n = os.pwrite(fd, rest, position + written)
-        if n <= 0:
-            raise OSError("pwrite wrote nothing")
-        written += n
-        rest = rest[n:]
 
 
 class LogSegment:

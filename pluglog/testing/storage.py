@@ -101,6 +101,9 @@ class StorageContract:
         assert storage.get_log("t", 1) is None
         assert (log.topic, log.partition, log.closed) == ("t", 0, False)
         assert log.config == SMALL
+        # The class the broker verifies at start is the class it gets.
+        assert isinstance(log, storage.log_class)
+        assert IPartitionLog.implementedBy(storage.log_class)
 
     # -- append ------------------------------------------------------------------
 

@@ -5,7 +5,8 @@ the plugin services; it calls ``pluglog_add_web_resources(broker, root)`` on
 every plugin, waits for the Deferreds they may return (the schema registry
 loads ``_schemas`` first) and only then listens, so a client never meets a
 half-loaded resource. Tracebacks are never shown: unexpected errors become
-a JSON body with status 500.
+a JSON body with status 500. ``/metrics`` (:mod:`pluglog.web.metrics`) is
+served unless ``metrics.enabled`` is false.
 """
 
 import json
@@ -14,6 +15,8 @@ from twisted.application import service
 from twisted.internet import defer, endpoints
 from twisted.logger import Logger
 from twisted.web import resource, server
+
+from pluglog.web.metrics import MetricsResource
 
 log = Logger()
 
@@ -46,15 +49,26 @@ class Root(resource.Resource):
         return json_response(request, 200, {})
 
 
+class _Site(server.Site):
+    """twisted.web's Site without an access-log line per ``/metrics`` scrape
+    (one every scrape interval, from every Prometheus server)."""
+
+    def log(self, request):
+        if request.path != b"/metrics":
+            super().log(request)
+
+
 class WebService(service.Service):
     """Listens on ``strport`` with a twisted.web Site rooted at :class:`Root`."""
 
-    def __init__(self, broker, strport, hook, reactor):
+    def __init__(self, broker, strport, hook, reactor, metrics_registry=None):
         self.broker = broker
         self.strport = strport
         self.hook = hook
         self.reactor = reactor
         self.root = Root()
+        if metrics_registry is not None:
+            self.root.putChild(b"metrics", MetricsResource(metrics_registry))
         self.port = None
 
     @defer.inlineCallbacks
@@ -65,7 +79,7 @@ class WebService(service.Service):
             [defer.maybeDeferred(lambda r=r: r) for r in results if r is not None],
             consumeErrors=True,
         )
-        site = server.Site(self.root)
+        site = _Site(self.root)
         site.displayTracebacks = False
         endpoint = endpoints.serverFromString(self.reactor, self.strport)
         self.port = yield endpoint.listen(site)

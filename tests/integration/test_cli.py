@@ -190,3 +190,161 @@ def test_no_broker_answers():
         assert err.splitlines() == [
             f"pluglog: cannot reach {nobody.bootstrap}: Connection refused"
         ]
+
+
+def test_consume_group_continues_where_the_last_run_stopped(shared_broker):
+    cli(shared_broker, "topics", "create", "cli-cg", "--partitions", "3")
+    cli(shared_broker, "produce", "cli-cg", data="".join(f"m{i}\n" for i in range(30)))
+    first = cli(
+        shared_broker,
+        "consume",
+        "cli-cg",
+        "--group",
+        "cg",
+        "--from-beginning",
+        "--max-messages",
+        "10",
+    ).stdout.split()
+    rest = cli(shared_broker, "consume", "cli-cg", "--group", "cg", "--exit").stdout.split()
+    assert len(first) == 10 and len(rest) == 20
+    assert sorted(first + rest) == sorted(f"m{i}" for i in range(30))
+    out = cli(shared_broker, "groups", "describe", "cg").stdout
+    rows = [line.split("\t") for line in out.splitlines() if line.startswith("cli-cg\t")]
+    assert sum(int(r[4]) for r in rows) == 0  # lag 0: every record committed
+    assert cli(shared_broker, "consume", "cli-cg", "--group", "cg", "--exit").stdout == ""
+    err = cli(
+        shared_broker, "consume", "cli-cg", "--group", "cg", "--offset", "0", expect=2
+    ).stderr
+    assert "--group" in err
+
+
+def test_consume_into_a_closed_pipe_exits_quietly(shared_broker):
+    cli(shared_broker, "produce", "cli-pipe", data="".join(f"line {i}\n" for i in range(50000)))
+    shell = (
+        f"{sys.executable} -m pluglog.cli.main -b {shared_broker.bootstrap} "
+        "consume cli-pipe --from-beginning | head -n 2; echo status=${PIPESTATUS[0]} >&2"
+    )
+    result = subprocess.run(
+        ["bash", "-c", shell], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert result.stdout == "line 0\nline 1\n"
+    assert result.stderr.strip() == "status=141", result.stderr
+
+
+def test_version():
+    from pluglog import __version__
+
+    for command in (
+        [sys.executable, "-m", "pluglog.cli.main", "--version"],
+        [
+            sys.executable,
+            "-c",
+            "from twisted.scripts.twistd import run; run()",
+            "pluglog",
+            "--version",
+        ],
+    ):
+        result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=60)
+        assert (result.returncode, result.stdout) == (0, f"pluglog {__version__}\n"), result
+
+
+def _on_a_terminal(broker, *args, data=None):
+    """Run the CLI with stderr on a pseudo-terminal (the progress line only
+    draws on a TTY); return what it wrote there."""
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pluglog.cli.main", "-b", broker.bootstrap, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+        cwd=ROOT,
+    )
+    os.close(slave)
+    proc.communicate(data, timeout=60)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the terminal's other side is closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert proc.returncode == 0, out
+    return out.decode()
+
+
+def test_progress_line_shows_megabytes_per_second(shared_broker):
+    import re
+
+    lines = b"".join(b"%06d" % i + b"x" * 194 + b"\n" for i in range(100_000))  # 20 MB
+    for text in (
+        _on_a_terminal(shared_broker, "produce", "cli-rate", "--batch-size", "100", data=lines),
+        _on_a_terminal(shared_broker, "consume", "cli-rate", "--from-beginning", "--exit"),
+    ):
+        rates = [float(r) for r in re.findall(r"([\d.]+) MB/s", text)]
+        assert rates and rates[-1] > 0.0, text
+
+
+def test_produce_sends_a_slow_writers_line_without_waiting_for_a_batch(shared_broker):
+    import time
+
+    # The first -b address refuses connections: the next one is used.
+    from tests.broker_process import free_port
+
+    bootstrap = f"127.0.0.1:{free_port()},{shared_broker.bootstrap}"
+    producer = subprocess.Popen(
+        [sys.executable, "-m", "pluglog.cli.main", "-b", bootstrap, "produce", "cli-slow"],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    try:
+        producer.stdin.write(b"first\n")
+        producer.stdin.flush()
+        deadline = time.monotonic() + 20
+        seen = []
+        while seen != ["first"]:
+            assert time.monotonic() < deadline and producer.poll() is None
+            time.sleep(0.2)
+            result = subprocess.run(
+                [sys.executable, "-m", "pluglog.cli.main", "-b", bootstrap, "consume",
+                 "cli-slow", "--from-beginning", "--exit"],
+                capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
+            )  # fmt: skip
+            seen = result.stdout.split()
+        _, err = producer.communicate(b"second\n", timeout=60)
+        assert producer.returncode == 0 and b"Produced 2 records" in err, err
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+            producer.wait()
+
+
+def test_ctrl_c_stops_a_group_consumer_cleanly_and_commits(shared_broker):
+    import signal
+    import time
+
+    cli(shared_broker, "produce", "cli-int", data="".join(f"r{i}\n" for i in range(40)))
+    consumer = subprocess.Popen(
+        [sys.executable, "-m", "pluglog.cli.main", "-b", shared_broker.bootstrap, "consume",
+         "cli-int", "--group", "int", "--from-beginning"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        first = [consumer.stdout.readline().strip() for _ in range(40)]
+        time.sleep(0.3)
+        consumer.send_signal(signal.SIGINT)
+        out, err = consumer.communicate(timeout=30)
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()
+            consumer.wait()
+    assert consumer.returncode == 0 and "Traceback" not in err, err
+    assert first + out.split() == [f"r{i}" for i in range(40)]
+    # Its offsets were committed: nothing is left for the group.
+    assert cli(shared_broker, "consume", "cli-int", "--group", "int", "--exit").stdout == ""

@@ -1,6 +1,7 @@
 """A third-party retention policy, pip-installed, chosen by name in a real broker.
 
-The example plugin (tests/data/example_plugin) is installed with pip into a
+The example retention policy (tests/data/example_retention, a package of its
+own) is installed with pip into a
 private target directory; ``twistd pluglog --retention example-keep-two``
 finds it through its entry point and deletes every segment but the two
 newest, whatever their age; an unknown name stops twistd in one line.
@@ -15,14 +16,14 @@ import confluent_kafka
 
 from tests.broker_process import ROOT, TWISTD, BrokerProcess
 from tests.integration.clients import create_topic
-from tests.unit.test_plugins import EXAMPLE
+from tests.unit.test_plugins import EXAMPLE_RETENTION
 
 
 def _installed(tmp_path):
     target = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
-        + ["--target", str(target), EXAMPLE],
+        + ["--target", str(target), EXAMPLE_RETENTION],
         check=True,
         capture_output=True,
         timeout=300,

@@ -11,4 +11,7 @@ def test_chaos_rounds_lose_nothing(cluster):
     assert figures["lost"] == 0, figures
     # Failover within 2 x the 4 s ZooKeeper session timeout.
     assert figures["failover_max_s"] is None or figures["failover_max_s"] < 8.0, figures
+    assert figures["longest_without_leader_s"] <= 8.0, figures
+    # Started again at once after SIGKILL: the broker waits for its old session.
+    assert figures["restart_failures"] == 0, figures
     assert compare_replicas(c, "chaos", 2) == []

@@ -1,5 +1,7 @@
 """pluglog's built-in providers pass the conformance kits of pluglog.testing."""
 
+import sys
+
 import pytest
 
 from pluglog.storage import MemoryLogStorage, SegmentLogStorage
@@ -56,23 +58,32 @@ class TestDeletePolicy(RetentionContract):
         return _build("retention", "delete", tmp_path)
 
 
-class TestExamplePluginProviders(PartitionerContract, RetentionContract):
-    """The third-party example plugin (tests/data/example_plugin)."""
+class TestExamplePartitioner(PartitionerContract):
+    """The third-party example partitioner (tests/data/example_plugin)."""
 
     @pytest.fixture
-    def example(self, tmp_path):
+    def partitioner(self, tmp_path):
+        from tests.unit.test_plugins import EXAMPLE
+
+        sys.path.insert(0, EXAMPLE)
+        try:
+            import pluglog_example
+
+            yield _build("partitioner", "example-last", tmp_path, pluglog_example)
+        finally:
+            sys.path.remove(EXAMPLE)
+            sys.modules.pop("pluglog_example", None)
+
+
+class TestExampleRetentionPolicy(RetentionContract):
+    """The third-party example retention policy (tests/data/example_retention)."""
+
+    @pytest.fixture
+    def policy(self, tmp_path):
         from tests.unit.test_retention_choice import example_plugin
 
         with example_plugin() as module:
-            yield module
-
-    @pytest.fixture
-    def partitioner(self, example, tmp_path):
-        return _build("partitioner", "example-last", tmp_path, example)
-
-    @pytest.fixture
-    def policy(self, example, tmp_path):
-        return _build("retention", "example-keep-two", tmp_path, example)
+            yield _build("retention", "example-keep-two", tmp_path, module)
 
 
 SERIALIZER_VALUES = {

@@ -21,6 +21,8 @@ from pluglog.registry import KINDS, Registry
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "data", "example_plugin")
+#: a second third-party package: a retention policy
+EXAMPLE_RETENTION = os.path.join(HERE, "..", "data", "example_retention")
 
 
 def _registry(*extra):
@@ -137,7 +139,8 @@ def test_builtins_register_first():
 
 @pytest.fixture(scope="module")
 def installed_example(tmp_path_factory):
-    """The example plugin pip-installed (for real) into a private target dir."""
+    """The example plugins (a partitioner package and a retention policy
+    package) pip-installed (for real) into a private target dir."""
     target = tmp_path_factory.mktemp("site")
     subprocess.run(
         [
@@ -151,6 +154,7 @@ def installed_example(tmp_path_factory):
             "--target",
             str(target),
             EXAMPLE,
+            EXAMPLE_RETENTION,
         ],
         check=True,
     )
@@ -179,6 +183,8 @@ CHECK = """
         p = registry.build("partitioner", "example-last", BrokerConfig(), Clock())
         print(p.partition("t", None, 4), registry.plugin_of("partitioner", "example-last"))
     print(sorted(registry.names("retention")))
+    if "example-keep-two" in registry.names("retention"):
+        print(registry.plugin_of("retention", "example-keep-two"))
 """
 
 
@@ -189,6 +195,7 @@ def test_entry_point_plugin_is_loaded_and_selected(installed_example):
     assert "'example-last'" in lines[0]
     assert lines[1] == "3 example"
     assert lines[2] == "['delete', 'example-keep-two']"
+    assert lines[3] == "example-retention"  # its own package and entry point
 
 
 def test_autoload_can_be_disabled(installed_example):

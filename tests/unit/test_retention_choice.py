@@ -14,21 +14,22 @@ from pluglog.errors import InvalidConfigError, PluginError
 from pluglog.plugins import make_plugin_manager
 from pluglog.registry import Registry
 from pluglog.tap import Options
-from tests.unit.test_plugins import EXAMPLE
+from tests.unit.test_plugins import EXAMPLE_RETENTION
 from tests.unit.test_storage_segments import make_batch
 
 
 @contextlib.contextmanager
 def example_plugin():
-    """The example third-party plugin module (tests/data/example_plugin)."""
-    sys.path.insert(0, EXAMPLE)
+    """The example third-party retention policy's module
+    (tests/data/example_retention)."""
+    sys.path.insert(0, EXAMPLE_RETENTION)
     try:
-        import pluglog_example
+        import pluglog_example_retention
 
-        yield pluglog_example
+        yield pluglog_example_retention
     finally:
-        sys.path.remove(EXAMPLE)
-        sys.modules.pop("pluglog_example", None)
+        sys.path.remove(EXAMPLE_RETENTION)
+        sys.modules.pop("pluglog_example_retention", None)
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ import struct
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pluglog._recordwalk import produce_shape
 
+from pluglog._recordwalk import produce_shape
 from pluglog.server.fastlane import _py_produce_shape
 from tests.unit.test_server_fastlane import batch, one_partition, produce_request
 

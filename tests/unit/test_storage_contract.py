@@ -48,6 +48,7 @@ def _storage_plugin(log_class, storage_interfaces=(ILogStorage,)):
             log.closed = False
             return log
 
+    Storage.log_class = log_class
     storage = Storage()  # one per broker: a restart in a test reuses it
     factory = hookimpl(lambda: {"plain": lambda config, reactor: storage})
     return types.SimpleNamespace(pluglog_register_storage=factory)
@@ -87,20 +88,31 @@ def test_value_types_are_public_with_documented_fields():
 
 def test_wrong_signature_fails_at_start_in_one_line(tmp_path):
     plugin = _storage_plugin(OldSignatureLog)
-    broker = _broker(tmp_path, plugin)
-    broker.start()
-    broker.create_topic("t", 1)
-    # A topic created at run time: its partition is offline, with the reason.
-    assert broker.partitions[("t", 0)].log.reason
-    broker.stop()  # releases the data dir for the next start
-    # At start, the same log stops the broker with one line.
+    # A fresh data dir, no topic yet: the declared log_class is verified at start.
     failure = _started(_broker(tmp_path, plugin))
     assert failure is not None and failure.check(PluginError), failure
     message = str(failure.value)
     assert "\n" not in message
     assert "IPartitionLog" in message and "'append'" in message
     assert "append(batches, now_ms, leader_epoch=0, answer=None)" in message
+    assert "OldSignatureLog" in message
     assert repr(failure.value.plugin) in message
+
+
+def test_an_opened_log_of_another_class_is_verified_too(tmp_path):
+    """A storage whose log_class is right but whose open_log returns another
+    class: that log is refused at open (its partition offline, with the
+    reason), and at the next start the same log stops the broker."""
+    plugin = _storage_plugin(OldSignatureLog)
+    plugin.pluglog_register_storage()["plain"](None, None).__class__.log_class = MemoryPartitionLog
+    broker = _broker(tmp_path, plugin)
+    broker.start()
+    broker.create_topic("t", 1)
+    assert broker.partitions[("t", 0)].log.reason
+    broker.stop()  # releases the data dir for the next start
+    failure = _started(_broker(tmp_path, plugin))
+    assert failure is not None and failure.check(PluginError), failure
+    assert "append(batches, now_ms, leader_epoch=0, answer=None)" in str(failure.value)
 
 
 def test_compacted_topic_refused_without_the_capability(tmp_path):

@@ -17,7 +17,8 @@ from pluglog.config import TopicConfig
 from pluglog.errors import KafkaStorageError
 from pluglog.storage import index as index_module
 from pluglog.storage.index import OFFSET_ENTRY, TIME_ENTRY, WRITE_BATCH_BYTES
-from pluglog.storage.log import FSYNC_NEVER, SegmentPartitionLog
+from pluglog.storage.log import FSYNC_NEVER
+from pluglog.storage.segment_log import SegmentPartitionLog
 from tests.unit.test_storage_segments import make_batch, read_offsets
 
 # Every batch (~90 bytes) after the first gets an offset index entry.

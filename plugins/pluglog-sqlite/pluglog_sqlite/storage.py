@@ -437,6 +437,8 @@ class SqliteLog:
 class SqliteStorage:
     """ILogStorage: one SqliteLog per partition under ``directory``."""
 
+    log_class = SqliteLog
+
     def __init__(self, directory, topic_defaults=None, fsync="interval"):
         self.directory = os.path.abspath(directory)
         self.topic_defaults = topic_defaults or TopicConfig()
