@@ -348,3 +348,43 @@ def test_ctrl_c_stops_a_group_consumer_cleanly_and_commits(shared_broker):
     assert first + out.split() == [f"r{i}" for i in range(40)]
     # Its offsets were committed: nothing is left for the group.
     assert cli(shared_broker, "consume", "cli-int", "--group", "int", "--exit").stdout == ""
+
+
+def test_json_output_for_scripts(shared_broker):
+    """``--json`` on topics list|describe, groups list|describe and cluster
+    describe: one JSON document whose figures match what was done."""
+    import json
+
+    cli(
+        shared_broker,
+        "topics",
+        "create",
+        "cli-json",
+        "--partitions",
+        "2",
+        "--config",
+        "retention.ms=123456",
+    )
+    lines = "\n".join(f"k{i}:v{i}" for i in range(40)) + "\n"
+    cli(shared_broker, "produce", "cli-json", "--key-separator", ":", data=lines)
+    consumer = _consume_and_commit(shared_broker.bootstrap, "cli-json", "scripted", 40)
+    consumer.close()
+
+    assert "cli-json" in json.loads(cli(shared_broker, "topics", "list", "--json").stdout)
+    topic = json.loads(cli(shared_broker, "topics", "describe", "cli-json", "--json").stdout)
+    assert topic["topic"] == "cli-json"
+    assert [p["partition"] for p in topic["partitions"]] == [0, 1]
+    assert sum(p["end_offset"] - p["start_offset"] for p in topic["partitions"]) == 40
+    assert all(p["leader"] == 0 and p["isr"] == [0] for p in topic["partitions"])
+    assert topic["configs"]["retention.ms"] == {"value": "123456", "override": True}
+
+    groups = json.loads(cli(shared_broker, "groups", "list", "--json").stdout)
+    assert {"group": "scripted", "protocol_type": "consumer"} in groups
+    group = json.loads(cli(shared_broker, "groups", "describe", "scripted", "--json").stdout)
+    assert group["group"] == "scripted" and group["members"] == []
+    rows = [r for r in group["partitions"] if r["topic"] == "cli-json"]
+    assert sum(r["committed_offset"] for r in rows) == 40 and all(r["lag"] == 0 for r in rows)
+
+    cluster = json.loads(cli(shared_broker, "cluster", "describe", "--json").stdout)
+    assert cluster["controller"] == 0 and [b["id"] for b in cluster["brokers"]] == [0]
+    assert cluster["under_replicated"] == 0 and cluster["partitions"] >= 2
