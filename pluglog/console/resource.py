@@ -148,6 +148,16 @@ class ConsoleResource(resource.Resource):
 
     # -- twisted.web -------------------------------------------------------------
 
+    def render(self, request):
+        if request.method in (b"GET", b"HEAD"):
+            return super().render(request)
+        for name, value in SECURITY_HEADERS.items():
+            request.setHeader(name, value)
+        request.setHeader(b"allow", b"GET, HEAD")
+        return self._error(
+            request, PageError(405, "the console is read-only: it answers GET and HEAD only")
+        )
+
     def render_GET(self, request):
         for name, value in SECURITY_HEADERS.items():
             request.setHeader(name, value)
