@@ -15,6 +15,7 @@ Routes (all GET, read-only)::
     /console/topics?q=&page=&size=           topics, filtered and paginated
     /console/topics/T                        partitions of T and its configs
     /console/topics/T/P?offset=&limit=       message browser of partition P
+    /console/topics/T/P?time=                ... from the first record at or after a time
     /console/topics/T/P/O                    the record at offset O
     /console/groups, /console/groups/G       consumer groups, one group's offsets and lag
     /console/schemas, /console/schemas/S     registry subjects, one subject's versions
@@ -26,7 +27,9 @@ logged and answered with a 500 page; it never reaches twisted.web's
 traceback page or stops the broker.
 """
 
+import datetime
 import os
+import re
 import time
 import urllib.parse
 
@@ -48,6 +51,8 @@ RECORD_SHOWN = 256 * 1024
 #: Longest query-string value accepted (topic names are at most 249 characters).
 MAX_PARAM = 256
 INT64_MAX = 2**63 - 1
+#: ASCII digits only: str.isdigit() also takes "²" and other scripts' digits.
+_INTEGER = re.compile(r"-?[0-9]+")
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 STATIC = {
@@ -117,12 +122,32 @@ def _param(request, name, default=None):
 def number(text, what, low=0, high=INT64_MAX):
     """``text`` as an int in ``[low, high]``, else a 400 naming ``what``."""
     text = text.strip()
-    if not text or len(text) > 20 or not text.lstrip("-").isdigit():
+    if len(text) > 20 or not _INTEGER.fullmatch(text):
         raise PageError(400, f"{what} must be a whole number, not {text!r}")
     value = int(text)
     if not low <= value <= high:
         raise PageError(400, f"{what} must be between {low} and {high}, not {value}")
     return value
+
+
+def timestamp(text):
+    """Epoch milliseconds of ``text``: a whole number of ms, or ISO 8601
+    (``2024-05-01T12:00:00Z``; no zone means UTC); else a 400."""
+    text = text.strip()
+    if _INTEGER.fullmatch(text):
+        return number(text, "the time")
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise PageError(
+            400, f"the time must be ISO 8601 (2024-05-01T12:00:00Z) or epoch ms, not {text!r}"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    try:
+        return number(str(int(moment.timestamp() * 1000)), "the time")
+    except (OverflowError, ValueError, OSError):
+        raise PageError(400, f"the time {text!r} is out of range") from None
 
 
 def _page_size(request, name):
@@ -268,12 +293,21 @@ class ConsoleResource(resource.Resource):
         part = state.local_partition(self.broker, name, index)
         limit, note = _page_size(request, "limit")
         start = part.log.log_start_offset
-        offset = number(_param(request, "offset", str(start)), "the offset")
+        at = _param(request, "time")
+        offset_text = _param(request, "offset")
+        if at is not None and at.strip() and offset_text is not None and offset_text.strip():
+            raise PageError(400, "give an offset or a time, not both")
+        if at is not None and at.strip():
+            found = part.log.offset_for_timestamp(timestamp(at))
+            offset = part.high_watermark if found is None else max(found[0], start)
+        else:
+            offset = number(offset_text or str(start), "the offset")
         records, following = browse.read_records(part, offset, limit, LIST_SHOWN)
         return "partition.html", {
             "topic": name,
             "partition": index,
             "offset": offset,
+            "time": at or "",
             "limit": limit,
             "note": note,
             "records": records,

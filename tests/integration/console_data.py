@@ -7,6 +7,8 @@ that is not UTF-8; partition 1 holds three records. The group
 lag is 3 and 2 (5 in all); :data:`HTML_GROUP` is a group whose id is HTML.
 """
 
+import time
+
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -22,6 +24,8 @@ RECORDS = [
     (b"binary", b"\xff\x00\xfe", []),
     (None, b"last", []),
 ]
+#: Partition 0's record i has timestamp BASE_MS + i seconds (an hour ago: within retention).
+BASE_MS = (int(time.time()) - 3600) * 1000
 PARTITION_1 = [(b"p1-%d" % i, b"v%d" % i, []) for i in range(3)]
 COMMITTED = {0: 2, 1: 1}
 LAG = {0: len(RECORDS) - 2, 1: len(PARTITION_1) - 1}
@@ -34,8 +38,15 @@ def seed(bootstrap):
         future.result(30)
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
     for partition, records in ((0, RECORDS), (1, PARTITION_1)):
-        for key, value, headers in records:
-            producer.produce(TOPIC, value=value, key=key, headers=headers, partition=partition)
+        for i, (key, value, headers) in enumerate(records):
+            producer.produce(
+                TOPIC,
+                value=value,
+                key=key,
+                headers=headers,
+                partition=partition,
+                timestamp=BASE_MS + i * 1000,
+            )
             producer.flush(30)  # one batch each: the browser reads across batches
     assert producer.flush(30) == 0
     for group in (GROUP, HTML_GROUP):

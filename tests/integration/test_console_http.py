@@ -9,6 +9,7 @@ broker still serves Kafka clients and the console afterwards. The last test
 creates 1,000 topics and times the topics page.
 """
 
+import datetime
 import re
 import time
 import urllib.error
@@ -88,6 +89,21 @@ def test_pages_show_the_data(console):
     assert "first value" in text and "source" in text and "test" in text
 
 
+def test_browse_from_a_time(console):
+    _broker, base = console
+    at = data.BASE_MS + 2000
+    iso = datetime.datetime.fromtimestamp(at / 1000, tz=datetime.UTC).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
+    for query in (f"time={at}", f"time={iso}", f"time={iso[:-1]}"):  # no zone: UTC
+        status, _h, text = get(base, f"/console/topics/{data.TOPIC}/0?{query}&limit=2")
+        assert status == 200, text
+        assert re.findall(r'class="record-link">(\d+)<', text) == ["2", "3"], query
+    status, _h, text = get(base, f"/console/topics/{data.TOPIC}/0?time={at + 10**6}")
+    assert status == 200
+    assert "No records at or after offset 5." in text
+
+
 def test_html_in_records_and_ids_is_escaped(console):
     _broker, base = console
     for path in (f"/console/topics/{data.TOPIC}/0", f"/console/topics/{data.TOPIC}/0/2"):
@@ -138,6 +154,10 @@ BAD = [
     (f"/console/topics/{data.TOPIC}/0?offset=" + "9" * 30, 400, "the offset must be"),
     (f"/console/topics/{data.TOPIC}/0?offset=" + "9" * 5000, 400, "longer than 256"),
     (f"/console/topics/{data.TOPIC}/0?offset=%FF", 400, "not UTF-8"),
+    (f"/console/topics/{data.TOPIC}/0?offset=%C2%B2", 400, "the offset must be a whole number"),
+    (f"/console/topics/{data.TOPIC}/0?time=yesterday", 400, "the time must be ISO 8601"),
+    (f"/console/topics/{data.TOPIC}/0?time=2024-13-45T99:00Z", 400, "the time must be ISO 8601"),
+    (f"/console/topics/{data.TOPIC}/0?time=1&offset=2", 400, "an offset or a time, not both"),
     (f"/console/topics/{data.TOPIC}/0/x1", 400, "the offset must be a whole number"),
     (f"/console/topics/{data.TOPIC}/0/99", 404, "no record at offset 99"),
     (f"/console/topics/{data.TOPIC}/0?limit=0", 400, "the page size (limit) must be between 1"),
