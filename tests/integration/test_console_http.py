@@ -10,6 +10,7 @@ creates 1,000 topics and times the topics page.
 """
 
 import datetime
+import json
 import re
 import time
 import urllib.error
@@ -141,6 +142,29 @@ def test_group_lag(console):
         (str(p), str(data.COMMITTED[p]), str(data.COMMITTED[p] + data.LAG[p]), str(data.LAG[p]))
         for p in (0, 1)
     ]
+
+
+def test_schema_registry_subjects(console):
+    _broker, base = console
+    status, _h, text = get(base, "/console/schemas")
+    assert status == 200
+    assert "No subjects registered." in text
+    schema = {"type": "record", "name": "R", "doc": "<b>doc</b>", "fields": []}
+    request = urllib.request.Request(
+        base + "/subjects/%3Cb%3Es%3C%2Fb%3E-value/versions",
+        data=json.dumps({"schema": json.dumps(schema)}).encode(),
+        headers={"content-type": "application/vnd.schemaregistry.v1+json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        schema_id = json.loads(response.read())["id"]
+    status, _h, text = get(base, "/console/schemas")
+    assert 'href="/console/schemas/%3Cb%3Es%3C%2Fb%3E-value"' in text
+    assert f"&lt;b&gt;s&lt;/b&gt;-value</a></td><td>1</td>\n<td>{schema_id}</td>" in text
+    status, _h, text = get(base, "/console/schemas/%3Cb%3Es%3C%2Fb%3E-value")
+    assert status == 200
+    assert "Version 1" in text and "&lt;b&gt;doc&lt;/b&gt;" in text
+    assert "<b>doc</b>" not in text and "<b>s</b>" not in text
 
 
 BAD = [
