@@ -55,21 +55,29 @@ def timestamp_text(ms):
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _record_view(record, limit):
-    return {
+def _record_view(record, limit, decode, topic):
+    view = {
         "offset": record.offset,
         "timestamp": record.timestamp,
         "time": timestamp_text(record.timestamp),
         "key": shown(record.key, limit),
         "value": shown(record.value, limit),
         "headers": [(name, shown(value, limit)) for name, value in record.headers],
+        "key_decoded": None,
+        "value_decoded": None,
     }
+    if decode is not None:
+        view["key_decoded"] = decode(topic, record.key)
+        view["value_decoded"] = decode(topic, record.value)
+    return view
 
 
-def read_records(part, offset, limit, shown_bytes=256):
+def read_records(part, offset, limit, shown_bytes=256, decode=None):
     """Up to ``limit`` records of ``part`` at or after ``offset``, below its
     high watermark; returns ``(records, next_offset)`` where ``next_offset``
-    is where the next page starts (None when the page reached the end)."""
+    is where the next page starts (None when the page reached the end).
+    ``decode(topic, bytes)`` (a :class:`pluglog.console.decode.Decoder`), when
+    given, adds each key's and value's decoded form (or None)."""
     plog = part.log
     end = part.high_watermark
     position = max(offset, plog.log_start_offset)
@@ -91,7 +99,7 @@ def read_records(part, offset, limit, shown_bytes=256):
                 continue
             for record in batch.records:
                 if record.offset >= offset and record.offset < end and len(records) < limit:
-                    records.append(_record_view(record, shown_bytes))
+                    records.append(_record_view(record, shown_bytes, decode, part.topic))
         following = batches_end(data, position)
         if following <= position:
             break
@@ -102,12 +110,12 @@ def read_records(part, offset, limit, shown_bytes=256):
     return records, (position if position < end else None)
 
 
-def read_one(part, offset, shown_bytes):
+def read_one(part, offset, shown_bytes, decode=None):
     """The record at exactly ``offset``, or None when there is none (compacted,
     a control record, or outside the readable range)."""
     if offset >= part.high_watermark or offset < part.log.log_start_offset:
         return None
-    records, _next = read_records(part, offset, 1, shown_bytes)
+    records, _next = read_records(part, offset, 1, shown_bytes, decode)
     if records and records[0]["offset"] == offset:
         return records[0]
     return None

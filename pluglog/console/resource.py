@@ -39,6 +39,7 @@ from twisted.python.failure import Failure
 from twisted.web import resource
 
 from pluglog.console import browse, state
+from pluglog.console.decode import Decoder
 
 log = Logger()
 
@@ -302,7 +303,8 @@ class ConsoleResource(resource.Resource):
             offset = part.high_watermark if found is None else max(found[0], start)
         else:
             offset = number(offset_text or str(start), "the offset")
-        records, following = browse.read_records(part, offset, limit, LIST_SHOWN)
+        decoder = Decoder(self.broker.schema_registry)
+        records, following = browse.read_records(part, offset, limit, LIST_SHOWN, decoder)
         return "partition.html", {
             "topic": name,
             "partition": index,
@@ -320,7 +322,7 @@ class ConsoleResource(resource.Resource):
 
     def _record(self, name, index, offset):
         part = state.local_partition(self.broker, name, index)
-        record = browse.read_one(part, offset, RECORD_SHOWN)
+        record = browse.read_one(part, offset, RECORD_SHOWN, Decoder(self.broker.schema_registry))
         if record is None:
             raise PageError(
                 404,

@@ -10,15 +10,20 @@ creates 1,000 topics and times the topics page.
 """
 
 import datetime
+import html
+import io
 import json
 import re
 import time
 import urllib.error
 import urllib.request
 
+import fastavro
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from pluglog.serialization.framing import frame
 from tests.broker_process import BrokerProcess, free_port
 from tests.integration import console_data as data
 
@@ -165,6 +170,36 @@ def test_schema_registry_subjects(console):
     assert status == 200
     assert "Version 1" in text and "&lt;b&gt;doc&lt;/b&gt;" in text
     assert "<b>doc</b>" not in text and "<b>s</b>" not in text
+
+
+def test_avro_values_are_decoded_through_the_registry(console):
+    broker, base = console
+    schema = {
+        "type": "record",
+        "name": "Order",
+        "fields": [{"name": "id", "type": "long"}, {"name": "note", "type": "string"}],
+    }
+    request = urllib.request.Request(
+        base + "/subjects/console-avro-value/versions",
+        data=json.dumps({"schema": json.dumps(schema)}).encode(),
+        headers={"content-type": "application/vnd.schemaregistry.v1+json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        schema_id = json.loads(response.read())["id"]
+    payload = io.BytesIO()
+    fastavro.schemaless_writer(
+        payload, fastavro.parse_schema(schema), {"id": 7, "note": "<i>n</i>"}
+    )
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce("console-avro", value=frame(schema_id, payload.getvalue()), key=b"o7")
+    assert producer.flush(30) == 0
+    status, _h, text = get(base, "/console/topics/console-avro/0/0")
+    assert status == 200, text
+    decoded = re.search(r'<pre class="value-decoded">(.*?)</pre>', text, re.S).group(1)
+    assert json.loads(html.unescape(decoded)) == {"id": 7, "note": "<i>n</i>"}
+    assert f"schema {schema_id} (AVRO)" in text
+    assert "<i>n</i>" not in text
 
 
 BAD = [

@@ -1,10 +1,11 @@
-"""pluglog.console on an in-process broker: the browser's reads and the pages' bounds.
+"""pluglog.console in-process: the browser's reads, the pages' bounds, decoding.
 
 A real Broker (memory storage, a Clock) with batches appended through
 ``Partition.append``; the resource is rendered with twisted.web's
 DummyRequest, so what is checked is the page the broker would send.
 """
 
+import json
 import shutil
 import tempfile
 
@@ -12,8 +13,12 @@ from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.test.requesthelper import DummyRequest
 
 from pluglog.console import browse
+from pluglog.console.decode import Decoder, UnsafeSchemaError, check_avro
 from pluglog.console.resource import MAX_PAGE_SIZE, ConsoleResource, PageError, number
 from pluglog.protocol.records import Record, build_batch
+from pluglog.serialization.avro import AvroSerializer
+from pluglog.serialization.framing import frame
+from pluglog.serialization.registry import SchemaRegistry
 from tests.unit.test_server_fastlane import make_broker
 
 
@@ -126,3 +131,64 @@ class PageTests(SynchronousTestCase):
         self.assertIn("the page failed; the broker log has the details", text)
         self.assertNotIn("boom", text)
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
+
+class DecodeTests(SynchronousTestCase):
+    """Framed values decoded through an in-process registry."""
+
+    def setUp(self):
+        self.registry = SchemaRegistry(write=lambda records: None)
+        self.decode = Decoder(self.registry)
+
+    def register(self, schema, schema_type="AVRO"):
+        subject = f"s{len(self.registry.ids)}"  # one each: no compatibility checks between them
+        return self.registry.register(subject, json.dumps(schema), schema_type)
+
+    def test_avro_and_json_values(self):
+        schema = {
+            "type": "record",
+            "name": "Order",
+            "fields": [{"name": "id", "type": "long"}, {"name": "note", "type": "string"}],
+        }
+        value = AvroSerializer(self.registry, schema=json.dumps(schema)).serialize(
+            "t", {"id": 7, "note": "<b>n</b>"}
+        )
+        out = self.decode("t", value)
+        self.assertEqual(out["type"], "AVRO")
+        self.assertEqual(json.loads(out["text"]), {"id": 7, "note": "<b>n</b>"})
+        json_id = self.register({"type": "object"}, "JSON")
+        out = self.decode("t", frame(json_id, b'{"a": [1, 2]}'))
+        self.assertEqual((out["type"], json.loads(out["text"])), ("JSON", {"a": [1, 2]}))
+        # Not framed, or an id the registry does not know: nothing decoded.
+        self.assertIsNone(self.decode("t", b"plain text"))
+        self.assertIsNone(self.decode("t", frame(999, b"x")))
+        self.assertIsNone(self.decode("t", None))
+        # Framed with a known id but not Avro of that schema: the error, not a crash.
+        out = self.decode("t", frame(out["schema_id"], b"{not json"))
+        self.assertIn("does not decode", out["error"])
+
+    def test_schemas_whose_reads_are_unbounded_are_not_used(self):
+        recursive = {
+            "type": "record",
+            "name": "Node",
+            "fields": [{"name": "next", "type": ["null", "Node"]}],
+        }
+        zero_items = {
+            "type": "record",
+            "name": "Z",
+            "fields": [
+                {"name": "e", "type": {"type": "record", "name": "E", "fields": []}},
+                {"name": "a", "type": {"type": "array", "items": "E"}},
+            ],
+        }
+        for schema, reason in ((recursive, "recursive type 'Node'"), (zero_items, "an array")):
+            schema_id = self.register(schema)
+            # A block count of 2**62 items that take no bytes: fastavro would
+            # loop for ever, so the value is not read at all.
+            value = frame(schema_id, b"\x02" * 3 + b"\xfe\xff\xff\xff\xff\xff\xff\xff\x7f")
+            out = self.decode("t", value)
+            self.assertIn(reason, out["error"])
+        safe = {"type": "array", "items": {"type": "map", "values": "int"}}
+        check_avro(json.dumps(safe))
+        with self.assertRaises(UnsafeSchemaError):
+            check_avro(json.dumps({"type": "map", "values": "null"}))
