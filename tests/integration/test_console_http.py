@@ -14,6 +14,7 @@ import html
 import io
 import json
 import re
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -269,6 +270,71 @@ def test_read_only_and_still_serving(console):
     assert data.TOPIC in admin.list_topics(timeout=10).topics
     assert get(base, "/console/")[0] == 200
     assert "Traceback" not in broker.log()
+
+
+FLOOD_PATHS = [
+    "/console/",
+    "/console/topics?size=500",
+    f"/console/topics/{data.TOPIC}",
+    f"/console/topics/{data.TOPIC}/0?limit=500",
+    f"/console/topics/{data.TOPIC}/0/2",
+    f"/console/groups/{data.GROUP}",
+    *[b[0] for b in BAD],
+]
+
+
+def test_a_flood_of_console_requests_beside_producers(console):
+    """Four threads request every page and every bad URL while a producer
+    writes rounds of records with acks=all: each record is acknowledged, each
+    answer is a page (200, 400, 404), and nothing reaches the log as a
+    traceback."""
+    broker, base = console
+    stop = threading.Event()
+    answers, failures = [], []
+
+    def flood():
+        i = 0
+        while not stop.is_set():
+            path = FLOOD_PATHS[i % len(FLOOD_PATHS)]
+            i += 1
+            try:
+                answers.append(get(base, path)[0])
+            except Exception as exc:  # a refused or dropped connection
+                failures.append((path, repr(exc)))
+
+    threads = [threading.Thread(target=flood) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    rounds = []
+    try:
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+        delivered = []
+        # Rounds of 100 records, each flushed, until the console has served
+        # 300 requests meanwhile (at most 300 rounds).
+        for round_no in range(300):
+            started = time.perf_counter()
+            for i in range(100):
+                producer.produce(
+                    "console-flood",
+                    value=b"v%d" % (round_no * 100 + i),
+                    on_delivery=lambda e, m: delivered.append(e),
+                )
+            assert producer.flush(60) == 0
+            rounds.append(time.perf_counter() - started)
+            if len(answers) >= 300 and round_no >= 9:
+                break
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+    assert len(delivered) == 100 * len(rounds) and not any(delivered), delivered[:3]
+    assert not failures, failures[:3]
+    assert answers and set(answers) <= {200, 400, 404}, set(answers)
+    assert "Traceback" not in broker.log()
+    print(
+        f"{len(delivered)} records in {len(rounds)} flushed rounds (slowest "
+        f"{max(rounds) * 1000:.0f} ms) beside {len(answers)} console requests"
+    )
 
 
 def test_topics_page_with_1000_topics(console):
