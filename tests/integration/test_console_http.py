@@ -263,6 +263,8 @@ def test_read_only_and_still_serving(console):
         assert status == 405
         assert headers["allow"] == "GET, HEAD"
         assert message(text) == "the console is read-only: it answers GET and HEAD only"
+    status, headers, text = get(base, "/console/", method="HEAD")
+    assert (status, headers["content-type"], text) == (200, "text/html; charset=utf-8", "")
     status, _h, _text = get(base, "/console")  # redirected to /console/
     assert status == 200
     # After every bad request above the broker still answers both listeners.
