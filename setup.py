@@ -11,7 +11,10 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.11",
     packages=find_packages(include=["pluglog", "pluglog.*"]) + ["twisted.plugins"],
-    package_data={"twisted.plugins": ["pluglog_tap.py"]},
+    package_data={
+        "twisted.plugins": ["pluglog_tap.py"],
+        "pluglog.console": ["templates/*", "static/*"],
+    },
     # The produce-time record walk in C; optional: without a compiler the
     # broker falls back to aiokafka's Cython iterator (pluglog/broker/validation.py).
     # The Twisted client's per-record encode/decode in C, optional too: without
@@ -39,6 +42,7 @@ setup(
         "pluggy>=1.5",
         # /metrics: registry, collectors and exposition (pluglog.metrics)
         "prometheus_client>=0.17",
+        "jinja2>=3.1",  # /console/'s templates (pluglog.console)
         "crc32c>=2.4",
         "crcmod>=1.7",
         "kazoo>=2.10",
@@ -59,6 +63,7 @@ setup(
     extras_require={
         "test": [
             "pytest>=8",
+            "selenium>=4.10",  # the console's browser test (headless Chromium)
             "sphinx>=7",
             "wheel",
             "setuptools>=61",
