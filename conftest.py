@@ -9,7 +9,8 @@ Every test gets exactly one cost marker (registered in pyproject.toml), so
 * ``cluster``: a real ZooKeeper and usually several brokers (tests/replication,
   and any test that uses the ``zookeeper_process`` fixture);
 * ``spark``: a local Spark session (plugins/pluglog-spark's ``spark`` fixture);
-* ``browser``: drives a real web browser (a ``browser`` fixture; none yet).
+* ``browser``: drives a real web browser (a ``browser`` fixture: the console's
+  headless Chromium test).
 
 A test module may set one of them itself (``pytestmark = pytest.mark.cluster``,
 for a test that starts ZooKeeper without the fixture); that one wins.

@@ -18,7 +18,10 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.11",
     packages=find_packages(include=["pluglog", "pluglog.*"]) + ["twisted.plugins"],
-    package_data={"twisted.plugins": ["pluglog_tap.py"]},
+    package_data={
+        "twisted.plugins": ["pluglog_tap.py"],
+        "pluglog.console": ["templates/*", "static/*"],
+    },
     # The produce-time record walk in C; optional: without a compiler the
     # broker uses the pure-Python reference walk (pluglog/broker/validation.py).
     # The Twisted client's per-record encode/decode in C, optional too: without

@@ -17,6 +17,7 @@ command -v gcc >/dev/null || need+=(gcc)
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
 # The metrics tests' real Prometheus server (only the binary is run).
 [ -x /usr/bin/prometheus ] || need+=(prometheus)
+command -v chromedriver >/dev/null || need+=(chromium chromium-driver)  # the console's browser test
 if [ ${#need[@]} -gt 0 ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"

@@ -74,6 +74,9 @@ class Broker:
         self.quotas = ClientQuotas(config)
         #: The built-in schema registry once the --http listener loaded it.
         self.schema_registry = None
+        #: The built-in log cleaner once its service is made (its ``stats``
+        #: are read by pluglog.metrics); None when log.cleaner.enable is false.
+        self.cleaner = None
 
     def now_ms(self):
         return int(self.reactor.seconds() * 1000)

@@ -315,4 +315,5 @@ class LogCleaner(service.Service):
 
 def make_log_cleaner(broker):
     """The built-in plugin's service (``log.cleaner.enable``)."""
-    return LogCleaner(broker)
+    broker.cleaner = LogCleaner(broker)
+    return broker.cleaner

@@ -10,7 +10,7 @@ unavailable means no leader, or a leader that is not a live broker.
 """
 
 from pluglog import protocol as codec
-from pluglog.cli.common import check, metadata
+from pluglog.cli.common import add_json_flag, check, metadata, print_json
 
 DESCRIBE_CLUSTER_VERSION = 0
 
@@ -21,6 +21,7 @@ def add_parser(sub):
     describe = actions.add_parser(
         "describe", help="cluster id, controller, brokers, partition health"
     )
+    add_json_flag(describe)
     describe.set_defaults(run=describe_cluster)
 
 
@@ -88,18 +89,37 @@ def describe_cluster(client, args):
     )
     check(resp["error_code"], "describe cluster", resp["error_message"])
     controller = resp["controller_id"]
+    meta = metadata(client, None)
+    live = {b["node_id"] for b in meta["brokers"]}
+    parts = [p for t in meta["topics"] for p in t["partitions"]]
+    brokers = sorted(resp["brokers"], key=lambda b: b["broker_id"])
+    counts = {
+        "topics": len(meta["topics"]),
+        "partitions": len(parts),
+        "under_replicated": sum(under_replicated(p) for p in parts),
+        "unavailable": sum(unavailable(p, live) for p in parts),
+    }
+    if getattr(args, "json", False):
+        return print_json(
+            {
+                "cluster_id": resp["cluster_id"],
+                "controller": controller,
+                "brokers": [
+                    {"id": b["broker_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
+                    for b in brokers
+                ],
+                **counts,
+            }
+        )
     print(f"ClusterId: {resp['cluster_id']}\tController: {controller}")
-    for b in sorted(resp["brokers"], key=lambda b: b["broker_id"]):
+    for b in brokers:
         role = "\tController: yes" if b["broker_id"] == controller else ""
         print(
             f"Broker: {b['broker_id']}\tHost: {b['host']}:{b['port']}\t"
             f"Rack: {b['rack'] or '-'}{role}"
         )
-    meta = metadata(client, None)
-    live = {b["node_id"] for b in meta["brokers"]}
-    parts = [p for t in meta["topics"] for p in t["partitions"]]
     print(
-        f"Topics: {len(meta['topics'])}\tPartitions: {len(parts)}\t"
-        f"UnderReplicated: {sum(under_replicated(p) for p in parts)}\t"
-        f"Unavailable: {sum(unavailable(p, live) for p in parts)}"
+        f"Topics: {counts['topics']}\tPartitions: {counts['partitions']}\t"
+        f"UnderReplicated: {counts['under_replicated']}\t"
+        f"Unavailable: {counts['unavailable']}"
     )

@@ -1,4 +1,8 @@
-"""Helpers shared by the CLI commands: metadata lookups and error reporting."""
+"""Helpers shared by the CLI commands: metadata lookups, error reporting and
+the ``--json`` output for scripts."""
+
+import json
+import sys
 
 from pluglog import errors
 from pluglog import protocol as codec
@@ -37,3 +41,15 @@ def partitions_of(client, topic, allow_create=False):
     meta = metadata(client, [topic], allow_create)["topics"][0]
     check(meta["error_code"], topic)
     return sorted(p["partition_index"] for p in meta["partitions"])
+
+
+def add_json_flag(parser):
+    """``--json``: one JSON document on stdout instead of the tab-separated text."""
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON document (for scripts)"
+    )
+
+
+def print_json(document):
+    json.dump(document, sys.stdout, indent=2, sort_keys=True)
+    sys.stdout.write("\n")

@@ -18,7 +18,15 @@ from datetime import datetime
 
 from pluglog import errors
 from pluglog import protocol as codec
-from pluglog.cli.common import CliError, check, error_name, metadata, partitions_of
+from pluglog.cli.common import (
+    CliError,
+    add_json_flag,
+    check,
+    error_name,
+    metadata,
+    partitions_of,
+    print_json,
+)
 from pluglog.cli.topics import end_offsets
 from pluglog.client.blocking import BlockingClient
 
@@ -30,9 +38,12 @@ _RETRIABLE = (errors.COORDINATOR_NOT_AVAILABLE, errors.COORDINATOR_LOAD_IN_PROGR
 def add_parser(sub):
     parser = sub.add_parser("groups", help="inspect and manage consumer groups")
     actions = parser.add_subparsers(dest="action", required=True)
-    actions.add_parser("list", help="list group ids").set_defaults(run=list_groups)
+    listing = actions.add_parser("list", help="list group ids")
+    add_json_flag(listing)
+    listing.set_defaults(run=list_groups)
     describe = actions.add_parser("describe", help="members, committed offsets and lag")
     describe.add_argument("group")
+    add_json_flag(describe)
     describe.set_defaults(run=describe_group)
     reset = actions.add_parser(
         "reset-offsets", help="move committed offsets (group must be empty)"
@@ -106,6 +117,8 @@ def list_groups(client, args):
 
             resp = _retry(ask, f"ListGroups on broker {broker['node_id']}")
         groups.update((g["group_id"], g["protocol_type"]) for g in resp["groups"])
+    if getattr(args, "json", False):
+        return print_json([{"group": g, "protocol_type": groups[g]} for g in sorted(groups)])
     for group_id in sorted(groups):
         print(f"{group_id}\t{groups[group_id]}")
 
@@ -157,20 +170,48 @@ def describe_group(client, args):
     for member in group["members"]:
         for tp in _assignment(member["member_assignment"]):
             owners[tp] = f"{member['member_id']} ({member['client_id']}@{member['client_host']})"
-    print(f"Group: {args.group}\tState: {group['group_state']}\tMembers: {len(group['members'])}")
-    print("TOPIC\tPARTITION\tCURRENT-OFFSET\tLOG-END-OFFSET\tLAG\tCONSUMER")
     by_topic = {}
     for topic, partition in set(offsets) | set(owners):
         by_topic.setdefault(topic, set()).add(partition)
+    rows = []
     for topic in sorted(by_topic):
         ends = end_offsets(client, topic, sorted(by_topic[topic]), -1)
         for partition in sorted(by_topic[topic]):
             current = offsets.get((topic, partition), -1)
             end = ends[partition]
-            lag = end - current if current >= 0 else "-"
-            shown = current if current >= 0 else "-"
-            owner = owners.get((topic, partition), "-")
-            print(f"{topic}\t{partition}\t{shown}\t{end}\t{lag}\t{owner}")
+            rows.append((topic, partition, current, end, owners.get((topic, partition))))
+    if getattr(args, "json", False):
+        return print_json(
+            {
+                "group": args.group,
+                "state": group["group_state"],
+                "members": [
+                    {
+                        "member_id": m["member_id"],
+                        "client_id": m["client_id"],
+                        "client_host": m["client_host"],
+                    }
+                    for m in group["members"]
+                ],
+                "partitions": [
+                    {
+                        "topic": topic,
+                        "partition": partition,
+                        "committed_offset": current if current >= 0 else None,
+                        "log_end_offset": end,
+                        "lag": end - current if current >= 0 else None,
+                        "consumer": owner,
+                    }
+                    for topic, partition, current, end, owner in rows
+                ],
+            }
+        )
+    print(f"Group: {args.group}\tState: {group['group_state']}\tMembers: {len(group['members'])}")
+    print("TOPIC\tPARTITION\tCURRENT-OFFSET\tLOG-END-OFFSET\tLAG\tCONSUMER")
+    for topic, partition, current, end, owner in rows:
+        lag = end - current if current >= 0 else "-"
+        shown = current if current >= 0 else "-"
+        print(f"{topic}\t{partition}\t{shown}\t{end}\t{lag}\t{owner or '-'}")
 
 
 def reset_offsets(client, args):

@@ -17,7 +17,7 @@ import sys
 
 from pluglog import __version__
 from pluglog.cli import cluster as cluster_cli
-from pluglog.cli import devcluster, groups, topics, transfer, users
+from pluglog.cli import devcluster, groups, top, topics, transfer, users
 from pluglog.cli.common import CliError
 from pluglog.client.blocking import BlockingClient, ProtocolError
 from pluglog.config import split_host_port
@@ -96,6 +96,7 @@ def build_parser():
     transfer.add_parsers(sub, _positive)
     groups.add_parser(sub)
     devcluster.add_parser(sub, _positive)
+    top.add_parser(sub, _positive)
     _plugin_commands(sub)
     users.add_parser(sub, _positive)
     return parser

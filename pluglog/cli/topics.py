@@ -5,15 +5,18 @@ import sys
 
 from pluglog import protocol as codec
 from pluglog.cli import cluster
-from pluglog.cli.common import check, metadata
+from pluglog.cli.common import add_json_flag, check, metadata, print_json
 from pluglog.cli.routing import router
 
 
 def add_parser(sub, positive, config_pair):
     parser = sub.add_parser("topics", help="manage topics")
     actions = parser.add_subparsers(dest="action", required=True)
-    actions.add_parser("list", help="list topic names").set_defaults(run=list_topics)
+    listing = actions.add_parser("list", help="list topic names")
+    add_json_flag(listing)
+    listing.set_defaults(run=list_topics)
     describe = actions.add_parser("describe", help="partitions, offsets and configs")
+    add_json_flag(describe)
     describe.add_argument("topic", nargs="?", help="required unless a health filter is given")
     cluster.add_topic_filters(describe)
     describe.set_defaults(run=describe_topic)
@@ -48,8 +51,11 @@ def add_parser(sub, positive, config_pair):
 
 
 def list_topics(client, args):
-    for topic in sorted(metadata(client, None)["topics"], key=lambda t: t["name"]):
-        print(topic["name"])
+    names = sorted(topic["name"] for topic in metadata(client, None)["topics"])
+    if getattr(args, "json", False):
+        return print_json(names)
+    for name in names:
+        print(name)
 
 
 def end_offsets(client, topic, partitions, timestamp, skip_leaderless=False):
@@ -94,13 +100,6 @@ def describe_topic(client, args):
     # A partition without a live leader shows "-" instead of failing the command.
     start = end_offsets(client, args.topic, parts, -2, skip_leaderless=True)
     end = end_offsets(client, args.topic, parts, -1, skip_leaderless=True)
-    print(f"Topic: {args.topic}\tPartitionCount: {len(parts)}")
-    for p in topic["partitions"]:
-        index = p["partition_index"]
-        print(
-            f"\tPartition: {index}\tLeader: {p['leader_id']}\tReplicas: {p['replica_nodes']}\t"
-            f"Isr: {p['isr_nodes']}\tStart: {start.get(index, '-')}\tEnd: {end.get(index, '-')}"
-        )
     resp = client.request(
         codec.DESCRIBE_CONFIGS,
         1,
@@ -112,6 +111,34 @@ def describe_topic(client, args):
     )
     result = resp["results"][0]
     check(result["error_code"], args.topic, result["error_message"])
+    if getattr(args, "json", False):
+        return print_json(
+            {
+                "topic": args.topic,
+                "partitions": [
+                    {
+                        "partition": p["partition_index"],
+                        "leader": p["leader_id"],
+                        "replicas": p["replica_nodes"],
+                        "isr": p["isr_nodes"],
+                        "start_offset": start.get(p["partition_index"]),
+                        "end_offset": end.get(p["partition_index"]),
+                    }
+                    for p in sorted(topic["partitions"], key=lambda p: p["partition_index"])
+                ],
+                "configs": {
+                    item["name"]: {"value": item["value"], "override": item["config_source"] == 1}
+                    for item in result["configs"]
+                },
+            }
+        )
+    print(f"Topic: {args.topic}\tPartitionCount: {len(parts)}")
+    for p in topic["partitions"]:
+        index = p["partition_index"]
+        print(
+            f"\tPartition: {index}\tLeader: {p['leader_id']}\tReplicas: {p['replica_nodes']}\t"
+            f"Isr: {p['isr_nodes']}\tStart: {start.get(index, '-')}\tEnd: {end.get(index, '-')}"
+        )
     for item in result["configs"]:
         marker = "*" if item["config_source"] == 1 else " "
         print(f"\t{marker} {item['name']}={item['value']}")

@@ -8,7 +8,12 @@ broker only when ``/metrics`` is scraped.
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 
-from pluglog.metrics.state import GroupCollector, PartitionCollector, ReplicationCollector
+from pluglog.metrics.state import (
+    CleanerCollector,
+    GroupCollector,
+    PartitionCollector,
+    ReplicationCollector,
+)
 from pluglog.metrics.traffic import TrafficCollector
 
 
@@ -19,6 +24,7 @@ def broker_registry(broker, metrics):
     registry.register(PartitionCollector(broker))
     registry.register(ReplicationCollector(broker))
     registry.register(GroupCollector(broker))
+    registry.register(CleanerCollector(broker))
     # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds, ...
     ProcessCollector(registry=registry)
     return registry

@@ -43,6 +43,12 @@ class PartitionCollector:
         leader = _partition_gauge(
             "pluglog_partition_leader", "1 if this broker leads the partition, else 0."
         )
+        follower_lag = GaugeMetricFamily(
+            "pluglog_follower_lag_messages",
+            "On the leader: offsets each follower is behind the leader's log end "
+            "(by its last fetch; the whole log before its first).",
+            labels=["topic", "partition", "follower"],
+        )
         for (topic, index), part in sorted(self.broker.partitions.items()):
             if part.offline:
                 continue
@@ -54,7 +60,12 @@ class PartitionCollector:
             end.add_metric(labels, plog.log_end_offset)
             hw.add_metric(labels, part.high_watermark)
             leader.add_metric(labels, 1 if part.is_leader else 0)
-        yield from (size, segments, start, end, hw, leader)
+            if part.is_leader:
+                leo = plog.log_end_offset
+                for broker_id, remote in sorted(part.remotes.items()):
+                    behind = leo - remote.leo if remote.leo >= 0 else leo - plog.log_start_offset
+                    follower_lag.add_metric([*labels, str(broker_id)], max(0, behind))
+        yield from (size, segments, start, end, hw, leader, follower_lag)
 
 
 class ReplicationCollector:
@@ -166,3 +177,27 @@ class GroupCollector:
         yield committed
         yield lag
         yield members
+
+
+class CleanerCollector:
+    """The log cleaner's progress (compaction of ``cleanup.policy=compact``)."""
+
+    def __init__(self, broker):
+        self.broker = broker
+
+    def collect(self):
+        cleaner = self.broker.cleaner
+        if cleaner is None:
+            return
+        stats = cleaner.stats
+        for key, name, doc in (
+            ("passes", "pluglog_cleaner_passes", "Compaction passes finished."),
+            ("bytes_read", "pluglog_cleaner_read_bytes", "Bytes the cleaner read."),
+            ("bytes_written", "pluglog_cleaner_written_bytes", "Bytes the cleaner wrote."),
+            (
+                "records_removed",
+                "pluglog_cleaner_removed_records",
+                "Records compaction removed (superseded keys and expired tombstones).",
+            ),
+        ):
+            yield CounterMetricFamily(name, doc, value=stats.get(key, 0))

@@ -6,7 +6,8 @@ every plugin, waits for the Deferreds they may return (the schema registry
 loads ``_schemas`` first) and only then listens, so a client never meets a
 half-loaded resource. Tracebacks are never shown: unexpected errors become
 a JSON body with status 500. ``/metrics`` (:mod:`pluglog.web.metrics`) is
-served unless ``metrics.enabled`` is false.
+served unless ``metrics.enabled`` is false; the read-only console
+(:mod:`pluglog.console`) is served at ``/console/``.
 """
 
 import json
@@ -16,6 +17,7 @@ from twisted.internet import defer, endpoints
 from twisted.logger import Logger
 from twisted.web import resource, server
 
+from pluglog.console.resource import ConsoleResource
 from pluglog.web.metrics import MetricsResource
 
 log = Logger()
@@ -69,6 +71,7 @@ class WebService(service.Service):
         self.root = Root()
         if metrics_registry is not None:
             self.root.putChild(b"metrics", MetricsResource(metrics_registry))
+        self.root.putChild(b"console", ConsoleResource(broker))
         self.port = None
 
     @defer.inlineCallbacks

@@ -348,3 +348,96 @@ def test_ctrl_c_stops_a_group_consumer_cleanly_and_commits(shared_broker):
     assert first + out.split() == [f"r{i}" for i in range(40)]
     # Its offsets were committed: nothing is left for the group.
     assert cli(shared_broker, "consume", "cli-int", "--group", "int", "--exit").stdout == ""
+
+
+def test_json_output_for_scripts(shared_broker):
+    """``--json`` on topics list|describe, groups list|describe and cluster
+    describe: one JSON document whose figures match what was done."""
+    import json
+
+    cli(
+        shared_broker,
+        "topics",
+        "create",
+        "cli-json",
+        "--partitions",
+        "2",
+        "--config",
+        "retention.ms=123456",
+    )
+    lines = "\n".join(f"k{i}:v{i}" for i in range(40)) + "\n"
+    cli(shared_broker, "produce", "cli-json", "--key-separator", ":", data=lines)
+    consumer = _consume_and_commit(shared_broker.bootstrap, "cli-json", "scripted", 40)
+    consumer.close()
+
+    assert "cli-json" in json.loads(cli(shared_broker, "topics", "list", "--json").stdout)
+    topic = json.loads(cli(shared_broker, "topics", "describe", "cli-json", "--json").stdout)
+    assert topic["topic"] == "cli-json"
+    assert [p["partition"] for p in topic["partitions"]] == [0, 1]
+    assert sum(p["end_offset"] - p["start_offset"] for p in topic["partitions"]) == 40
+    assert all(p["leader"] == 0 and p["isr"] == [0] for p in topic["partitions"])
+    assert topic["configs"]["retention.ms"] == {"value": "123456", "override": True}
+
+    groups = json.loads(cli(shared_broker, "groups", "list", "--json").stdout)
+    assert {"group": "scripted", "protocol_type": "consumer"} in groups
+    group = json.loads(cli(shared_broker, "groups", "describe", "scripted", "--json").stdout)
+    assert group["group"] == "scripted" and group["members"] == []
+    rows = [r for r in group["partitions"] if r["topic"] == "cli-json"]
+    assert sum(r["committed_offset"] for r in rows) == 40 and all(r["lag"] == 0 for r in rows)
+
+    cluster = json.loads(cli(shared_broker, "cluster", "describe", "--json").stdout)
+    assert cluster["controller"] == 0 and [b["id"] for b in cluster["brokers"]] == [0]
+    assert cluster["under_replicated"] == 0 and cluster["partitions"] >= 2
+
+
+def test_top_shows_each_topics_rates_from_the_metrics(tmp_path):
+    """``pluglog top`` reads a broker's /metrics: a topic being produced to
+    shows a message rate, an idle one 0; a bad URL is one line."""
+    import threading
+
+    import confluent_kafka
+
+    from tests.broker_process import BrokerProcess, free_port
+
+    http = free_port()
+    broker = BrokerProcess(
+        tmp_path / "data", extra_args=["--http", f"tcp:{http}:interface=127.0.0.1"]
+    ).start()
+    stop = threading.Event()
+    try:
+        cli(broker, "topics", "create", "top-busy", "--partitions", "1")
+        cli(broker, "topics", "create", "top-idle", "--partitions", "1")
+
+        def produce():
+            producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+            while not stop.is_set():
+                for _ in range(100):
+                    producer.produce("top-busy", b"x" * 100)
+                producer.flush(10)
+
+        thread = threading.Thread(target=produce)
+        thread.start()
+        out = cli(
+            broker,
+            "top",
+            "--url",
+            f"http://127.0.0.1:{http}",
+            "--interval",
+            "1",
+            "--iterations",
+            "2",
+        ).stdout
+        blocks = [b for b in out.split("\n\n") if b.strip()]
+        assert len(blocks) == 2
+        rows = {line.split()[0]: line.split() for line in blocks[-1].splitlines()[1:]}
+        assert float(rows["top-busy"][1].replace(",", "")) > 0
+        assert rows["top-idle"][1] == "0"
+        assert list(rows) == ["top-busy", "top-idle"]  # busiest first
+        err = cli(broker, "top", "--url", f"http://127.0.0.1:{free_port()}", expect=1).stderr
+        assert err.startswith("pluglog: cannot read http://127.0.0.1:") and "Traceback" not in err
+        assert "positive number" in cli(broker, "top", "--interval", "0", expect=2).stderr
+    finally:
+        stop.set()
+        if "thread" in locals():
+            thread.join()
+        broker.stop()

@@ -129,3 +129,34 @@ class MetricsTests(SynchronousTestCase):
         proto.makeConnection(StringTransport())
         proto.dataReceived(produce_request(one_partition(batch()), cid=1))
         self.assertEqual(sum(stats.count for stats in self.metrics.apis), 0)
+
+    def test_follower_lag_and_cleaner_progress(self):
+        records = batch([b"a", b"b", b"c"])
+        for cid in range(2):
+            self.proto.dataReceived(produce_request(one_partition(records), cid=cid))
+        part = self.broker.partitions[("t", 0)]
+        now = self.broker.now_ms()
+        # The leader of t-0 with two followers: one fetched up to offset 2, one never.
+        part.become_leader(part.leader_epoch + 1, (0, 1, 2), (0,), now)
+        part.update_follower(1, 2, now)
+        found = self.samples()
+        lag = "pluglog_follower_lag_messages"
+        base = (("partition", "0"), ("topic", "t"))
+        self.assertEqual(found[(lag, (("follower", "1"), *base))], 6 - 2)
+        self.assertEqual(found[(lag, (("follower", "2"), *base))], 6)
+        # No cleaner service: no cleaner series. With one, its stats.
+        self.assertNotIn(("pluglog_cleaner_passes_total", ()), found)
+        self.broker.cleaner = type("Cleaner", (), {"stats": {"passes": 3, "records_removed": 7}})
+        found = self.samples()
+        self.assertEqual(found[("pluglog_cleaner_passes_total", ())], 3)
+        self.assertEqual(found[("pluglog_cleaner_removed_records_total", ())], 7)
+        self.assertEqual(found[("pluglog_cleaner_read_bytes_total", ())], 0)
+
+    def test_the_built_in_cleaner_is_the_one_metrics_read(self):
+        from pluglog.broker.log_cleaner import make_log_cleaner
+
+        self.assertIsNone(self.broker.cleaner)
+        cleaner = make_log_cleaner(self.broker)
+        self.assertIs(self.broker.cleaner, cleaner)
+        cleaner.stats["passes"] += 2
+        self.assertEqual(self.samples()[("pluglog_cleaner_passes_total", ())], 2)

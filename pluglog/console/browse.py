@@ -1,0 +1,121 @@
+"""The message browser's reads: records of one partition from an offset, formatted.
+
+Reads go through the partition's log (``IPartitionLog.read``, the fetch
+path's own call) up to the high watermark, as a consumer would see them,
+and decode batches with :mod:`pluglog.protocol.records` (compressed
+batches included). Each read is bounded: at most ``limit`` records and at
+most :data:`MAX_SCAN_BYTES` of batches per page, so no request can make the
+reactor walk a whole log. Control batches (transaction markers) are
+skipped, as consumers skip them.
+
+Keys, values and header values are shown as text when they are valid
+UTF-8, else as hex, cut at a length the caller chooses; the templates
+escape whatever text comes out (Jinja2 autoescape).
+"""
+
+import datetime
+
+from pluglog.errors import KafkaError
+from pluglog.protocol.records import batches_end, iter_batches
+
+#: Bytes of batches one page may read from the log, whatever ``limit`` is.
+MAX_SCAN_BYTES = 4 * 1024 * 1024
+#: Bytes asked of the log per read (one segment's batches at most).
+READ_BYTES = 1024 * 1024
+
+
+def shown(data, limit):
+    """``{"kind", "text", "length", "truncated"}`` of ``data`` for a page.
+
+    ``kind`` is ``null`` (no bytes at all), ``text`` (UTF-8) or ``hex``."""
+    if data is None:
+        return {"kind": "null", "text": "", "length": 0, "truncated": False}
+    raw = bytes(data)
+    cut = raw[:limit]
+    try:
+        text = raw.decode("utf-8")
+        kind = "text"
+        truncated = len(text) > limit
+        text = text[:limit]
+    except UnicodeDecodeError:
+        kind = "hex"
+        text = cut.hex(" ")
+        truncated = len(raw) > limit
+    return {"kind": kind, "text": text, "length": len(raw), "truncated": truncated}
+
+
+def timestamp_text(ms):
+    """ISO 8601 UTC of a record timestamp in ms (or ``-`` when it has none)."""
+    if ms is None or ms < 0:
+        return "-"
+    try:
+        moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    except (OverflowError, ValueError, OSError):
+        return str(ms)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _record_view(record, limit, decode, topic):
+    view = {
+        "offset": record.offset,
+        "timestamp": record.timestamp,
+        "time": timestamp_text(record.timestamp),
+        "key": shown(record.key, limit),
+        "value": shown(record.value, limit),
+        "headers": [(name, shown(value, limit)) for name, value in record.headers],
+        "key_decoded": None,
+        "value_decoded": None,
+    }
+    if decode is not None:
+        view["key_decoded"] = decode(topic, record.key)
+        view["value_decoded"] = decode(topic, record.value)
+    return view
+
+
+def read_records(part, offset, limit, shown_bytes=256, decode=None):
+    """Up to ``limit`` records of ``part`` at or after ``offset``, below its
+    high watermark; returns ``(records, next_offset)`` where ``next_offset``
+    is where the next page starts (None when the page reached the end).
+    ``decode(topic, bytes)`` (a :class:`pluglog.console.decode.Decoder`), when
+    given, adds each key's and value's decoded form (or None)."""
+    plog = part.log
+    end = part.high_watermark
+    position = max(offset, plog.log_start_offset)
+    records = []
+    scanned = 0
+    while position < end and len(records) < limit and scanned < MAX_SCAN_BYTES:
+        try:
+            result = plog.read(position, READ_BYTES, end, True)
+        except KafkaError:  # retention moved the start past us, or the log went away
+            break
+        if not result.size:
+            break
+        data = result.records
+        if not isinstance(data, bytes | bytearray | memoryview):
+            data = data.read()
+        scanned += result.size
+        for batch in iter_batches(data):
+            if batch.is_control:
+                continue
+            for record in batch.records:
+                if record.offset >= offset and record.offset < end and len(records) < limit:
+                    records.append(_record_view(record, shown_bytes, decode, part.topic))
+        following = batches_end(data, position)
+        if following <= position:
+            break
+        position = following
+    if records and len(records) >= limit:
+        following = records[-1]["offset"] + 1
+        return records, following if following < end else None
+    return records, (position if position < end else None)
+
+
+def read_one(part, offset, shown_bytes, decode=None):
+    """The record at exactly ``offset``, or None when there is none (compacted,
+    a control record, or outside the readable range)."""
+    if offset >= part.high_watermark or offset < part.log.log_start_offset:
+        return None
+    records, _next = read_records(part, offset, 1, shown_bytes, decode)
+    if records and records[0]["offset"] == offset:
+        return records[0]
+    return None

@@ -1,0 +1,194 @@
+"""pluglog.console in-process: the browser's reads, the pages' bounds, decoding.
+
+A real Broker (memory storage, a Clock) with batches appended through
+``Partition.append``; the resource is rendered with twisted.web's
+DummyRequest, so what is checked is the page the broker would send.
+"""
+
+import json
+import shutil
+import tempfile
+
+from twisted.trial.unittest import SynchronousTestCase
+from twisted.web.test.requesthelper import DummyRequest
+
+from pluglog.console import browse
+from pluglog.console.decode import Decoder, UnsafeSchemaError, check_avro
+from pluglog.console.resource import MAX_PAGE_SIZE, ConsoleResource, PageError, number
+from pluglog.protocol.records import Record, build_batch
+from pluglog.serialization.avro import AvroSerializer
+from pluglog.serialization.framing import frame
+from pluglog.serialization.registry import SchemaRegistry
+from tests.unit.test_server_fastlane import make_broker
+
+
+def render(resource, path, **args):
+    request = DummyRequest([p.encode() for p in path.split("/")])
+    request.args = {k.encode(): [str(v).encode()] for k, v in args.items()}
+    body = resource.render(request)
+    return request.responseCode or 200, body.decode("utf-8")
+
+
+class BrowseTests(SynchronousTestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="pluglog-console-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.broker = make_broker(self.dir, "memory")
+        self.part = self.broker.partition("t", 0)
+
+    def append(self, values, compression=0, timestamp=1000):
+        records = [Record(key=b"k", value=v, timestamp=timestamp) for v in values]
+        self.part.append(build_batch(records, compression=compression), 0)
+
+    def test_pages_across_batches_and_codecs(self):
+        self.append([b"a", b"b", b"c"])
+        self.append([b"d", b"e"], compression="zstd")
+        self.append([b"f"], compression="gzip")
+        records, following = browse.read_records(self.part, 1, 3)
+        self.assertEqual([r["value"]["text"] for r in records], ["b", "c", "d"])
+        self.assertEqual(following, 4)
+        records, following = browse.read_records(self.part, following, 3)
+        self.assertEqual([r["offset"] for r in records], [4, 5])
+        self.assertIsNone(following)  # the end: no next page
+        self.assertEqual(browse.read_records(self.part, 6, 3), ([], None))
+        self.assertEqual(browse.read_one(self.part, 4, 10)["value"]["text"], "e")
+        self.assertIsNone(browse.read_one(self.part, 6, 10))
+
+    def test_reads_stop_at_the_high_watermark(self):
+        self.append([b"a", b"b"])
+        self.part.high_watermark = 1  # b is not committed yet: a consumer would not see it
+        records, following = browse.read_records(self.part, 0, 10)
+        self.assertEqual([r["offset"] for r in records], [0])
+        self.assertIsNone(following)
+        self.assertIsNone(browse.read_one(self.part, 1, 10))
+
+    def test_a_page_scans_a_bounded_number_of_bytes(self):
+        self.patch(browse, "MAX_SCAN_BYTES", 1)
+        self.patch(browse, "READ_BYTES", 1)
+        for value in (b"a", b"b", b"c"):
+            self.append([value])
+        records, following = browse.read_records(self.part, 0, 100)
+        self.assertEqual([r["offset"] for r in records], [0])  # one batch, then it stops
+        self.assertEqual(following, 1)
+
+    def test_shown_as_text_hex_or_null(self):
+        self.assertEqual(
+            browse.shown("é<b>".encode(), 10),
+            {"kind": "text", "text": "é<b>", "length": 5, "truncated": False},
+        )
+        self.assertEqual(
+            browse.shown(b"\xff\x00\x10\x20", 2),
+            {"kind": "hex", "text": "ff 00", "length": 4, "truncated": True},
+        )
+        self.assertEqual(browse.shown(None, 5)["kind"], "null")
+        cut = browse.shown(b"x" * 300, 200)
+        self.assertEqual((cut["text"], cut["truncated"]), ("x" * 200, True))
+        self.assertEqual(browse.timestamp_text(1_700_000_000_123), "2023-11-14T22:13:20.123Z")
+        self.assertEqual(browse.timestamp_text(-1), "-")
+
+    def test_numbers_are_bounded(self):
+        self.assertEqual(number(" 42 ", "n"), 42)
+        for bad in ("", "-", "4.2", "0x10", "١٢", "²", "9" * 21, "-1", "9223372036854775808"):
+            with self.assertRaises(PageError) as caught:
+                number(bad, "the offset")
+            self.assertEqual(caught.exception.status, 400, bad)
+
+
+class PageTests(SynchronousTestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="pluglog-console-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.broker = make_broker(self.dir, "memory")
+        self.resource = ConsoleResource(self.broker)
+
+    def test_topic_list_is_filtered_and_paged(self):
+        for i in range(120):
+            self.broker.create_topic(f"many-{i:03d}", 1)
+        status, text = render(self.resource, "topics", q="MANY-", size=50, page=3)
+        self.assertEqual(status, 200)
+        self.assertIn("120 topic(s) matching “MANY-”; page 3 of 3.", text)
+        self.assertEqual(text.count('<tr><td><a href="/console/topics/many-'), 20)
+        self.assertIn("many-100", text)
+        self.assertNotIn("many-099", text)
+        status, text = render(self.resource, "topics", size=10**12)
+        self.assertIn(f"page size capped at {MAX_PAGE_SIZE}", text)
+
+    def test_partition_not_hosted_or_missing(self):
+        status, text = render(self.resource, "topics/t/2")
+        self.assertEqual(status, 404)
+        self.assertIn("has no partition 2", text)
+        status, text = render(self.resource, "topics/t/0/0")
+        self.assertEqual(status, 404)
+        self.assertIn("no record at offset 0", text)
+
+    def test_a_failing_page_is_a_500_page_not_a_crash(self):
+        def broken(_broker):
+            raise RuntimeError("boom <b>")
+
+        self.patch(ConsoleResource, "_route", lambda self, request, parts: broken(self))
+        status, text = render(self.resource, "")
+        self.assertEqual(status, 500)
+        self.assertIn("the page failed; the broker log has the details", text)
+        self.assertNotIn("boom", text)
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
+
+class DecodeTests(SynchronousTestCase):
+    """Framed values decoded through an in-process registry."""
+
+    def setUp(self):
+        self.registry = SchemaRegistry(write=lambda records: None)
+        self.decode = Decoder(self.registry)
+
+    def register(self, schema, schema_type="AVRO"):
+        subject = f"s{len(self.registry.ids)}"  # one each: no compatibility checks between them
+        return self.registry.register(subject, json.dumps(schema), schema_type)
+
+    def test_avro_and_json_values(self):
+        schema = {
+            "type": "record",
+            "name": "Order",
+            "fields": [{"name": "id", "type": "long"}, {"name": "note", "type": "string"}],
+        }
+        value = AvroSerializer(self.registry, schema=json.dumps(schema)).serialize(
+            "t", {"id": 7, "note": "<b>n</b>"}
+        )
+        out = self.decode("t", value)
+        self.assertEqual(out["type"], "AVRO")
+        self.assertEqual(json.loads(out["text"]), {"id": 7, "note": "<b>n</b>"})
+        json_id = self.register({"type": "object"}, "JSON")
+        out = self.decode("t", frame(json_id, b'{"a": [1, 2]}'))
+        self.assertEqual((out["type"], json.loads(out["text"])), ("JSON", {"a": [1, 2]}))
+        # Not framed, or an id the registry does not know: nothing decoded.
+        self.assertIsNone(self.decode("t", b"plain text"))
+        self.assertIsNone(self.decode("t", frame(999, b"x")))
+        self.assertIsNone(self.decode("t", None))
+        # Framed with a known id but not Avro of that schema: the error, not a crash.
+        out = self.decode("t", frame(out["schema_id"], b"{not json"))
+        self.assertIn("does not decode", out["error"])
+
+    def test_schemas_whose_reads_are_unbounded_are_not_used(self):
+        recursive = {
+            "type": "record",
+            "name": "Node",
+            "fields": [{"name": "next", "type": ["null", "Node"]}],
+        }
+        zero_items = {
+            "type": "record",
+            "name": "Z",
+            "fields": [
+                {"name": "e", "type": {"type": "record", "name": "E", "fields": []}},
+                {"name": "a", "type": {"type": "array", "items": "E"}},
+            ],
+        }
+        for schema, reason in ((recursive, "recursive type 'Node'"), (zero_items, "an array")):
+            schema_id = self.register(schema)
+            # A block count of 2**62 items that take no bytes: fastavro would
+            # loop for ever, so the value is not read at all.
+            value = frame(schema_id, b"\x02" * 3 + b"\xfe\xff\xff\xff\xff\xff\xff\xff\x7f")
+            out = self.decode("t", value)
+            self.assertIn(reason, out["error"])
+        safe = {"type": "array", "items": {"type": "map", "values": "int"}}
+        check_avro(json.dumps(safe))
+        with self.assertRaises(UnsafeSchemaError):
+            check_avro(json.dumps({"type": "map", "values": "null"}))
