@@ -149,9 +149,15 @@ class Cluster:
                     return value
             except (OSError, RuntimeError, KeyError) as exc:
                 last_error = exc
+            except Exception as exc:
+                # Not a transient condition (e.g. a partition missing from a
+                # Metadata answer): fail now, with the brokers' logs.
+                raise AssertionError(f"waiting for {what}: {exc!r}\n{self._logs()}") from exc
             time.sleep(interval)
-        logs = "\n".join(f"--- broker {n} ---\n{b.log()[-3000:]}" for n, b in self.brokers.items())
-        raise AssertionError(f"timed out waiting for {what} ({last_error})\n{logs}")
+        raise AssertionError(f"timed out waiting for {what} ({last_error})\n{self._logs()}")
+
+    def _logs(self):
+        return "\n".join(f"--- broker {n} ---\n{b.log()[-6000:]}" for n, b in self.brokers.items())
 
     def wait_for_isr(self, topic, partitions, size, timeout=30.0):
         def full():
