@@ -15,6 +15,7 @@ import json
 import time
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from pluglog import protocol as codec
 from pluglog.client.blocking import BlockingClient
@@ -37,7 +38,12 @@ class ZooKeeperView:
         return sorted(int(b) for b in self.client.retry(self.client.get_children, "/brokers/ids"))
 
     def controller(self):
-        raw, _ = self.client.retry(self.client.get, "/controller")
+        """The controller's id, or -1 between two controllers (the dead
+        one's ephemeral ``/controller`` is gone, no one has won yet)."""
+        try:
+            raw, _ = self.client.retry(self.client.get, "/controller")
+        except NoNodeError:
+            return -1
         return json.loads(raw)["brokerid"]
 
     def state(self, topic, partition):

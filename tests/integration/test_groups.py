@@ -292,7 +292,17 @@ def test_confluent_group_failover_exactly_once(shared_broker, tmp_path):
         assert victim_parts
         victim.stop(signal.SIGKILL)
         killed_at = time.time()
-        wait_for(lambda: progress() >= total, 90, "every record")
+        try:
+            wait_for(lambda: progress() >= total, 90, "every record")
+        except AssertionError as exc:
+            # What each side saw, for a stall that only a loaded run shows.
+            seen = {
+                w.err.name: (w.assignments()[-3:], len(w.records())) for w in (victim, survivor)
+            }
+            raise AssertionError(
+                f"{exc}: {progress()} of {total}; assignments and records {seen}\n"
+                f"{stall_dumps(workers)}\n--- broker log:\n{shared_broker.log()[-8000:]}"
+            ) from None
         taken_over = min(t for t, parts in survivor.assignments() if victim_parts <= parts)
         # Session expiry (6 s), a heartbeat, JoinGroup and SyncGroup.
         assert taken_over - killed_at < SESSION_MS / 1000 + 3, taken_over - killed_at
