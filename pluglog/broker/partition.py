@@ -41,6 +41,7 @@ from pluglog.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
 )
+from pluglog.interfaces import IOfflineLog
 from pluglog.replication.epochs import LeaderEpochCache
 from pluglog.storage.compaction import recompress, require_keys
 from pluglog.storage.records import validate_batches
@@ -83,6 +84,9 @@ class Partition:
         self.internal = internal
         self.index = index
         self.log = log
+        #: The storage could not open the log (pluglog.storage.offline): fixed
+        #: for the partition's life, so decided once, not per request.
+        self.log_offline = IOfflineLog.providedBy(log)
         self.config = topic_config
         self.node_id = node_id
         self.leader_id = node_id

@@ -50,7 +50,7 @@ class PartitionCollector:
             labels=["topic", "partition", "follower"],
         )
         for (topic, index), part in sorted(self.broker.partitions.items()):
-            if part.offline:
+            if part.log_offline:
                 continue
             labels = [topic, str(index)]
             plog = part.log
@@ -93,7 +93,7 @@ class ReplicationCollector:
         yield GaugeMetricFamily(
             "pluglog_offline_replicas",
             "Replicas on this broker whose log could not be opened.",
-            value=sum(1 for p in parts if p.offline),
+            value=sum(1 for p in parts if p.log_offline),
         )
         coordinator = broker.coordinator
         controller = coordinator.controller_id() == broker.node_id
@@ -138,7 +138,7 @@ def _offline_partitions(coordinator, broker):
                 offline += 1
             elif state.leader == broker.node_id:
                 part = broker.partitions.get((name, index))
-                if part is not None and part.offline:
+                if part is not None and part.log_offline:
                     offline += 1
     return offline
 
@@ -172,7 +172,7 @@ class GroupCollector:
                 labels = [group_id, topic, str(index)]
                 committed.add_metric(labels, om.offset)
                 part = partitions.get((topic, index))
-                if part is not None and not part.offline:
+                if part is not None and not part.log_offline:
                     lag.add_metric(labels, max(part.high_watermark - om.offset, 0))
         yield committed
         yield lag

@@ -160,3 +160,20 @@ class MetricsTests(SynchronousTestCase):
         self.assertIs(self.broker.cleaner, cleaner)
         cleaner.stats["passes"] += 2
         self.assertEqual(self.samples()[("pluglog_cleaner_passes_total", ())], 2)
+
+    def test_offline_replicas_are_logs_that_could_not_be_opened(self):
+        from pluglog.broker.partition import Partition
+        from pluglog.storage.offline import OfflineLog
+
+        self.proto.dataReceived(produce_request(one_partition(batch()), cid=1))
+        config = self.broker.partitions[("t", 0)].config
+        self.broker.partitions[("bad", 0)] = Partition(
+            "bad", 0, OfflineLog("bad", 0, "unreadable"), config
+        )
+        # A partition refusing clients while the ZooKeeper session is lost
+        # still has its log: not an offline replica, and its gauges stay.
+        self.broker.partitions[("t", 0)].go_offline()
+        found = self.samples()
+        self.assertEqual(found[("pluglog_offline_replicas", ())], 1)
+        self.assertIn(("pluglog_log_end_offset", (("partition", "0"), ("topic", "t"))), found)
+        self.assertNotIn(("pluglog_log_end_offset", (("partition", "0"), ("topic", "bad"))), found)

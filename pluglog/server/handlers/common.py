@@ -13,7 +13,6 @@ from pluglog.errors import (
     UNKNOWN_TOPIC_OR_PARTITION,
     KafkaError,
 )
-from pluglog.interfaces import IOfflineLog
 
 NO_RESPONSE = object()
 
@@ -59,7 +58,7 @@ def leader_error(broker, topic, part, want, index):
         if meta is not None and 0 <= index < meta.num_partitions:
             return NOT_LEADER_OR_FOLLOWER
         return UNKNOWN_TOPIC_OR_PARTITION
-    if IOfflineLog.providedBy(part.log):  # could not be opened: storage/offline.py
+    if part.log_offline:  # could not be opened: storage/offline.py
         return KAFKA_STORAGE_ERROR
     if not part.is_leader:
         return NOT_LEADER_OR_FOLLOWER

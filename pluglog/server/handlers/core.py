@@ -15,7 +15,6 @@ from pluglog.errors import (
     InvalidTopicError,
     KafkaError,
 )
-from pluglog.interfaces import IOfflineLog
 from pluglog.logsafe import SafeLogger
 from pluglog.protocol.apis import APIS
 from pluglog.protocol.primitives import read_uvarint
@@ -51,7 +50,7 @@ def _topic_entry(broker, name, meta, live):
         offline = [r for r in replicas if r not in live]
         code = NONE if leader >= 0 else LEADER_NOT_AVAILABLE
         part = broker.partitions.get((name, index))
-        if part is not None and IOfflineLog.providedBy(part.log):
+        if part is not None and part.log_offline:
             # Its log could not be opened here (storage/offline.py): reported
             # the way Kafka reports a replica on an offline log directory.
             offline.append(broker.node_id)
