@@ -12,6 +12,8 @@ import time
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.broker_process import BrokerProcess, free_port
+
 TOPIC = "console-demo"
 GROUP = "console-billing"
 HTML_GROUP = "<i>grp</i>"
@@ -60,3 +62,18 @@ def seed(bootstrap):
             )
         finally:
             consumer.close()
+
+
+def serve(base_dir):
+    """A broker with ``--http`` under ``base_dir``, seeded; yields
+    ``(broker, console base URL)`` and stops it afterwards (a module
+    fixture's body)."""
+    http = free_port()
+    broker = BrokerProcess(
+        base_dir / "data", extra_args=["--http", f"tcp:{http}:interface=127.0.0.1"]
+    ).start()
+    try:
+        seed(broker.bootstrap)
+        yield broker, f"http://127.0.0.1:{http}"
+    finally:
+        broker.stop()

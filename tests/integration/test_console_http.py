@@ -25,7 +25,6 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pluglog.serialization.framing import frame
-from tests.broker_process import BrokerProcess, free_port
 from tests.integration import console_data as data
 
 pytestmark = pytest.mark.integration
@@ -33,16 +32,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory):
-    http = free_port()
-    broker = BrokerProcess(
-        tmp_path_factory.mktemp("console-http") / "data",
-        extra_args=["--http", f"tcp:{http}:interface=127.0.0.1"],
-    ).start()
-    try:
-        data.seed(broker.bootstrap)
-        yield broker, f"http://127.0.0.1:{http}"
-    finally:
-        broker.stop()
+    yield from data.serve(tmp_path_factory.mktemp("console-http"))
 
 
 def get(base, path, method="GET"):
