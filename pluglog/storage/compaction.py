@@ -10,8 +10,8 @@ record's key and offset. This module keeps that work as small as it can be:
   timestamp and offset deltas stay relative to the original batch's base
   offset and base timestamp, which the new batch keeps);
 * compressed batches are decompressed, filtered and recompressed with the
-  batch's own codec through cramjam (snappy in the xerial framing the Java
-  client writes; raw snappy is read too);
+  batch's own codec through :mod:`pluglog.protocol.records`' codecs (snappy
+  in the xerial framing the Java client writes; raw snappy is read too);
 * a batch whose records all survive is returned as the same bytes.
 
 Batch metadata is kept as Kafka's cleaner keeps it: base offset, last offset
@@ -27,12 +27,9 @@ Contract: pure functions over bytes, safe on any thread or process.
 
 import struct
 
-import cramjam
-
 from pluglog.errors import CorruptRecordError, InvalidRecordError
 from pluglog.protocol.crc import crc32c
-from pluglog.protocol.records import compress as encode_codec
-from pluglog.protocol.records import decode_varlong
+from pluglog.protocol.records import compress, decode_varlong, decompress
 from pluglog.storage.records import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
@@ -42,62 +39,9 @@ from pluglog.storage.records import (
     LOG_OVERHEAD,
 )
 
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
-_XERIAL_BLOCK = 32 * 1024
 _U32 = struct.Struct(">I")
-_CODEC_NAMES = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 #: compression.type values and the batch attribute codec they stand for
 CODEC_IDS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
-
-
-def decompress(codec, data):
-    """The record array of a batch payload compressed with ``codec`` (0-4)."""
-    if codec == 0:
-        return bytes(data)
-    try:
-        if codec == 1:
-            return bytes(cramjam.gzip.decompress(bytes(data)))
-        if codec == 2:
-            data = bytes(data)
-            if not data.startswith(_XERIAL_MAGIC):
-                return bytes(cramjam.snappy.decompress_raw(data))
-            out, position = [], 16
-            while position < len(data):
-                (length,) = _U32.unpack_from(data, position)
-                position += 4
-                out.append(
-                    bytes(cramjam.snappy.decompress_raw(data[position : position + length]))
-                )
-                position += length
-            return b"".join(out)
-        if codec == 3:
-            return bytes(cramjam.lz4.decompress(bytes(data)))
-        if codec == 4:
-            return bytes(cramjam.zstd.decompress(bytes(data)))
-    except (cramjam.DecompressionError, struct.error, ValueError) as exc:
-        raise CorruptRecordError(f"cannot decompress {_CODEC_NAMES[codec]} batch: {exc}") from exc
-    raise InvalidRecordError(f"unknown compression codec {codec}")
-
-
-def compress(codec, data):
-    """Compress a record array with ``codec`` (0-4) the way Kafka clients do."""
-    if codec == 0:
-        return bytes(data)
-    if codec == 1:
-        return bytes(cramjam.gzip.compress(data))
-    if codec == 2:
-        blocks = [_XERIAL_HEADER]
-        for start in range(0, len(data), _XERIAL_BLOCK):
-            block = bytes(cramjam.snappy.compress_raw(data[start : start + _XERIAL_BLOCK]))
-            blocks += [_U32.pack(len(block)), block]
-        return b"".join(blocks)
-    if codec == 3:
-        # pluglog.protocol.records' frame: independent blocks, as Java reads them
-        return encode_codec(3, data)
-    if codec == 4:
-        return bytes(cramjam.zstd.compress(data))
-    raise InvalidRecordError(f"unknown compression codec {codec}")
 
 
 def _varint(data, position):
