@@ -15,7 +15,7 @@ from twisted.internet import endpoints
 from twisted.internet import reactor as default_reactor
 from twisted.python import usage
 
-from pluglog import __version__
+from pluglog import __version__, jsonlog
 from pluglog.addresses import listen_address
 from pluglog.config import (
     FSYNC_POLICIES,
@@ -233,8 +233,6 @@ class Options(usage.Options):
                 f"--log-format: expected text or json, got {self['log-format']!r}"
             )
         if self["log-format"] == "json" and self.parent is not None:
-            from pluglog import jsonlog
-
             if self.parent.get("logger"):
                 raise usage.UsageError(
                     "--log-format json and twistd's --logger exclude each other"

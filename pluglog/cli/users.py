@@ -19,6 +19,9 @@ import os
 import sys
 
 from pluglog.cli.common import CliError
+from pluglog.cli.login import LoginError, connect, read_properties
+from pluglog.client.blocking import ProtocolError
+from pluglog.errors import ConfigError
 from pluglog.security.credentials import (
     CODE_MECHANISMS,
     MECHANISM_CODES,
@@ -106,10 +109,6 @@ def _file_store(action, args):
 
 def _request(action, args, api_key, body):
     """One request to ``--bootstrap-server``, logged in per ``--command-config``."""
-    from pluglog.cli.login import LoginError, connect, read_properties
-    from pluglog.client.blocking import ProtocolError
-    from pluglog.errors import ConfigError
-
     try:
         props = read_properties(args.command_config) if args.command_config else {}
         with connect(args.server, props) as client:

@@ -30,6 +30,7 @@ from pluglog.interfaces import (
     IReplicatedLog,
     IReplicatingStorage,
 )
+from pluglog.storage.compaction import filter_batch, iter_keys
 from pluglog.storage.log import FSYNC_NEVER, BasePartitionLog
 from pluglog.storage.records import PreparedAppend, parse_header
 
@@ -175,9 +176,6 @@ class MemoryPartitionLog(BasePartitionLog):
         min.compaction.lag.ms). Each segment is rewritten in place; its last
         batch and producers' batches stay, emptied, so offsets and
         idempotence state survive."""
-        # compaction.py imports the protocol codec, which imports this package.
-        from pluglog.storage.compaction import filter_batch, iter_keys
-
         lag = self.config.min_compaction_lag_ms
         sources = []
         for segment in self.segments[:-1]:

@@ -26,6 +26,7 @@ from pluglog.interfaces import (
 from pluglog.storage.filenames import DELETED_SUFFIX, LOG_SUFFIX, TMP_SUFFIX, parse_segment_file
 from pluglog.storage.log import FSYNC_INTERVAL, BasePartitionLog
 from pluglog.storage.segment import LogSegment
+from pluglog.storage.swap import compact_inline, recover_swaps
 
 _log = Logger()
 
@@ -84,18 +85,12 @@ class SegmentPartitionLog(BasePartitionLog):
     def compact(self, now_ms):
         """ICompactableLog: one cleaner pass inline (the broker's log cleaner
         runs the same pass in a worker process instead)."""
-        from pluglog.storage.swap import compact_inline
-
         return compact_inline(self, now_ms)
 
     def _scan_directory(self):
         """Finish or undo an interrupted cleaner swap (:mod:`pluglog.storage.swap`),
         remove leftovers (``*.deleted``, ``*.tmp``, orphan indexes) and
         return the base offsets of the segments present."""
-        # Imported here: the cleaner's modules use the record codec, which
-        # imports pluglog.storage (a cycle at import time).
-        from pluglog.storage.swap import recover_swaps
-
         recover_swaps(self.directory)
         names = os.listdir(self.directory)
         bases = set()

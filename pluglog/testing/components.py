@@ -23,6 +23,7 @@ from pluglog.interfaces import (
     IRetentionPolicy,
     ISerializer,
 )
+from pluglog.security.acls import AclBinding
 from pluglog.storage.memory import MemoryPartitionLog
 from pluglog.testing.storage import NOW, batch
 
@@ -98,8 +99,6 @@ class AuthorizerContract:
     TOPIC, LITERAL, READ, WRITE, DENY, ALLOW = 2, 3, 3, 4, 2, 3
 
     def binding(self, principal, operation, permission, name="orders"):
-        from pluglog.security.acls import AclBinding
-
         return AclBinding(self.TOPIC, name, self.LITERAL, principal, "*", operation, permission)
 
     def everything(self):
