@@ -444,7 +444,9 @@ def test_watches_follow_changes_after_a_zookeeper_restart(rt, cluster, zk, zooke
     """kazoo drops every watch when its connection is lost and does not set
     them again when the same session reconnects: the brokers must, or they
     follow a dead leader forever (issue 21, defect 1)."""
-    nodes = cluster(1, 2)
+    # A session long enough to outlive a ZooKeeper restart on a loaded CI
+    # machine: this test is about the same session reconnecting.
+    nodes = cluster(1, 2, zookeeper_session_timeout_ms=20000)
     nodes[0].call("create_topic", "watched", 2, 2, {})
     rt.wait(lambda: all(n.co.partition_state("watched", p) for n in nodes for p in (0, 1)))
     sessions = [n.co.client.client_id[0] for n in nodes]
