@@ -23,7 +23,8 @@ from pluglog.cli.progress import Progress
 from pluglog.cli.routing import CONNECTION_ERRORS, NoLeaderError, router
 from pluglog.cli.sender import BACKOFF_S, RETRIABLE, RETRY_FOR_S, Sender, read_lines
 from pluglog.cli.topics import end_offsets
-from pluglog.protocol.records import CODEC_NAMES, Record, batches_end, iter_records
+from pluglog.protocol.codecs import CODEC_NAMES
+from pluglog.protocol.records import Record, batches_end, iter_records
 
 
 def add_parsers(sub, positive):

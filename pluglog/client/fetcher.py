@@ -12,8 +12,8 @@ from typing import NamedTuple
 
 from pluglog.client.codec import decode_consumer_records
 from pluglog.errors import CorruptRecordError, InvalidRecordError
+from pluglog.protocol.codecs import decompress
 from pluglog.protocol.crc import crc32c
-from pluglog.protocol.records import decompress
 from pluglog.serializers import BytesSerializer
 
 # The magic-2 batch header (kafka-protocol.md §2): base offset, length,

@@ -44,7 +44,7 @@ from pluglog.client.config import PRODUCER, client_config, ms
 from pluglog.client.errors import BrokerResponseError, KafkaClientError
 from pluglog.client.sender import SenderMixin
 from pluglog.errors import ConfigError
-from pluglog.protocol.records import CODEC_NAMES
+from pluglog.protocol.codecs import CODEC_NAMES
 from pluglog.serializers import BytesSerializer
 
 __all__ = ["KafkaTimeoutError", "Producer", "RecordMetadata", "RecordTooLargeError"]

@@ -16,7 +16,9 @@ the coordinator's watches (brokers, topics, partition states), the admin
 znodes (``/admin/delete_topics``, ``/admin/reassign_partitions``,
 ``/admin/preferred_replica_election``) and our request znodes under
 ``/pluglog/requests`` (elections and controlled shutdowns asked by any
-broker). Election rules: :mod:`pluglog.coordination.election`.
+broker). Election rules: :mod:`pluglog.coordination.election`; the admin and
+request znodes: :mod:`pluglog.coordination.adminznodes`; reassignment:
+:mod:`pluglog.coordination.reassignment`.
 """
 
 import dataclasses
@@ -27,6 +29,7 @@ from twisted.logger import Logger
 
 from pluglog.coordination import election
 from pluglog.coordination import zkdata as z
+from pluglog.coordination.adminznodes import AdminZnodesMixin
 from pluglog.coordination.reassignment import ReassignmentMixin
 from pluglog.coordination.state import PartitionState, StaleStateError
 from pluglog.coordination.zkbridge import DISCONNECTED, SerialWorker
@@ -48,7 +51,7 @@ class TopicView:
     version: int
 
 
-class Controller(ReassignmentMixin):
+class Controller(AdminZnodesMixin, ReassignmentMixin):
     """Runs on every broker; acts only while it holds ``/controller``."""
 
     def __init__(self, coordinator, reactor):
@@ -413,94 +416,3 @@ class Controller(ReassignmentMixin):
             s=stuck,
         )
         return remaining
-
-    # -- admin znodes ----------------------------------------------------------
-
-    def on_delete_topics(self):
-        if not self.active:
-            return
-        client = self.client
-        for topic in client.get_children(
-            z.DELETE_TOPICS, watch=self._watcher(self.on_delete_topics)
-        ):
-            paths = []
-            try:
-                for p in client.get_children(z.partitions_path(topic)):
-                    if client.exists(z.state_path(topic, p)):
-                        paths.append(z.state_path(topic, p))
-                    paths.append(f"{z.partitions_path(topic)}/{p}")
-                paths.append(z.partitions_path(topic))
-            except NoNodeError:
-                pass
-            for path in (z.topic_path(topic), z.config_path(topic)):
-                if client.exists(path):
-                    paths.append(path)
-            paths.append(f"{z.DELETE_TOPICS}/{topic}")
-            tx = client.transaction()
-            tx.check(z.CONTROLLER_EPOCH, self.epoch_version)
-            for path in paths:
-                tx.delete(path)
-            results = self._commit(tx)
-            failed = [r for r in results if isinstance(r, Exception)]
-            if failed:
-                self.say("deleting topic {t} failed: {e!r}; retrying", t=topic, e=failed[0])
-                self.post(self.on_delete_topics)
-            else:
-                self.say("deleted topic {t}", t=topic)
-
-    def on_preferred_admin(self):
-        """Kafka tooling's /admin/preferred_replica_election."""
-        if not self.active:
-            return
-        watch = self._watcher(self.on_preferred_admin)
-        try:
-            raw, stat = self.client.get(z.PREFERRED_ELECTION, watch=watch)
-        except NoNodeError:
-            self.client.exists(z.PREFERRED_ELECTION, watch=watch)
-            return
-        data = z.loads(raw) or {}
-        tps = [(e["topic"], int(e["partition"])) for e in data.get("partitions") or ()]
-        self.elect_partitions(tps, preferred=True)
-        try:
-            self.client.delete(z.PREFERRED_ELECTION, version=stat.version)
-        except (NoNodeError, BadVersionError):
-            pass
-        self.client.exists(z.PREFERRED_ELECTION, watch=watch)
-
-    def on_requests(self):
-        """Answer request znodes under /pluglog/requests."""
-        if not self.active:
-            return
-        client = self.client
-        for child in sorted(
-            client.get_children(z.REQUESTS, watch=self._watcher(self.on_requests))
-        ):
-            path = f"{z.REQUESTS}/{child}"
-            try:
-                raw, stat = client.get(path)
-            except NoNodeError:
-                continue
-            request = z.loads(raw) or {}
-            if "result" in request:
-                continue
-            if request.get("type") == "elect":
-                codes = self.elect_partitions(
-                    [(t, int(p)) for t, p in request.get("partitions", ())],
-                    preferred=bool(request.get("preferred", True)),
-                )
-                request["result"] = [[t, p, c] for (t, p), c in sorted(codes.items())]
-            elif request.get("type") == "controlled_shutdown":
-                broker = int(request["broker"])
-                request["result"] = {"remaining": self.controlled_shutdown(broker)}
-            else:
-                request["result"] = {"error": f"unknown request type {request.get('type')!r}"}
-            try:
-                client.set(path, z.dumps(request), version=stat.version)
-            except (NoNodeError, BadVersionError):
-                pass
-            if (
-                request.get("type") == "controlled_shutdown"
-                and request["broker"] == self.broker_id
-            ):
-                self.resign()
-                return

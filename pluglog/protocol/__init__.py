@@ -7,7 +7,8 @@ and writes the parts of :func:`encode_response` after a size prefix from
 
 Bodies are plain dicts keyed by the snake_case of Kafka's JSON field names; nested
 arrays of structs are lists of dicts.  RECORDS decode to zero-copy memoryviews.
-Record batch parsing/building lives in :mod:`pluglog.protocol.records`.
+Record batch parsing/building lives in :mod:`pluglog.protocol.records`, its
+compression codecs in :mod:`pluglog.protocol.codecs`.
 
 It may import only plugins and the layers below it (docs/architecture.rst,
 Layers): storage, the client and the server all build on it.

@@ -12,7 +12,8 @@ holds ``schema_check = None`` and tests that once per batch.
 """
 
 from pluglog.errors import InvalidRecordError
-from pluglog.protocol.records import decode_varint, decode_varlong, decompress
+from pluglog.protocol.codecs import decompress
+from pluglog.protocol.records import decode_varint, decode_varlong
 from pluglog.serialization.framing import HEADER_SIZE, MAGIC_BYTE
 
 _BATCH_HEADER = 61  # v2 record batch header bytes

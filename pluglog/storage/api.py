@@ -23,17 +23,14 @@ from pluglog.storage.compaction import filter_batch, iter_keys
 from pluglog.storage.crc import crc32c
 from pluglog.storage.records import (
     HEADER_SIZE,
-    AppendInfo,
     BatchHeader,
-    FileRange,
     PreparedAppend,
-    ReadResult,
-    SegmentInfo,
     parse_header,
     prepare_append,
     prepare_replicated,
     scan_batches,
 )
+from pluglog.storage.results import AppendInfo, FileRange, ReadResult, SegmentInfo
 
 
 def empty_read(log_start_offset, log_end_offset):

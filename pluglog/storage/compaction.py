@@ -10,7 +10,7 @@ record's key and offset. This module keeps that work as small as it can be:
   timestamp and offset deltas stay relative to the original batch's base
   offset and base timestamp, which the new batch keeps);
 * compressed batches are decompressed, filtered and recompressed with the
-  batch's own codec through :mod:`pluglog.protocol.records`' codecs (snappy
+  batch's own codec through :mod:`pluglog.protocol.codecs` (snappy
   in the xerial framing the Java client writes; raw snappy is read too);
 * a batch whose records all survive is returned as the same bytes.
 
@@ -28,8 +28,9 @@ Contract: pure functions over bytes, safe on any thread or process.
 import struct
 
 from pluglog.errors import CorruptRecordError, InvalidRecordError
+from pluglog.protocol.codecs import compress, decompress
 from pluglog.protocol.crc import crc32c
-from pluglog.protocol.records import compress, decode_varlong, decompress
+from pluglog.protocol.records import decode_varlong
 from pluglog.storage.records import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,

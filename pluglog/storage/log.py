@@ -5,7 +5,7 @@ Format: ``<data-dir>/<topic>-<partition>/`` holds the segment files of
 removed by retention, DeleteRecords or truncation are renamed to
 ``*.deleted`` and unlinked ``file.delete.delay.ms`` later (through the
 reactor's ``callLater`` when a reactor was given, at once otherwise), so a
-fetch that already holds a :class:`~pluglog.storage.records.FileRange` of
+fetch that already holds a :class:`~pluglog.storage.results.FileRange` of
 them can finish.
 
 Threading/reactor contract: every method is synchronous and runs on the
@@ -39,12 +39,8 @@ from twisted.logger import Logger
 
 from pluglog.errors import OffsetOutOfRangeError
 from pluglog.storage.api import append_info
-from pluglog.storage.records import (
-    ReadResult,
-    SegmentInfo,
-    prepare_append,
-    prepare_replicated,
-)
+from pluglog.storage.records import prepare_append, prepare_replicated
+from pluglog.storage.results import ReadResult, SegmentInfo
 from pluglog.storage.segment import MAX_RELATIVE_OFFSET
 
 _log = Logger()

@@ -9,9 +9,10 @@ producer sent except baseOffset (bytes 0-7) and partitionLeaderEpoch (bytes
 Appends go to the end of the file with one ``os.pwritev`` of the patched
 16-byte header prefixes and memoryview slices of the producer's buffers, so
 batch bodies are never copied in Python. Reads return a
-:class:`~pluglog.storage.records.FileRange` that fetch sends with
+:class:`~pluglog.storage.results.FileRange` that fetch sends with
 ``os.sendfile``; locating the range costs one index bisect plus a short
-header-only scan, never record decoding.
+header-only scan, never record decoding (the walks over the file are
+:mod:`pluglog.storage.logscan`).
 
 Threading: every method runs on the reactor thread (or one caller thread);
 nothing blocks except page-cache I/O and, when the fsync policy asks,
@@ -46,17 +47,10 @@ from pluglog.storage.filenames import (
     segment_path,
 )
 from pluglog.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
-from pluglog.storage.records import (
-    HEADER_SIZE,
-    MIN_BATCH_LENGTH,
-    FileRange,
-    parse_header,
-    scan_batches,
-)
+from pluglog.storage.logscan import index_entries, iter_headers, scan_file
+from pluglog.storage.records import HEADER_SIZE, parse_header
+from pluglog.storage.results import FileRange
 
-# Header scans read this much at a time; recovery reads bigger chunks.
-_SCAN_CHUNK = 16384
-_RECOVERY_CHUNK = 8 * 1024 * 1024
 #: relative offsets are u32 in the index; Kafka keeps them within int32
 MAX_RELATIVE_OFFSET = 2**31 - 1
 
@@ -230,57 +224,19 @@ class LogSegment:
 
     def _iter_headers(self, position, end):
         """Yield ``(position, header)`` of batches in [position, end), headers only."""
-        while end - position >= HEADER_SIZE:
-            # The descriptor is fetched per chunk: between two yields the
-            # caller may touch other segments and the LRU may close this one.
-            data = os.pread(self._file(), min(_SCAN_CHUNK, end - position), position)
-            used = 0
-            while len(data) - used >= HEADER_SIZE:
-                header = parse_header(data, used)
-                if header.magic != 2 or header.batch_length < MIN_BATCH_LENGTH:
-                    return
-                yield position + used, header
-                used += header.batch_length + 12
-            position += used
+        return iter_headers(self._file, position, end)
 
     def _scan(self, position, end, check_crc, next_offset=None):
         """Return ``(entries, stop)`` for the valid batches from ``position``;
         ``stop`` is where the first torn/corrupt batch (or ``end``) begins."""
-        entries = []
-        while position < end:
-            data = os.pread(self._file(), min(_RECOVERY_CHUNK, end - position), position)
-            found, stop = scan_batches(data, 0, len(data), next_offset, check_crc)
-            if not found and len(data) >= HEADER_SIZE:
-                # A batch bigger than one chunk: read exactly that batch.
-                size = parse_header(data).batch_length + 12
-                if len(data) < size <= end - position:
-                    data = os.pread(self._file(), size, position)
-                    found, stop = scan_batches(data, 0, len(data), next_offset, check_crc)
-            if not found:
-                break
-            entries.extend((position + p, h) for p, h in found)
-            next_offset = found[-1][1].next_offset
-            position += stop
-        return entries, position
+        return scan_file(self._file, position, end, check_crc, next_offset)
 
     def rebuild_indexes(self, check_crc=False):
         """Rebuild both indexes from the log; return where the valid batches end."""
         entries, stop = self._scan(0, self.size, check_crc, self.base_offset)
-        offsets, positions, times, time_offsets = [], [], [], []
-        interval = self.index_interval_bytes
-        since = 0
-        max_ts, offset_of_max = -1, self.base_offset
-        for position, header in entries:
-            if since > interval:
-                offsets.append(header.base_offset - self.base_offset)
-                positions.append(position)
-                if max_ts >= 0 and (not times or max_ts > times[-1]):
-                    times.append(max_ts)
-                    time_offsets.append(offset_of_max - self.base_offset)
-                since = 0
-            since += header.batch_length + 12
-            if header.max_timestamp > max_ts:
-                max_ts, offset_of_max = header.max_timestamp, header.last_offset
+        offsets, positions, times, time_offsets, since, max_ts, offset_of_max = index_entries(
+            entries, self.base_offset, self.index_interval_bytes
+        )
         self.index.reset(offsets, positions)
         self.time_index.reset(times, time_offsets)
         self._indexes_loaded = True
@@ -377,7 +333,7 @@ class LogSegment:
         """Return ``(position, header)`` of the first batch with last offset >= offset."""
         self._ensure_indexes()
         _, position = self.index.lookup(offset)
-        for batch_position, header in self._iter_headers(position, self.size):
+        for batch_position, header in iter_headers(self._file, position, self.size):
             if header.base_offset + header.last_offset_delta >= offset:
                 return batch_position, header
         return None, None
@@ -408,7 +364,7 @@ class LogSegment:
         if j >= 0 and index.positions[j] > scan_from:
             scan_from = index.positions[j]
         end = scan_from
-        for position, next_header in self._iter_headers(scan_from, self.size):
+        for position, next_header in iter_headers(self._file, scan_from, self.size):
             batch_end = position + next_header.batch_length + 12
             if batch_end > limit or (
                 max_offset is not None and next_header.base_offset >= max_offset
@@ -424,7 +380,7 @@ class LogSegment:
             return None
         before = self.time_index.lookup_before(timestamp)
         position = self.index.lookup(max(before or 0, min_offset))[1]
-        for _, header in self._iter_headers(position, self.size):
+        for _, header in iter_headers(self._file, position, self.size):
             if header.max_timestamp >= timestamp and header.next_offset > min_offset:
                 return header.base_offset, header.max_timestamp
         return None
@@ -433,7 +389,7 @@ class LogSegment:
         position, header = self._locate(start_offset)
         if header is None:
             return
-        for _, header in self._iter_headers(position, self.size):
+        for _, header in iter_headers(self._file, position, self.size):
             yield header
 
     def truncate_to(self, offset):

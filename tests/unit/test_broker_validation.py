@@ -14,7 +14,8 @@ from pluglog.broker.validation import (
     walk_records,
 )
 from pluglog.errors import InvalidRecordError
-from pluglog.protocol.records import CODEC_NAMES, Record, build_batch, compress, encode_varint
+from pluglog.protocol.codecs import CODEC_NAMES, compress
+from pluglog.protocol.records import Record, build_batch, encode_varint
 from pluglog.storage.crc import crc32c
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")

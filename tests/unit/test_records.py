@@ -8,6 +8,7 @@ from kafka.record import util as kp_util
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from pluglog.errors import CorruptRecordError, InvalidRecordError
+from pluglog.protocol import codecs
 from pluglog.protocol import records as rec
 from pluglog.protocol.records import Record, build_batch, iter_batches, parse_batch
 from pluglog.storage import compaction
@@ -149,17 +150,17 @@ def test_iter_batches_ignores_truncated_tail():
 
 def test_snappy_raw_and_xerial_both_decode():
     payload = b"hello snappy " * 1000
-    assert rec.decompress(2, snappy.compress(payload)) == payload
-    framed = rec.compress(2, payload * 10)  # > one 32 KiB xerial block
+    assert codecs.decompress(2, snappy.compress(payload)) == payload
+    framed = codecs.compress(2, payload * 10)  # > one 32 KiB xerial block
     assert framed.startswith(b"\x82SNAPPY\x00")
-    assert rec.decompress(2, framed) == payload * 10
+    assert codecs.decompress(2, framed) == payload * 10
 
 
 def test_unknown_codec_is_a_clear_error():
-    with pytest.raises(rec.UnsupportedCodecError):
-        rec.decompress(6, b"data")
+    with pytest.raises(codecs.UnsupportedCodecError):
+        codecs.decompress(6, b"data")
     with pytest.raises(CorruptRecordError):
-        rec.decompress(1, b"not gzip")
+        codecs.decompress(1, b"not gzip")
 
 
 def _lz4_blocks(frame):
@@ -181,7 +182,7 @@ def test_lz4_frames_have_independent_blocks_as_the_java_client_reads_them():
     own (KIP-57); a frame whose blocks are linked does not read there once it
     spans more than one 64 KiB block."""
     payload = b"".join(b"record %d with some text; " % (i % 700) for i in range(20000))
-    check_independent_lz4_blocks(rec.compress(3, payload), payload)
+    check_independent_lz4_blocks(codecs.compress(3, payload), payload)
     # the log cleaner's recompression writes the same frames
     check_independent_lz4_blocks(compaction.compress(3, payload), payload)
 
@@ -199,7 +200,7 @@ def check_independent_lz4_blocks(frame, payload):
         for compressed, data in blocks
     ]
     assert b"".join(alone) == payload
-    assert rec.decompress(3, frame) == payload
+    assert codecs.decompress(3, frame) == payload
 
 
 @pytest.mark.parametrize("codec", CODECS)

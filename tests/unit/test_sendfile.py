@@ -17,7 +17,7 @@ from twisted.trial import unittest
 
 from pluglog.server import sendfile
 from pluglog.server.sendfile import SocketWriter, supports_direct
-from pluglog.storage.records import FileRange
+from pluglog.storage.results import FileRange
 
 
 class _Sender(protocol.Protocol):

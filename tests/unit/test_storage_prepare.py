@@ -5,7 +5,8 @@ import pytest
 from pluglog.errors import CorruptRecordError, InvalidRecordError, MessageTooLargeError
 from pluglog.protocol.records import parse_batch
 from pluglog.storage import records as storage_records
-from pluglog.storage.records import AppendInfo, prepare_append, validate_batches
+from pluglog.storage.records import prepare_append, validate_batches
+from pluglog.storage.results import AppendInfo
 from tests.unit.test_storage_segments import corrupt_fields, make_batch
 
 MAX = 1 << 20

@@ -306,7 +306,7 @@ def _open_fds():
 
 
 def test_descriptors_scale_with_segments_in_use(tmp_path):
-    from pluglog.storage.records import FileRange
+    from pluglog.storage.results import FileRange
 
     store = SegmentLogStorage(str(tmp_path), topic_defaults=CONFIG, max_open_segments=8)
     before = _open_fds()

@@ -1,0 +1,114 @@
+"""The controller's work queues in ZooKeeper: admin znodes and broker requests.
+
+Kafka's tools and pluglog's brokers ask the controller for work by writing
+znodes, which it watches and answers on its event thread:
+
+* ``/admin/delete_topics/<topic>``: the controller deletes the topic's
+  znodes (states, partitions, assignment, config) and the request in one
+  transaction fenced by the controller epoch;
+* ``/admin/preferred_replica_election``: a preferred-leader election for the
+  listed partitions, then the znode is deleted;
+* ``/pluglog/requests/<n>``: an ``elect`` (preferred or unclean) or a
+  ``controlled_shutdown`` from any broker. The answer is written back into
+  the same znode as ``result``, where the asking broker waits for it.
+
+Reassignment (``/admin/reassign_partitions``) is
+:mod:`pluglog.coordination.reassignment`.
+"""
+
+from kazoo.exceptions import BadVersionError, NoNodeError
+
+from pluglog.coordination import zkdata as z
+
+
+class AdminZnodesMixin:
+    """Methods of :class:`pluglog.coordination.controller.Controller`."""
+
+    def on_delete_topics(self):
+        if not self.active:
+            return
+        client = self.client
+        for topic in client.get_children(
+            z.DELETE_TOPICS, watch=self._watcher(self.on_delete_topics)
+        ):
+            paths = []
+            try:
+                for p in client.get_children(z.partitions_path(topic)):
+                    if client.exists(z.state_path(topic, p)):
+                        paths.append(z.state_path(topic, p))
+                    paths.append(f"{z.partitions_path(topic)}/{p}")
+                paths.append(z.partitions_path(topic))
+            except NoNodeError:
+                pass
+            for path in (z.topic_path(topic), z.config_path(topic)):
+                if client.exists(path):
+                    paths.append(path)
+            paths.append(f"{z.DELETE_TOPICS}/{topic}")
+            tx = client.transaction()
+            tx.check(z.CONTROLLER_EPOCH, self.epoch_version)
+            for path in paths:
+                tx.delete(path)
+            results = self._commit(tx)
+            failed = [r for r in results if isinstance(r, Exception)]
+            if failed:
+                self.say("deleting topic {t} failed: {e!r}; retrying", t=topic, e=failed[0])
+                self.post(self.on_delete_topics)
+            else:
+                self.say("deleted topic {t}", t=topic)
+
+    def on_preferred_admin(self):
+        """Kafka tooling's /admin/preferred_replica_election."""
+        if not self.active:
+            return
+        watch = self._watcher(self.on_preferred_admin)
+        try:
+            raw, stat = self.client.get(z.PREFERRED_ELECTION, watch=watch)
+        except NoNodeError:
+            self.client.exists(z.PREFERRED_ELECTION, watch=watch)
+            return
+        data = z.loads(raw) or {}
+        tps = [(e["topic"], int(e["partition"])) for e in data.get("partitions") or ()]
+        self.elect_partitions(tps, preferred=True)
+        try:
+            self.client.delete(z.PREFERRED_ELECTION, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            pass
+        self.client.exists(z.PREFERRED_ELECTION, watch=watch)
+
+    def on_requests(self):
+        """Answer request znodes under /pluglog/requests."""
+        if not self.active:
+            return
+        client = self.client
+        for child in sorted(
+            client.get_children(z.REQUESTS, watch=self._watcher(self.on_requests))
+        ):
+            path = f"{z.REQUESTS}/{child}"
+            try:
+                raw, stat = client.get(path)
+            except NoNodeError:
+                continue
+            request = z.loads(raw) or {}
+            if "result" in request:
+                continue
+            if request.get("type") == "elect":
+                codes = self.elect_partitions(
+                    [(t, int(p)) for t, p in request.get("partitions", ())],
+                    preferred=bool(request.get("preferred", True)),
+                )
+                request["result"] = [[t, p, c] for (t, p), c in sorted(codes.items())]
+            elif request.get("type") == "controlled_shutdown":
+                broker = int(request["broker"])
+                request["result"] = {"remaining": self.controlled_shutdown(broker)}
+            else:
+                request["result"] = {"error": f"unknown request type {request.get('type')!r}"}
+            try:
+                client.set(path, z.dumps(request), version=stat.version)
+            except (NoNodeError, BadVersionError):
+                pass
+            if (
+                request.get("type") == "controlled_shutdown"
+                and request["broker"] == self.broker_id
+            ):
+                self.resign()
+                return

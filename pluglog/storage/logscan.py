@@ -1,0 +1,95 @@
+"""Walking a segment's .log file batch by batch, reading headers only.
+
+Three reads of a log file that need nothing of the segment but its
+descriptor, each reading in chunks with ``os.pread``:
+
+* :func:`iter_headers`, the header-only walk that reads, offset and
+  timestamp lookups and truncation use to step from an index entry to the
+  batch they want (no CRC check: the file was checked when it was opened);
+* :func:`scan_file`, the CRC-checked scan that recovery cuts a torn or
+  corrupt tail at, and that finds a segment's next offset and max timestamp;
+* :func:`index_entries`, the sparse offset and time index entries of a
+  scanned file, as the append path would have written them.
+
+``fileno`` is a callable returning the descriptor, asked once per chunk: a
+walk is a generator, and between two of its steps the caller may touch other
+segments, so the open-files LRU may have closed and reopened this one's.
+"""
+
+import os
+
+from pluglog.storage.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    parse_header,
+    scan_batches,
+)
+
+# Header walks read this much at a time; scans read bigger chunks.
+SCAN_CHUNK = 16384
+RECOVERY_CHUNK = 8 * 1024 * 1024
+
+
+def iter_headers(fileno, position, end):
+    """Yield ``(position, header)`` of batches in [position, end), headers
+    only; stop at the first header that is not a magic-2 batch."""
+    while end - position >= HEADER_SIZE:
+        data = os.pread(fileno(), min(SCAN_CHUNK, end - position), position)
+        used = 0
+        while len(data) - used >= HEADER_SIZE:
+            header = parse_header(data, used)
+            if header.magic != 2 or header.batch_length < MIN_BATCH_LENGTH:
+                return
+            yield position + used, header
+            used += header.batch_length + LOG_OVERHEAD
+        position += used
+
+
+def scan_file(fileno, position, end, check_crc, next_offset=None):
+    """Return ``(entries, stop)`` for the valid batches from ``position``
+    (see :func:`~pluglog.storage.records.scan_batches`); ``stop`` is where
+    the first torn or corrupt batch (or ``end``) begins."""
+    entries = []
+    while position < end:
+        data = os.pread(fileno(), min(RECOVERY_CHUNK, end - position), position)
+        found, stop = scan_batches(data, 0, len(data), next_offset, check_crc)
+        if not found and len(data) >= HEADER_SIZE:
+            # A batch bigger than one chunk: read exactly that batch.
+            size = parse_header(data).batch_length + LOG_OVERHEAD
+            if len(data) < size <= end - position:
+                data = os.pread(fileno(), size, position)
+                found, stop = scan_batches(data, 0, len(data), next_offset, check_crc)
+        if not found:
+            break
+        entries.extend((position + p, h) for p, h in found)
+        next_offset = found[-1][1].next_offset
+        position += stop
+    return entries, position
+
+
+def index_entries(entries, base_offset, interval):
+    """The index entries of scanned ``entries`` (``(position, header)``),
+    one per ``interval`` bytes as appends add them.
+
+    Returns ``(offsets, positions, times, time_offsets, since, max_ts,
+    offset_of_max)``: relative offsets and file positions for the offset
+    index, timestamps and relative offsets for the time index, the bytes
+    written since the last entry, and the largest timestamp (-1 if none)
+    with the offset it belongs to (``base_offset`` if none).
+    """
+    offsets, positions, times, time_offsets = [], [], [], []
+    since = 0
+    max_ts, offset_of_max = -1, base_offset
+    for position, header in entries:
+        if since > interval:
+            offsets.append(header.base_offset - base_offset)
+            positions.append(position)
+            if max_ts >= 0 and (not times or max_ts > times[-1]):
+                times.append(max_ts)
+                time_offsets.append(offset_of_max - base_offset)
+            since = 0
+        since += header.batch_length + LOG_OVERHEAD
+        if header.max_timestamp > max_ts:
+            max_ts, offset_of_max = header.max_timestamp, header.last_offset
+    return offsets, positions, times, time_offsets, since, max_ts, offset_of_max
