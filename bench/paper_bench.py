@@ -2,10 +2,18 @@
 
 Runs the peers harness (/work/shared/bench-peers, copied to a scratch
 directory because the shared copy is read-only) for each system, ``--runs``
-times, interleaved (redis, pluglog, pluglog-tuned, redis, ...) so every
-system sees the same machine, and prints the medians and the ratios
-pluglog / Redis per test. While a broker runs, its RSS is sampled from
-/proc every 100 ms.
+times, interleaved so every system sees the same machine: the order of the
+systems is reversed every other run (redis, pluglog, pluglog-tuned, then
+pluglog-tuned, pluglog, redis, ...), so a load that grows or fades during
+the run falls on all alike. It prints the medians, the ratios pluglog /
+Redis per test and the server's CPU per message (the harness's
+``server_cpu``, /proc utime+stime over the test). While a broker runs, its
+RSS is sampled from /proc every 100 ms.
+
+On a shared machine single runs of the batch-50 test move by 10-20 % (at
+N=300,000 it lasts about a second): compare before/after with ``--base``,
+``--runs 5`` or more and N of 1,000,000, and read the broker CPU per
+message beside msgs/s.
 
 Systems:
 
@@ -29,6 +37,7 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -46,6 +55,11 @@ TWISTD = (
     "pluglog --listen tcp:$KAFKA_PORT:interface=127.0.0.1 "
     "--advertised-listener 127.0.0.1:$KAFKA_PORT --data-dir $KAFKA_DATA"
 )
+
+
+# run.sh's log line per test (stderr): "[hh:mm:ss] system,test,batch,messages,
+# seconds,msgs_per_s,mb_per_s server_cpu=S.SSs ..."
+_SERVER_CPU = re.compile(r"\] [^,\s]+,(\w+),(\w+),(\d+),[\d.]+,[\d.]+,[\d.]+ server_cpu=([\d.]+)s")
 
 
 def prepare(work):
@@ -121,7 +135,11 @@ def run_system(peers, venv, work, system, n, env_extra, pid_name):
             rows[(row[1], row[2])] = float(row[5])
     if not rows:
         sys.stderr.write(proc.stderr[-3000:])
-    return rows, sampler.max_kb // 1024
+    cpu = {}  # (test, batch) -> server CPU µs per message
+    for test, batch, messages, seconds in _SERVER_CPU.findall(proc.stderr):
+        if int(messages):
+            cpu[(test, batch)] = 1e6 * float(seconds) / int(messages)
+    return rows, cpu, sampler.max_kb // 1024
 
 
 def main():
@@ -168,21 +186,28 @@ def main():
     if args.base:
         systems.insert(systems.index("pluglog") + 1 if "pluglog" in systems else 0, "pluglog-base")
     results = {name: [] for name in systems}
+    cpus = {name: [] for name in systems}
     rss = {name: [] for name in systems}
     print(f"loadavg at start: {open('/proc/loadavg').read().strip()}", flush=True)
     for run in range(1, args.runs + 1):
-        for name in systems:
+        for name in systems if run % 2 else systems[::-1]:
             adapter, env_extra, pid_name, n = plans[name]
             t0 = time.monotonic()
-            rows, max_rss = run_system(peers, venv, args.work, adapter, n, env_extra, pid_name)
+            rows, cpu, max_rss = run_system(
+                peers, venv, args.work, adapter, n, env_extra, pid_name
+            )
             results[name].append(rows)
+            cpus[name].append(cpu)
             rss[name].append(max_rss)
-            shown = " ".join(f"{t}/{b}={v:,.0f}" for (t, b), v in sorted(rows.items()))
+            shown = " ".join(
+                f"{t}/{b}={v:,.0f}" + (f" ({cpu[(t, b)]:.2f} µs)" if (t, b) in cpu else "")
+                for (t, b), v in sorted(rows.items())
+            )
             print(
                 f"run {run} {name}: {shown}  max RSS {max_rss} MB ({time.monotonic() - t0:.0f} s)",
                 flush=True,
             )
-    report(results, rss, systems)
+    report(results, cpus, rss, systems)
     out = os.path.join(args.work, f"paper-{time.strftime('%Y%m%d-%H%M%S')}.json")
     with open(out, "w") as handle:
         json.dump(
@@ -190,6 +215,10 @@ def main():
                 "results": {
                     k: [{"/".join(t): v for t, v in r.items()} for r in runs]
                     for k, runs in results.items()
+                },
+                "server_cpu_us_per_msg": {
+                    k: [{"/".join(t): v for t, v in r.items()} for r in runs]
+                    for k, runs in cpus.items()
                 },
                 "rss_mb": rss,
             },
@@ -204,11 +233,14 @@ def median_of(runs, test):
     return (statistics.median(values), values) if values else (None, [])
 
 
-def report(results, rss, systems):
+def report(results, cpus, rss, systems):
     redis = results.get("redis", [])
     print()
-    print("| test | system | msgs/s (median) | runs | redis msgs/s | ratio |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| test | system | msgs/s (median) | runs | redis msgs/s | ratio "
+        "| server CPU µs/msg (median) |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for test in TESTS:
         base, _ = median_of(redis, test)
         for name in systems:
@@ -220,7 +252,12 @@ def report(results, rss, systems):
             ratio = f"{med / base:.2f}x" if base else "n/a"
             runs = " ".join(f"{v:,.0f}" for v in values)
             base_s = f"{base:,.0f}" if base else "n/a"
-            print(f"| {'/'.join(test)} | {name} | {med:,.0f} | {runs} | {base_s} | {ratio} |")
+            cpu, _ = median_of(cpus[name], test)
+            cpu_s = f"{cpu:.2f}" if cpu is not None else "n/a"
+            print(
+                f"| {'/'.join(test)} | {name} | {med:,.0f} | {runs} | {base_s} | {ratio} "
+                f"| {cpu_s} |"
+            )
     for name in systems:
         print(f"max broker RSS {name}: {rss[name]} MB")
 
