@@ -133,6 +133,11 @@ CONFIG_DOCS = {
         _I,
         "How long a failed authentication waits before its connection is closed.",
     ),
+    "connections.max.reauth.ms": (
+        _L,
+        "Lifetime of a SASL session: a client must re-authenticate within it or its "
+        "connection is closed at its next request (0: no limit).",
+    ),
     "inter.broker.listener.name": (_S, "The listener replica fetchers connect to."),
     "security.inter.broker.protocol": (
         _S,

@@ -113,6 +113,8 @@ class KafkaServerProtocol(protocol.Protocol):
         self.peer = None
         #: callbacks run once when the connection is lost (parked group requests)
         self._close_hooks = {}
+        #: reactor seconds when the SASL session ends (KIP-368), None: never
+        self.auth_expires = None
 
     def connectionMade(self):
         peer = self.transport.getPeer()
@@ -231,6 +233,12 @@ class KafkaServerProtocol(protocol.Protocol):
     def _handle_frame(self, frame):
         if self.metrics is not None:
             self._arrived = _now_ns()
+        if self.auth_expires is not None and self.broker.reactor.seconds() > self.auth_expires:
+            # KIP-368, checked when a request arrives as Kafka does.
+            self._bad_input(
+                "its SASL session expired without re-authentication (connections.max.reauth.ms)"
+            )
+            return
         if self._gate is not None and self._gate.intercept(frame):
             return
         if (
