@@ -208,6 +208,8 @@ class BrokerConfig:
     allow_everyone_if_no_acl_found: bool = False
     #: KIP-306: close a failed login this late (the client reads the error first)
     connection_failed_authentication_delay_ms: int = 100
+    #: KIP-368: SASL sessions last this long; 0 never expires (Kafka's default)
+    connections_max_reauth_ms: int = 0
     #: The listener replica fetchers connect to (default: the one named like
     #: security.inter.broker.protocol), and how they log in on a SASL one.
     inter_broker_listener_name: str = ""

@@ -333,6 +333,7 @@ BROKER_KEYS = {
         "connection_failed_authentication_delay_ms",
         int_parser(0),
     ),
+    "connections.max.reauth.ms": ("connections_max_reauth_ms", int_parser(0)),
     # Inter-broker traffic (pluglog.security.interbroker checks them at start-up).
     "inter.broker.listener.name": ("inter_broker_listener_name", _string),
     "security.inter.broker.protocol": (

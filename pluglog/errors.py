@@ -180,6 +180,34 @@ InvalidProducerEpochError = _kafka_error(
 InvalidRecordError = _kafka_error(
     "INVALID_RECORD", INVALID_RECORD, "A record batch is structurally invalid."
 )
+
+
+class InvalidRecordsError(InvalidRecordError):  # type: ignore[valid-type,misc]
+    """INVALID_RECORD naming the refused records (KIP-467).
+
+    ``record_errors`` is ``[(batch_index, message)]``, the 0-based index of
+    each bad record in the batch, in order; Produce v8+ answers them as
+    ``record_errors`` (librdkafka fails exactly those records with
+    INVALID_RECORD and the others of the batch, which were not written
+    either, with its local _INVALID_DIFFERENT_RECORD).
+    """
+
+    def __init__(self, message, record_errors):
+        super().__init__(message)
+        self.record_errors = list(record_errors)
+
+
+def records_refused(what, record_errors):
+    """An :class:`InvalidRecordsError` for ``record_errors`` (non-empty),
+    its message naming how many records and the first three."""
+    shown = "; ".join(f"record {index}: {message}" for index, message in record_errors[:3])
+    return InvalidRecordsError(
+        f"{what}: {len(record_errors)} record(s) of the batch refused ({shown}"
+        f"{'; ...' if len(record_errors) > 3 else ''})",
+        record_errors,
+    )
+
+
 KafkaStorageError = _kafka_error(
     "KAFKA_STORAGE_ERROR", KAFKA_STORAGE_ERROR, "Disk error while accessing the log."
 )

@@ -188,6 +188,16 @@ class Options(usage.Options):
                 )
             except ConfigError as exc:
                 raise usage.UsageError(f"--retention: {exc}") from None
+        # The options standing for Kafka keys count as set at start-up
+        # (DescribeConfigs' STATIC_BROKER_CONFIG) when given.
+        given = {
+            "listeners": listen != self.defaults["listen"],
+            "advertised.listeners": bool(self["advertised-listener"]),
+            "log.dirs": self["data-dir"] != self.defaults["data-dir"],
+            "broker.id": self["broker-id"] is not None,
+            "log.retention.policy": self["retention"] is not None,
+        }
+        changes["explicit_keys"] = config.explicit_keys | {k for k, on in given.items() if on}
         config = config.replace(**changes)
         if config.coordinator == "zookeeper":
             check_zookeeper_connect(config.zookeeper_connect)

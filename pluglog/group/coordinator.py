@@ -426,7 +426,9 @@ class GroupCoordinator(MemberOperations, OffsetOperations, PartitionOwnership):
         for member in list(group.members.values()):
             d, member.join_deferred = member.join_deferred, None
             member.is_new = False
-            self._schedule_session(group, member)
+            # Kafka re-arms every session here: members get a whole session
+            # to send SyncGroup after the (maybe long) wait in JoinGroup.
+            self._schedule_session(group, member, heard=False)
             fire_once(d, self._current_join_result(group, member))
 
     def _sync_expired(self, group, generation):

@@ -6,6 +6,11 @@ provides the rebalance steps used here (``_prepare_rebalance``,
 request from a member restarts its session timer; a member parked in
 JoinGroup or SyncGroup is never expired, because clients stop heartbeating
 while such a request is outstanding (the rebalance timeout bounds that wait).
+A parked request whose connection closes is abandoned (:meth:`abandon`): no
+answer can reach its client any more, so the member counts as not waiting
+and its session runs from its last request. Without that, a static member
+closed during a rebalance (librdkafka sends no LeaveGroup for those) stayed
+until the rebalance completed plus a whole session.
 """
 
 from twisted.internet import defer
@@ -134,8 +139,11 @@ class MemberOperations:
         self._schedule_session(group, group.members[member_id])
         return REBALANCE_IN_PROGRESS if group.state == PREPARING_REBALANCE else NONE
 
-    def _schedule_session(self, group, member):
+    def _schedule_session(self, group, member, heard=True):
+        """(Re)start the session timer; ``heard``: a request of the member's."""
         delay = member.session_timeout_ms / 1000.0
+        if heard:
+            member.heard_at = self.reactor.seconds()
         call = member.heartbeat_call
         if call is not None and call.active():
             call.reset(delay)
@@ -150,10 +158,43 @@ class MemberOperations:
         if member.join_deferred is not None or member.sync_deferred is not None:
             # Clients do not heartbeat while a JoinGroup or SyncGroup is
             # parked; the rebalance timeout bounds that wait instead.
-            self._schedule_session(group, member)
+            self._schedule_session(group, member, heard=False)
             return
         log.info("group {g}: session of member {m} expired", g=group.group_id, m=member.member_id)
         self._remove_member(group, member, "session timeout")
+
+    def abandon(self, group_id, deferred):
+        """The connection of a parked JoinGroup/SyncGroup (``deferred``) closed.
+
+        The member stops counting as waiting, so a rebalance no longer waits
+        for it and its session expires ``session.timeout.ms`` after its last
+        request (now, if that is past). A client that reconnects and sends
+        the request again parks it anew.
+        """
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        for member in group.members.values():
+            if member.join_deferred is deferred:
+                member.join_deferred = None
+                what = "JoinGroup"
+            elif member.sync_deferred is deferred:
+                member.sync_deferred = None
+                what = "SyncGroup"
+            else:
+                continue
+            log.info(
+                "group {g}: member {m} closed its connection with a {what} pending",
+                g=group_id,
+                m=member.member_id,
+                what=what,
+            )
+            left = member.heard_at + member.session_timeout_ms / 1000.0 - self.reactor.seconds()
+            self._cancel(member.heartbeat_call)
+            member.heartbeat_call = self.reactor.callLater(
+                max(left, 0.0), self._session_expired, group, member
+            )
+            return
 
     def _pending_expired(self, group, member_id):
         if group.pending_members.pop(member_id, None) is not None:

@@ -45,6 +45,7 @@ class Member:
         "assignment",
         "client_host",
         "client_id",
+        "heard_at",
         "heartbeat_call",
         "instance_id",
         "is_new",
@@ -80,6 +81,8 @@ class Member:
         self.join_deferred = None
         self.sync_deferred = None
         self.heartbeat_call = None
+        #: reactor seconds of the member's last request (its session runs from there)
+        self.heard_at = 0.0
         self.is_new = False
 
     def protocol_names(self):

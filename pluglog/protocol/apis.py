@@ -36,7 +36,7 @@ SUPPORTED = {
     21: (0, 1),  # DeleteRecords
     22: (0, 4),  # InitProducerId; v3+ carries KIP-360's epoch bump
     23: (2, 3),  # OffsetForLeaderEpoch
-    32: (0, 2),  # DescribeConfigs
+    32: (0, 4),  # DescribeConfigs; v3+ types and docs (not in kafka-python's release probe)
     33: (0, 1),  # AlterConfigs
     35: (0, 4),  # DescribeLogDirs; v5 would make kafka-python infer Kafka 4.3
     37: (0, 1),  # CreatePartitions

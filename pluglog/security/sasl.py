@@ -12,6 +12,14 @@ principal and the SASL state. On a SASL listener it gates the connection
 until authentication completes: only ApiVersions, SaslHandshake and
 SaslAuthenticate pass, anything else closes the connection (Kafka's
 behaviour); after SaslHandshake v0 the next frames are raw SASL tokens.
+
+Re-authentication (KIP-368): with ``connections.max.reauth.ms`` above 0 a
+session lasts that long (SaslAuthenticate v1+ tells the client, which then
+re-authenticates on the same connection with SaslHandshake v1 and
+SaslAuthenticate, same mechanism and same principal). A request arriving
+after the session's end closes the connection (Kafka checks at receive time
+too), and a re-authentication that fails (credentials removed meanwhile)
+closes it like a failed login.
 """
 
 import base64
@@ -199,6 +207,8 @@ class Session:
         "security",
         "acl_cache",
         "failure_logged",
+        "reauthenticating",
+        "lifetime_ms",
     )
 
     def __init__(self, listener, conn, security):
@@ -212,6 +222,10 @@ class Session:
         #: authorization decisions of this connection (pluglog.server.authorization)
         self.acl_cache = {}
         self.failure_logged = False
+        #: a SaslHandshake started a re-authentication of this session
+        self.reauthenticating = False
+        #: session lifetime granted by the last authentication (0: unlimited)
+        self.lifetime_ms = 0
 
     @property
     def authenticated(self):
@@ -250,19 +264,45 @@ class Session:
                 return None
             raise
         if self.exchange.complete:
-            self.principal = "User:" + self.exchange.username
+            principal = "User:" + self.exchange.username
+            self.exchange = None
+            if self.reauthenticating and principal != self.principal:
+                exc = AuthenticationFailed(
+                    f"re-authentication as {principal} on a connection of {self.principal} "
+                    "(principals cannot change)"
+                )
+                self.fail(exc)
+                raise exc
+            self.principal = principal
             self.raw = False
             self.conn._gate = _Authorizing(self) if self.authorizing else None
+            self._start_lifetime()
             log.info(
-                "{peer} authenticated as {principal} ({mechanism}) on {listener}",
+                "{peer} {how} as {principal} ({mechanism}) on {listener}",
                 peer=self.conn.peer,
+                how="re-authenticated" if self.reauthenticating else "authenticated",
                 principal=self.principal,
                 mechanism=self.mechanism,
                 listener=self.listener.name,
             )
+            self.reauthenticating = False
         if raw:
             self.conn._write([challenge])
         return challenge
+
+    def _start_lifetime(self):
+        # The session ends connections.max.reauth.ms from now (KIP-368); the
+        # connection checks its end at each request it receives.
+        broker = self.conn.broker
+        self.lifetime_ms = broker.config.connections_max_reauth_ms
+        if self.lifetime_ms > 0:
+            self.conn.auth_expires = broker.reactor.seconds() + self.lifetime_ms / 1000.0
+
+    def begin_reauthentication(self, mechanism, exchange):
+        """A SaslHandshake on an authenticated connection (KIP-368)."""
+        self.reauthenticating = True
+        self.mechanism = mechanism
+        self.exchange = exchange
 
     def fail(self, exc):
         """Close after the current answer. Logged now (the client usually
@@ -270,6 +310,7 @@ class Session:
         reason names the user, never the password."""
         self.exchange = None
         self.raw = False
+        self.reauthenticating = False
         if not self.failure_logged:
             self.failure_logged = True
             # Counted per connection, like the log line (pluglog.metrics reads it).

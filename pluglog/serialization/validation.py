@@ -3,7 +3,8 @@
 ``confluent.value.schema.validation=true`` (and ``confluent.key.schema.validation``)
 on a topic makes its leader refuse, with INVALID_RECORD, any produced batch
 holding a record whose value (key) does not start with the magic byte and a
-schema id the broker's registry has registered. Null values (tombstones) and
+schema id the broker's registry has registered, naming each such record by
+its index in the batch (KIP-467's ``record_errors``). Null values (tombstones) and
 null keys pass. Checking is per record (a walk over each record's key and
 value lengths, headers skipped; compressed batches are decompressed), so it
 costs per-record work;
@@ -11,7 +12,7 @@ topics without the configs pay nothing: :class:`~pluglog.broker.partition.Partit
 holds ``schema_check = None`` and tests that once per batch.
 """
 
-from pluglog.errors import InvalidRecordError
+from pluglog.errors import InvalidRecordError, records_refused
 from pluglog.protocol.codecs import decompress
 from pluglog.protocol.records import decode_varint, decode_varlong
 from pluglog.serialization.framing import HEADER_SIZE, MAGIC_BYTE
@@ -83,16 +84,14 @@ class SchemaCheck:
         self.keys = keys
         self.values = values
 
-    def _bad(self, what, offset_delta, data, ids):
+    def _bad(self, what, data, ids):
         if data is None:
             return None
         if len(data) < HEADER_SIZE or data[0] != MAGIC_BYTE:
-            return f"record {offset_delta}: {what} is not framed with a schema id"
+            return f"{what} is not framed with a schema id"
         schema_id = int.from_bytes(data[1:HEADER_SIZE], "big")
         if schema_id not in ids:
-            return (
-                f"record {offset_delta}: {what} has schema id {schema_id}, which is not registered"
-            )
+            return f"{what} has schema id {schema_id}, which is not registered"
         return None
 
     def __call__(self, records):
@@ -103,12 +102,16 @@ class SchemaCheck:
                 "registry (start it with --http)"
             )
         ids = registry.ids
-        for delta, (key, value) in enumerate(iter_keys_values(records)):
-            problem = (self.values and self._bad("value", delta, value, ids)) or (
-                self.keys and self._bad("key", delta, key, ids)
+        refused = []
+        for index, (key, value) in enumerate(iter_keys_values(records)):
+            problem = (self.values and self._bad("value", value, ids)) or (
+                self.keys and self._bad("key", key, ids)
             )
             if problem:
-                raise InvalidRecordError(f"{self.topic}: {problem}")
+                refused.append((index, problem))
+        if refused:
+            # Every bad record is named by its index in the batch (KIP-467).
+            raise records_refused(self.topic, refused)
 
 
 def schema_check_for(broker, topic, topic_config):

@@ -37,7 +37,7 @@ from twisted.logger import Logger
 
 from pluglog.errors import KafkaError
 from pluglog.protocol.hotpath import encode_produce_response
-from pluglog.server.handlers.produce import one_batch, partition_result
+from pluglog.server.handlers.produce import error_result, one_batch
 
 _HEADER = struct.Struct(">hhih")  # api key, version, correlation id, client id length
 _INT16 = struct.Struct(">h").unpack_from
@@ -204,7 +204,7 @@ def _error_frame(version, correlation_id, name, index, exc):
         "responses": [
             {
                 "name": name,
-                "partition_responses": [partition_result(index, exc.error_code, message=str(exc))],
+                "partition_responses": [error_result(index, exc)],
             }
         ],
         "throttle_time_ms": 0,

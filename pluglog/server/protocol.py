@@ -111,6 +111,10 @@ class KafkaServerProtocol(protocol.Protocol):
         self._throttled = None  # the callLater that ends a quota mute
         self._writer = None
         self.peer = None
+        #: callbacks run once when the connection is lost (parked group requests)
+        self._close_hooks = {}
+        #: reactor seconds when the SASL session ends (KIP-368), None: never
+        self.auth_expires = None
 
     def connectionMade(self):
         peer = self.transport.getPeer()
@@ -229,6 +233,12 @@ class KafkaServerProtocol(protocol.Protocol):
     def _handle_frame(self, frame):
         if self.metrics is not None:
             self._arrived = _now_ns()
+        if self.auth_expires is not None and self.broker.reactor.seconds() > self.auth_expires:
+            # KIP-368, checked when a request arrives as Kafka does.
+            self._bad_input(
+                "its SASL session expired without re-authentication (connections.max.reauth.ms)"
+            )
+            return
         if self._gate is not None and self._gate.intercept(frame):
             return
         if (
@@ -310,7 +320,7 @@ class KafkaServerProtocol(protocol.Protocol):
         except ValueError as exc:
             self._bad_input(f"malformed request body: {exc}", header)
             return
-        ctx = RequestContext(self.broker, header, self.peer, self.session)
+        ctx = RequestContext(self.broker, header, self.peer, self.session, self.on_close)
         started = time.perf_counter_ns()
         try:
             if self._gate is not None:
@@ -448,8 +458,21 @@ class KafkaServerProtocol(protocol.Protocol):
         chunks.insert(0, _SIZE.pack(total))
         self.transport.writeSequence(chunks)
 
+    def on_close(self, callback):
+        """Run ``callback()`` when this connection is lost; returns the
+        function that forgets it again (its request was answered)."""
+        key = object()
+        self._close_hooks[key] = callback
+        return lambda: self._close_hooks.pop(key, None)
+
     def connectionLost(self, reason):
         self._closing = True
+        hooks, self._close_hooks = self._close_hooks, {}
+        for callback in hooks.values():
+            try:
+                callback()
+            except Exception:
+                log.failure("a connection-close callback failed")
         if self._throttled is not None and self._throttled.active():
             self._throttled.cancel()
         if self.guard is not None:

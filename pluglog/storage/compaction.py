@@ -27,7 +27,7 @@ Contract: pure functions over bytes, safe on any thread or process.
 
 import struct
 
-from pluglog.errors import CorruptRecordError, InvalidRecordError
+from pluglog.errors import CorruptRecordError, InvalidRecordError, records_refused
 from pluglog.protocol.codecs import compress, decompress
 from pluglog.protocol.crc import crc32c
 from pluglog.protocol.records import decode_varlong
@@ -115,6 +115,16 @@ def first_keyless_record(batch):
     return None
 
 
+def keyless_records(batch):
+    """Batch indexes (0-based positions) of the records without a key."""
+    fields, data = batch_records(batch)
+    return [
+        index
+        for index, (_, _, _, key, _) in enumerate(iter_record_spans(data, fields[12]))
+        if key is None
+    ]
+
+
 def _crc_ok(batch):
     """One whole batch whose CRC-32C matches (what the append checks too)."""
     if len(batch) < HEADER_SIZE:
@@ -125,18 +135,18 @@ def _crc_ok(batch):
 
 
 def require_keys(batch):
-    """Raise InvalidRecordError if a record of ``batch`` has no key (what a
-    compacted topic refuses, per batch, as Kafka does)."""
+    """Raise InvalidRecordsError naming every record of ``batch`` without a
+    key (a compacted topic refuses the batch, as Kafka does)."""
     if not _crc_ok(batch):
         return  # the append's own validation refuses it (CORRUPT_MESSAGE)
     try:
-        delta = first_keyless_record(batch)
+        missing = keyless_records(batch)
     except CorruptRecordError as exc:
         raise InvalidRecordError(str(exc)) from None
-    if delta is not None:
-        raise InvalidRecordError(
-            f"compacted topic cannot accept a record without a key (record {delta} of the batch)"
-        )
+    if missing:
+        # Every keyless record is named (KIP-467), as Kafka's LogValidator does.
+        reason = "a compacted topic cannot accept a record without a key"
+        raise records_refused("compacted topic", [(index, reason) for index in missing])
 
 
 def recompress(batch, compression_type):

@@ -65,6 +65,61 @@ def test_kafka_python_describe_configs(shared_broker, admin):
         client.close()
 
 
+def test_kafka_python_describe_configs_v4_types_and_sources(shared_broker, admin):
+    # kafka-python 3 sends DescribeConfigs v4 (flexible) and names the v3+
+    # config types; the broker it infers is unchanged (no DescribeConfigs probe).
+    from kafka.admin import ConfigResource as KpResource
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
+
+    _wait(admin.create_topics([NewTopic("adm-kp4", 1, 1, config={"retention.ms": "5000"})]))
+    client = KafkaAdminClient(bootstrap_servers=shared_broker.bootstrap)
+    try:
+        described = client.describe_configs(
+            [KpResource(ConfigResourceType.TOPIC, "adm-kp4")], config_filter="all"
+        )
+        inferred = client.get_broker_version_data(0).broker_version
+    finally:
+        client.close()
+    configs = described["topic"]["adm-kp4"]
+    # config_type is only in v3+ answers (kafka-python keeps what it decoded).
+    assert (configs["retention.ms"]["value"], configs["retention.ms"]["config_type"]) == (
+        "5000",
+        "LONG",
+    )
+    assert configs["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"
+    assert configs["cleanup.policy"]["config_type"] == "LIST"
+    assert configs["segment.bytes"]["config_type"] == "INT"
+    assert configs["segment.bytes"]["config_source"] == "DEFAULT_CONFIG"
+    assert inferred == (2, 6)
+
+
+class _NoAdvertisedListener(BrokerProcess):
+    """A broker started with --listen only: it derives its advertised address."""
+
+    def command(self):
+        cmd = super().command()
+        at = cmd.index("--advertised-listener")
+        return cmd[:at] + cmd[at + 2 :]
+
+
+def test_unset_advertised_listeners_is_a_default(tmp_path):
+    broker = _NoAdvertisedListener(tmp_path / "data").start()
+    try:
+        client = AdminClient({"bootstrap.servers": broker.bootstrap})
+        resource = ConfigResource(ConfigResource.Type.BROKER, "0")
+        configs = _wait(client.describe_configs([resource]))[resource]
+    finally:
+        broker.stop()
+    default = confluent_kafka.admin.ConfigSource.DEFAULT_CONFIG.value
+    static = confluent_kafka.admin.ConfigSource.STATIC_BROKER_CONFIG.value
+    advertised = configs["advertised.listeners"]
+    assert advertised.value == f"PLAINTEXT://{broker.bootstrap}"
+    assert (advertised.source, advertised.is_default) == (default, True)
+    assert configs["listeners"].source == static  # --listen was given
+    assert configs["log.dirs"].source == static  # so was --data-dir
+    assert configs["num.partitions"].source == default
+
+
 def test_create_partitions_and_delete_records(shared_broker, admin):
     _wait(admin.create_topics([NewTopic("adm-grow", 1, 1)]))
     _wait(admin.create_partitions([NewPartitions("adm-grow", 4)]))

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 from twisted.internet.task import Clock
 
+from pluglog import errors
 from pluglog.broker.log_cleaner import ILogCleaner, LogCleaner, _inline_runner, cleanable_range
 from pluglog.config import BrokerConfig, TopicConfig
 from pluglog.protocol.records import Record, build_batch, iter_batches
@@ -283,6 +284,13 @@ def test_compaction_module_round_trip():
         (12, b"b", True),
     ]
     assert compaction.first_keyless_record(batch) == 1
+    assert compaction.keyless_records(batch) == [1]
+    with pytest.raises(errors.InvalidRecordsError) as refused:
+        compaction.require_keys(batch)
+    assert refused.value.record_errors == [
+        (1, "a compacted topic cannot accept a record without a key")
+    ]
+    assert refused.value.error_code == errors.INVALID_RECORD
     new, kept, removed = compaction.filter_batch(batch, lambda o, k, n: k is not None)
     assert (kept, removed) == (2, 1)
     [parsed] = list(iter_batches(new))  # CRC verified

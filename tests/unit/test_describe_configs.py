@@ -1,12 +1,14 @@
-"""DescribeConfigs: Kafka's config sources, synonyms and listeners, for
-brokers and topics, through the codec in every advertised version."""
+"""DescribeConfigs: Kafka's config sources, synonyms, listeners, types and
+documentation, for brokers and topics, through the codec in every advertised
+version."""
 
 import pytest
 from twisted.internet.task import Clock
 
+from pluglog import config_docs
 from pluglog import protocol as codec
 from pluglog.broker.core import Broker
-from pluglog.config import parse_settings
+from pluglog.config import BROKER_KEYS, TOPIC_KEYS, parse_settings
 from pluglog.plugins import make_plugin_manager
 from pluglog.registry import Registry
 from pluglog.server.handlers.config_sources import strport_address
@@ -32,6 +34,10 @@ def broker(tmp_path):
         advertised_host="kafka-1.example",
         advertised_port=19092,
     )
+    # As twistd pluglog records --listen, --advertised-listener and --data-dir.
+    config = config.replace(
+        explicit_keys=config.explicit_keys | {"listeners", "advertised.listeners", "log.dirs"}
+    )
     clock = Clock()
     clock.advance(1000)
     b = Broker(config, Registry(make_plugin_manager(autoload=False)), clock)
@@ -40,24 +46,25 @@ def broker(tmp_path):
     return b
 
 
-def describe(broker, version, rtype, name, keys=None, synonyms=False):
+def describe(broker, version, rtype, name, keys=None, synonyms=False, docs=False):
     body = {
         "resources": [{"resource_type": rtype, "resource_name": name, "configuration_keys": keys}],
         "include_synonyms": synonyms,
+        "include_documentation": docs,
     }
     (result,) = call(broker, codec.DESCRIBE_CONFIGS, version, body)["results"]
     assert result["error_code"] == 0, result
     return {c["name"]: c for c in result["configs"]}
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_broker_sources_listeners_and_cluster_keys(broker, version):
     configs = describe(broker, version, 4, str(broker.node_id))
     source = {k: c["config_source"] for k, c in configs.items()}
     value = {k: c["value"] for k, c in configs.items()}
     assert value["listeners"] == "PLAINTEXT://127.0.0.1:9092"
     assert value["advertised.listeners"] == "PLAINTEXT://kafka-1.example:19092"
-    assert source["listeners"] == STATIC  # --listen differs from tcp:9092
+    assert source["listeners"] == STATIC  # --listen given
     assert source["advertised.listeners"] == STATIC
     assert (value["log.retention.ms"], source["log.retention.ms"]) == ("1000", STATIC)
     assert source["replica.lag.time.max.ms"] == STATIC
@@ -80,7 +87,7 @@ def test_broker_v0_is_default_and_key_filter(broker):
     assert configs["num.partitions"]["is_default"] is True
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_topic_sources_inherit_the_broker(broker, version):
     configs = describe(broker, version, 2, "t")
     assert (configs["segment.bytes"]["value"], configs["segment.bytes"]["config_source"]) == (
@@ -131,7 +138,58 @@ def test_ipv6_listener_in_kafka_form(broker):
 
 
 def test_default_listener_is_default_config(broker):
-    broker.config = broker.config.replace(listen="tcp:9092")
+    broker.config = broker.config.replace(listen="tcp:9092", explicit_keys=frozenset())
     configs = describe(broker, 2, 4, "", keys=["listeners"])
     assert configs["listeners"]["value"] == "PLAINTEXT://0.0.0.0:9092"
     assert configs["listeners"]["config_source"] == DEFAULT
+
+
+@pytest.mark.parametrize("version", [2, 4])
+def test_derived_values_are_defaults_not_static(broker, version):
+    # A broker given no --advertised-listener advertises the address it
+    # derived (service.py fills advertised_host/port in): Kafka reports an
+    # unset advertised.listeners as DEFAULT_CONFIG, and so does pluglog.
+    broker.config = broker.config.replace(
+        explicit_keys=broker.config.explicit_keys - {"advertised.listeners", "log.dirs"},
+        cluster_id="generated-at-start",
+    )
+    configs = describe(broker, version, 4, "", keys=["advertised.listeners", "log.dirs"])
+    assert configs["advertised.listeners"]["value"] == "PLAINTEXT://kafka-1.example:19092"
+    assert configs["advertised.listeners"]["config_source"] == DEFAULT
+    assert configs["log.dirs"]["config_source"] == DEFAULT
+    configs = describe(broker, version, 4, "", keys=["cluster.id", "log.retention.ms"])
+    assert configs["cluster.id"]["config_source"] == DEFAULT
+    assert configs["log.retention.ms"]["config_source"] == STATIC
+
+
+def test_v3_types_and_documentation_when_asked(broker):
+    types = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "DOUBLE": 6, "LIST": 7, "PASSWORD": 9}
+    plain = describe(broker, 3, 2, "t")
+    documented = describe(broker, 4, 2, "t", docs=True)
+    for configs in (plain, documented):
+        kinds = {k: c["config_type"] for k, c in configs.items()}
+        assert kinds["segment.bytes"] == types["INT"]
+        assert kinds["retention.ms"] == types["LONG"]
+        assert kinds["cleanup.policy"] == types["LIST"]
+        assert kinds["min.cleanable.dirty.ratio"] == types["DOUBLE"]
+        assert kinds["unclean.leader.election.enable"] == types["BOOLEAN"]
+        assert kinds["compression.type"] == types["STRING"]
+    assert all(c["documentation"] is None for c in plain.values())
+    assert documented["segment.bytes"]["documentation"] == "Roll a segment at this size."
+    broker_configs = describe(broker, 4, 4, "", docs=True)
+    assert broker_configs["inter.broker.sasl.password"]["config_type"] == types["PASSWORD"]
+    assert broker_configs["log.roll.ms"]["documentation"].startswith(
+        "Default of the topic config segment.ms"
+    )
+    # Every key DescribeConfigs reports has a type and a documentation.
+    assert all(c["config_type"] != 0 and c["documentation"] for c in broker_configs.values())
+
+
+def test_every_config_key_is_typed_and_documented():
+    keys = {*BROKER_KEYS, *TOPIC_KEYS, *(spec[3] for spec in TOPIC_KEYS.values())}
+    keys |= {"listeners", "advertised.listeners", "log.dirs"}
+    assert sorted(keys - set(config_docs.CONFIG_DOCS)) == []
+    assert sorted(set(config_docs.CONFIG_DOCS) - keys) == []
+    for key, (kind, text) in config_docs.CONFIG_DOCS.items():
+        assert config_docs.BOOLEAN <= kind <= config_docs.PASSWORD, key
+        assert text and text[0].isupper() and text.endswith("."), key

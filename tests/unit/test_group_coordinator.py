@@ -390,6 +390,55 @@ def test_static_member_session_expiry_and_leave_by_instance_id(env):
     assert env.group().members == {}
 
 
+def test_abandoned_join_lets_the_session_expire_from_the_last_request(env):
+    # The issue-26 sequence: three static members; ia and ib stop without
+    # LeaveGroup, ic rejoins the rebalance ia's expiry starts and closes its
+    # connection while that JoinGroup is parked (ib's session still runs).
+    ids, gen = env.stable_group(3, instance=None)
+    group = env.group()
+    for member_id, instance in zip(ids, ("ia", "ib", "ic")):
+        group.members[member_id].instance_id = instance
+        group.static_members[instance] = member_id
+    a, b, c = ids
+    env.clock.advance(4.0)
+    assert env.heartbeat(b, gen, instance="ib") == 0
+    assert env.heartbeat(c, gen, instance="ic") == 0
+    env.clock.advance(SESSION / 1000.0 - 4.0 + 0.1)  # ia's session is over
+    assert a not in group.members and group.state == PREPARING_REBALANCE
+    parked = pending(env.join(c, instance="ic"))
+    joined_at = env.clock.seconds()
+    env.clock.advance(1.0)
+    env.gc.abandon("g", parked)
+    assert group.members[c].join_deferred is None
+    # ic goes one session after its JoinGroup, not a session after the
+    # rebalance that waited for ib would have completed.
+    env.clock.advance(joined_at + SESSION / 1000.0 - env.clock.seconds() - 0.05)
+    assert c in group.members
+    env.clock.advance(0.1)
+    assert c not in group.members
+    env.clock.advance(SESSION / 1000.0)
+    assert group.members == {} and group.state == EMPTY
+
+
+def test_abandoning_a_parked_sync_past_its_session_expires_the_member_now(env):
+    (a, b), gen = env.stable_group(2)
+    jc = pending(env.join(client_id="c"))  # a rebalance: a and b rejoin
+    ja, jb = env.join(a), env.join(b)
+    gen = result_of(ja)["generation_id"]
+    c = result_of(jc)["member_id"]
+    result_of(jb)
+    env.clock.advance(1.0)
+    parked = pending(env.sync(b, gen))
+    for _ in range(6):  # the leader and c heartbeat; the leader never syncs
+        env.clock.advance(2.0)
+        assert env.heartbeat(a, gen) == env.heartbeat(c, gen) == 0
+    assert b in env.group().members  # parked: its session does not run out
+    env.gc.abandon("g", parked)
+    env.clock.advance(0)
+    assert b not in env.group().members
+    env.gc.abandon("g", defer.Deferred())  # an unknown request is ignored
+
+
 def test_load_in_progress_until_the_topic_is_read(tmp_path):
     clock = Clock()
     broker = make_broker(tmp_path, clock)

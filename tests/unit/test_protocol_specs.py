@@ -111,7 +111,10 @@ def test_no_advertised_version_is_flexible_except_known_ones():
     sasl = {(36, 2)}
     # Describe/AlterUserScramCredentials (#16): flexible from v0.
     sasl |= {(50, 0), (51, 0)}
-    assert flexible == {(18, 3), (18, 4), (44, 1)} | operator | quotas | sasl
+    # DescribeConfigs v4 (#26): kafka-python 3 sends it; v3 keeps a
+    # non-flexible version with types and documentation for the others.
+    configs = {(32, 4)}
+    assert flexible == {(18, 3), (18, 4), (44, 1)} | operator | quotas | sasl | configs
 
 
 def test_kafka_python_infers_kafka_2_6_and_gets_the_epoch_bump_it_then_uses():

@@ -9,6 +9,7 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
+from pluglog import errors
 from pluglog import protocol as codec
 from pluglog.broker.core import Broker
 from pluglog.config import BrokerConfig
@@ -146,6 +147,22 @@ class FastLaneEquivalenceTests(SynchronousTestCase):
         got = self.same(produce_payload(8, half, topic="compacted"))
         assert b"without a key" in got
         assert self.fast.partition("compacted", 0).log.log_end_offset == 2 * 3
+
+    def test_record_errors_name_every_keyless_record_alike(self):
+        # KIP-467: the answer names each bad record by its batch index, on
+        # both paths alike (v8+; earlier versions have no such field).
+        records = [Record(None if i in (1, 4, 7) else b"k%d" % i, b"v") for i in range(9)]
+        mixed = build_batch(records, compression=1)
+        for version in (3, 7, 8):
+            got = self.same(produce_payload(version, mixed, topic="compacted"))
+        _, body = codec.decode_response(codec.PRODUCE, 8, got[4:])
+        [part] = body["responses"][0]["partition_responses"]
+        assert part["error_code"] == errors.INVALID_RECORD
+        assert [e["batch_index"] for e in part["record_errors"]] == [1, 4, 7]
+        messages = [e["batch_index_error_message"] for e in part["record_errors"]]
+        assert all("without a key" in m for m in messages)
+        assert "3 record(s) of the batch refused" in part["error_message"]
+        assert self.fast.partition("compacted", 0).log.log_end_offset == 0
 
     def test_compression_type_recompresses_alike(self):
         from pluglog.protocol.records import iter_batches

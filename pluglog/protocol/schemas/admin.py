@@ -89,7 +89,7 @@ CREATE_PARTITIONS = Api(
 DESCRIBE_CONFIGS = Api(
     32,
     "DescribeConfigs",
-    "0-2",
+    "0-4",
     "4+",
     request=[
         F(
@@ -101,6 +101,7 @@ DESCRIBE_CONFIGS = Api(
             ],
         ),
         F("include_synonyms", "bool", "1+", default=False),
+        F("include_documentation", "bool", "3+", default=False),
     ],
     response=[
         F("throttle_time_ms", "int32"),
@@ -129,6 +130,8 @@ DESCRIBE_CONFIGS = Api(
                             ],
                             "1+",
                         ),
+                        F("config_type", "int8", "3+", default=0),
+                        F("documentation", "string", "3+", nullable="0+"),
                     ],
                 ),
             ],

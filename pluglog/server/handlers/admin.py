@@ -3,6 +3,7 @@
 from twisted.internet import defer
 
 import pluglog.server.handlers.config_sources as config_sources
+from pluglog import config_docs
 from pluglog import protocol as codec
 from pluglog.broker import dynamic_config, limits
 from pluglog.config import SENSITIVE_KEYS
@@ -208,6 +209,7 @@ def handle_describe_configs(ctx, request):
             results.append(entry)
             continue
         synonyms = version >= 1 and request.get("include_synonyms")
+        documented = version >= 3 and request.get("include_documentation")
         for key in sorted(entries):
             if wanted is not None and key not in wanted:
                 continue
@@ -222,6 +224,8 @@ def handle_describe_configs(ctx, request):
                     "is_default": source == SOURCE_DEFAULT,
                     "is_sensitive": key in SENSITIVE_KEYS,
                     "synonyms": key_synonyms if synonyms else [],
+                    "config_type": config_docs.config_type(key),
+                    "documentation": config_docs.documentation(key) if documented else None,
                 }
             )
         results.append(entry)

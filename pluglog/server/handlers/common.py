@@ -25,15 +25,19 @@ class CloseConnection(Exception):  # noqa: N818 - an instruction, not an error r
 class RequestContext:
     """What a handler knows about the request besides its body."""
 
-    __slots__ = ("broker", "header", "peer", "version", "session")
+    __slots__ = ("broker", "header", "peer", "version", "session", "on_close")
 
-    def __init__(self, broker, header, peer, session=None):
+    def __init__(self, broker, header, peer, session=None, on_close=None):
         self.broker = broker
         self.header = header
         self.peer = peer
         self.version = header.api_version
         #: the connection's pluglog.security.sasl.Session (None: no listeners configured)
         self.session = session
+        #: ``on_close(callback)`` runs ``callback()`` when the connection is
+        #: lost and returns a function that cancels that; None where there is
+        #: no connection (tests, embedded calls)
+        self.on_close = on_close
 
 
 def error_code(exc):

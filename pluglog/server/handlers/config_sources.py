@@ -4,9 +4,13 @@ its synonyms, for a broker and for a topic.
 Kafka's ConfigSource ids (DescribeConfigsResponse.ConfigSource, carried from
 DescribeConfigs v1; v0 has only IsDefault): 1 DYNAMIC_TOPIC_CONFIG (a topic
 override), 4 STATIC_BROKER_CONFIG (set in the broker's config file or with
-``--set``, or by a ``twistd pluglog`` option), 5 DEFAULT_CONFIG (the built-in
-default). A topic config without an override inherits the broker's value,
-and its source with it. ``listeners`` and ``advertised.listeners`` are given
+``--set``, or by the ``twistd pluglog`` option standing for the key:
+``--listen``, ``--advertised-listener``, ``--data-dir``, ``--broker-id``,
+``--retention``), 5 DEFAULT_CONFIG (not set: the built-in default, or what
+the broker derived, like the advertised address of a broker given no
+``--advertised-listener``, as Kafka reports an unset
+``advertised.listeners``). A topic config without an override inherits the
+broker's value, and its source with it. ``listeners`` and ``advertised.listeners`` are given
 in Kafka's form (``PLAINTEXT://host:port``), not as the Twisted strport.
 """
 
@@ -69,10 +73,11 @@ def kafka_listeners(broker):
     )
 
 
-def _source(config, key, value, default):
-    if key in config.explicit_keys or value != default:
-        return SOURCE_STATIC_BROKER
-    return SOURCE_DEFAULT
+def _source(config, key):
+    # What was set at start-up, whatever its value (a config file key, --set,
+    # or the twistd option standing for it); never what the broker computed
+    # itself (the advertised address it derived, a generated cluster id).
+    return SOURCE_STATIC_BROKER if key in config.explicit_keys else SOURCE_DEFAULT
 
 
 def broker_configs(broker):
@@ -82,26 +87,24 @@ def broker_configs(broker):
     for key, (attr, _parse) in BROKER_KEYS.items():
         value, default = getattr(config, attr), getattr(_DEFAULTS, attr)
         text = None if key in SENSITIVE_KEYS else _text(value)  # passwords: null, as Kafka
-        out[key] = (text, _source(config, key, value, default), _text(default))
+        out[key] = (text, _source(config, key), _text(default))
     for attr, _parse, _default, key in TOPIC_KEYS.values():
         value, default = getattr(config.topic_defaults, attr), getattr(_TOPIC_DEFAULTS, attr)
-        out[key] = (_text(value), _source(config, key, value, default), _text(default))
+        out[key] = (_text(value), _source(config, key), _text(default))
     listeners, advertised = kafka_listeners(broker)
     out["listeners"] = (
         listeners,
-        _source(config, "listeners", config.listen, _DEFAULTS.listen),
+        _source(config, "listeners"),
         "PLAINTEXT://0.0.0.0:9092",
     )
-    address = (config.advertised_host, config.advertised_port)
-    default_address = (_DEFAULTS.advertised_host, _DEFAULTS.advertised_port)
     out["advertised.listeners"] = (
         advertised,
-        _source(config, "advertised.listeners", address, default_address),
+        _source(config, "advertised.listeners"),
         None,  # Kafka's default is the listeners value
     )
     out["log.dirs"] = (
         config.data_dir,
-        _source(config, "log.dirs", config.data_dir, _DEFAULTS.data_dir),
+        _source(config, "log.dirs"),
         _DEFAULTS.data_dir,
     )
     return out

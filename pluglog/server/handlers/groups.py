@@ -101,6 +101,7 @@ def handle_join_group(ctx, request):
         request["protocols"],
         ctx.version >= 4,
     )
+    _abandon_on_close(ctx, request["group_id"], d)
     return d.addCallback(_throttled)
 
 
@@ -112,7 +113,22 @@ def handle_sync_group(ctx, request):
         request.get("group_instance_id"),
         request["assignments"],
     )
+    _abandon_on_close(ctx, request["group_id"], d)
     return d.addCallback(_throttled)
+
+
+def _abandon_on_close(ctx, group_id, d):
+    """A parked JoinGroup/SyncGroup whose connection closes stops holding its
+    member (see :meth:`pluglog.group.members.MemberOperations.abandon`)."""
+    if d.called or ctx.on_close is None:
+        return
+    forget = ctx.on_close(lambda: coordinator(ctx.broker).abandon(group_id, d))
+
+    def answered(result):
+        forget()
+        return result
+
+    d.addBoth(answered)
 
 
 def handle_heartbeat(ctx, request):

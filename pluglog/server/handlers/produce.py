@@ -49,6 +49,17 @@ def partition_result(index, code, base_offset=-1, append_time=-1, log_start=-1, 
     }
 
 
+def error_result(index, exc):
+    """The partition result of a refused append; an InvalidRecordsError's
+    records are named by batch index (KIP-467, Produce v8+)."""
+    result = partition_result(index, error_code(exc), message=str(exc))
+    for batch_index, message in getattr(exc, "record_errors", ()):
+        result["record_errors"].append(
+            {"batch_index": batch_index, "batch_index_error_message": message}
+        )
+    return result
+
+
 def handle_produce(ctx, request):
     broker = ctx.broker
     version = ctx.version
@@ -97,7 +108,7 @@ def handle_produce(ctx, request):
                 info = partition.append(records, now, acks)
             except KafkaError as exc:
                 failed = True
-                results.append(partition_result(index, error_code(exc), message=str(exc)))
+                results.append(error_result(index, exc))
                 continue
             # A stored append and a deduplicated retry (DuplicateAppend) answer alike.
             result = partition_result(
