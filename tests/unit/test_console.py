@@ -22,8 +22,26 @@ from pluglog.serialization.registry import SchemaRegistry
 from tests.unit.test_server_fastlane import make_broker
 
 
+class Request(DummyRequest):
+    """DummyRequest with the cookie calls of twisted.web's Request."""
+
+    def __init__(self, postpath, cookies=None):
+        super().__init__(postpath)
+        self.received_cookies = dict(cookies or {})
+        self.cookies = []
+
+    def getCookie(self, key):  # noqa: N802 - twisted.web name
+        return self.received_cookies.get(key)
+
+    def addCookie(self, key, value, **attributes):  # noqa: N802 - twisted.web name
+        self.cookies.append((key, value, attributes))
+
+    def isSecure(self):  # noqa: N802 - twisted.web name
+        return False
+
+
 def render(resource, path, **args):
-    request = DummyRequest([p.encode() for p in path.split("/")])
+    request = Request([p.encode() for p in path.split("/")])
     request.args = {k.encode(): [str(v).encode()] for k, v in args.items()}
     body = resource.render(request)
     return request.responseCode or 200, body.decode("utf-8")
