@@ -157,6 +157,7 @@ def _reset_plan(broker, request):
     if to not in RESET_TO:
         raise PageError(400, f"reset to must be one of {', '.join(RESET_TO)}, not {to!r}")
     value = (param(request, "value") or "").strip()
+    target = None
     if to == "offset":
         target = number(value, "the offset")
     elif to == "time":
