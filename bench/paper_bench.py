@@ -309,7 +309,7 @@ def cpu_report(systems):
                 if test in rows and rows[test][0]
             ]
             if per:
-                runs = " ".join(f"{v:.1f}" for v in per)
+                runs = " ".join(f"{v:.2f}" for v in per)
                 print(f"| {'/'.join(test)} | {name} | {statistics.median(per):.2f} | {runs} |")
 
 
