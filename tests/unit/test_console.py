@@ -14,7 +14,10 @@ from twisted.web.test.requesthelper import DummyRequest
 
 from pluglog.console import browse
 from pluglog.console.decode import Decoder, UnsafeSchemaError, check_avro
+from pluglog.console.lag import LagSamples, chart
 from pluglog.console.resource import MAX_PAGE_SIZE, ConsoleResource, PageError, number
+from pluglog.console.session import COOKIE, LoginBudget, Sessions, token_ok
+from pluglog.group.model import Group, OffsetAndMetadata
 from pluglog.protocol.records import Record, build_batch
 from pluglog.serialization.avro import AvroSerializer
 from pluglog.serialization.framing import frame
@@ -210,3 +213,96 @@ class DecodeTests(SynchronousTestCase):
         check_avro(json.dumps(safe))
         with self.assertRaises(UnsafeSchemaError):
             check_avro(json.dumps({"type": "map", "values": "null"}))
+
+
+class SessionTests(SynchronousTestCase):
+    """Sessions: cookie, CSRF token, expiry, bound; the login budget."""
+
+    def setUp(self):
+        self.now = [1000.0]
+        self.sessions = Sessions(lambda: self.now[0], idle=60, limit=3)
+
+    def request_with(self, found):
+        return Request([b""], {COOKIE: found.sid.encode()} if found else None)
+
+    def test_cookie_token_and_expiry(self):
+        request = Request([b""])
+        found = self.sessions.start(request, "User:alice", "alice")
+        ((key, value, attrs),) = request.cookies
+        self.assertEqual((key, value), (COOKIE, found.sid.encode()))
+        self.assertEqual(
+            attrs, {"path": b"/console/", "httpOnly": True, "secure": False, "sameSite": "strict"}
+        )
+        self.assertIs(self.sessions.get(self.request_with(found)), found)
+        self.assertTrue(token_ok(found, found.csrf))
+        for wrong in ("", "x", found.csrf[:-1], found.sid):
+            self.assertFalse(token_ok(found, wrong), wrong)
+        self.assertFalse(token_ok(None, found.csrf))
+        self.now[0] += 59  # used within the idle time: kept, and touched
+        self.assertIs(self.sessions.get(self.request_with(found)), found)
+        self.now[0] += 61
+        self.assertIsNone(self.sessions.get(self.request_with(found)))
+        self.assertEqual(len(self.sessions), 0)
+
+    def test_bounded_and_a_login_replaces_the_session(self):
+        first = self.sessions.start(Request([b""]))
+        made = [self.sessions.start(Request([b""])) for _ in range(3)]
+        self.assertEqual(len(self.sessions), 3)  # the least recently used went
+        self.assertIsNone(self.sessions.get(self.request_with(first)))
+        request = self.request_with(made[-1])
+        fresh = self.sessions.start(request, "User:bob", "bob")
+        self.assertNotEqual(fresh.sid, made[-1].sid)  # no fixation
+        self.assertIsNone(self.sessions.get(self.request_with(made[-1])))
+        self.assertEqual(self.sessions.get(self.request_with(fresh)).principal, "User:bob")
+        self.assertIsNone(self.sessions.get(Request([b""], {COOKIE: b"\xff"})))
+
+    def test_login_budget(self):
+        budget = LoginBudget(lambda: self.now[0], rate=2.0, burst=3)
+        self.assertEqual([budget.take() for _ in range(4)], [True, True, True, False])
+        self.now[0] += 0.5  # one more token
+        self.assertEqual([budget.take(), budget.take()], [True, False])
+
+
+class LagTests(SynchronousTestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="pluglog-console-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.broker = make_broker(self.dir, "memory")
+        part = self.broker.partition("t", 0)
+        part.append(build_batch([Record(key=None, value=b"v")] * 10), 0)
+        self.groups = self.broker.group_coordinator.groups
+
+    def commit(self, group_id, offset):
+        group = self.groups.get(group_id) or Group(group_id, 0)
+        self.groups[group_id] = group
+        group.offsets[("t", 0)] = OffsetAndMetadata(offset, -1, "", 0, -1)
+
+    def test_rings_are_bounded_and_follow_the_groups(self):
+        samples = LagSamples(self.broker, keep=3, max_groups=2)
+        self.commit("a", 4)
+        samples.sample()
+        self.commit("a", 7)
+        self.broker.reactor.advance(10)
+        samples.sample()
+        self.assertEqual([lag for _t, lag in samples.of("a")], [6, 3])
+        first, second = (t for t, _lag in samples.of("a"))
+        self.assertEqual(second - first, 10_000)
+        for _ in range(5):
+            samples.sample()
+        self.assertEqual(len(samples.of("a")), 3)
+        self.commit("b", 0)
+        self.commit("c", 0)  # over max_groups: not sampled
+        samples.sample()
+        self.assertEqual(set(samples.rings), {"a", "b"})
+        del self.groups["a"]
+        samples.sample()
+        self.assertEqual(set(samples.rings), {"b", "c"})
+        self.assertEqual(samples.of("a"), [])
+
+    def test_chart(self):
+        self.assertIsNone(chart([(0, 5)]))
+        drawn = chart([(1000, 0), (2000, 10), (3000, 5)])
+        self.assertEqual(drawn["points"], "4.0,156.0 300.0,4.0 596.0,80.0")
+        self.assertEqual((drawn["max"], drawn["latest"], drawn["minimum"]), (10, 5, 0))
+        flat = chart([(1000, 0), (1000, 0)])  # no time span, no lag: no division by zero
+        self.assertEqual(flat["points"], "4.0,156.0 4.0,156.0")
