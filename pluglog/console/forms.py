@@ -26,8 +26,11 @@ from twisted.web.server import NOT_DONE_YET
 from pluglog.console import actions, state
 from pluglog.console.params import PageError, param
 from pluglog.console.session import token_ok
+from pluglog.logsafe import SafeLogger
 
 log = Logger()
+#: user names come from the browser: escaped in log lines
+_safe_log = SafeLogger()
 
 READ_ONLY = (
     "the console is read-only (console.read.only=true): creating and deleting topics, "
@@ -73,10 +76,10 @@ def login_post(console, request):
     try:
         principal = console.verify_login(user, password)
     except Exception as exc:  # AuthenticationFailed (or a store that failed)
-        log.info("console login failed for {user!r}: {reason}", user=user, reason=str(exc))
+        _safe_log.info("console login failed for {user}: {reason}", user=user, reason=str(exc))
         return login_page(console, request, "wrong user name or password", 403)
     console.sessions.start(request, principal, user)
-    log.info("console login as {principal}", principal=principal)
+    _safe_log.info("console login as {principal}", principal=principal)
     request.redirect(_next(request).encode("utf-8"))
     request.setResponseCode(303)
     return b""
@@ -118,8 +121,9 @@ def run_action(console, request, parts):
             403, "the form's token is missing or stale: open the action again and confirm"
         )
     checked = actions.plan(console.broker, name, request)
-    who = (found.principal, request.getClientAddress().host)
-    log.info(
+    # The browser's IP for host-based ACLs ("" over a UNIX socket).
+    who = (found.principal, getattr(request.getClientAddress(), "host", ""))
+    _safe_log.info(
         "console action {action} by {principal}: {summary}",
         action=name,
         principal=found.principal,
