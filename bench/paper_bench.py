@@ -19,11 +19,13 @@ Systems:
 * ``pluglog-base``: (``--base PATH``) the ``pluglog`` system run from another
   checkout (e.g. a worktree of the commit before a change), for a
   before/after comparison in one interleaved run;
-* ``metrics-off`` and ``metrics-on``: (``--metrics-compare``) the ``pluglog``
-  system with ``metrics.enabled=false``, and with metrics on, ``--http`` and
-  a Prometheus-style scraper reading ``/metrics`` every second while it runs;
-  the report adds the broker's CPU per message (the harness's own
-  ``server_cpu_s`` per test, from its ``results/runs.csv``).
+* ``metrics-off``, ``metrics-unscraped`` and ``metrics-on``:
+  (``--metrics-compare``) the ``pluglog`` system with
+  ``metrics.enabled=false``; with metrics on (the default) and no
+  ``--http``, so only the hot-path counters; and with metrics on,
+  ``--http`` and a Prometheus-style scraper reading ``/metrics`` every
+  second while it runs. The report adds the broker's CPU per message (the
+  harness's own ``server_cpu_s`` per test, from its ``results/runs.csv``).
 
 Usage: ``python3 bench/paper_bench.py [--runs 3] [--n 1000000] [--mock]``.
 Everything listens on and talks to 127.0.0.1 only.
@@ -196,7 +198,7 @@ def main():
     parser.add_argument(
         "--metrics-compare",
         action="store_true",
-        help="run metrics-off and metrics-on (--http, 1 s scrapes) instead of --systems",
+        help="run metrics-off, -unscraped and -on (--http, 1 s scrapes) instead of --systems",
     )
     parser.add_argument(
         "--base", help="another pluglog checkout, run as system pluglog-base (before/after)"
@@ -236,6 +238,12 @@ def main():
             "metrics-off",
             args.n,
         ),
+        "metrics-unscraped": (
+            "pluglog",
+            {**kafka_env, "KAFKA_NAME": "metrics-unscraped"},
+            "metrics-unscraped",
+            args.n,
+        ),
         "metrics-on": (
             "pluglog",
             {
@@ -256,7 +264,7 @@ def main():
     }
     systems = args.systems.split(",") + (["kafka-mock"] if args.mock else [])
     if args.metrics_compare:
-        systems = ["metrics-off", "metrics-on"]
+        systems = ["metrics-off", "metrics-unscraped", "metrics-on"]
     if args.base:
         systems.insert(systems.index("pluglog") + 1 if "pluglog" in systems else 0, "pluglog-base")
     results = {name: [] for name in systems}
