@@ -31,7 +31,9 @@ Every parameter is parsed and bounded here: a malformed number is a 400
 page, an unknown topic, partition, offset, group or subject a 404 page,
 and page sizes are capped (:data:`MAX_PAGE_SIZE`). An unexpected error is
 logged and answered with a 500 page; it never reaches twisted.web's
-traceback page or stops the broker.
+traceback page or stops the broker. Console requests may take a fifth of
+each second of the reactor (:mod:`pluglog.console.budget`); past it they
+are answered ``503`` unrendered, so a flood cannot slow the Kafka listener.
 """
 
 import os
@@ -43,6 +45,7 @@ from twisted.logger import Logger
 from twisted.web import resource
 
 from pluglog.console import browse, forms, lag, state
+from pluglog.console.budget import RenderBudget
 from pluglog.console.decode import Decoder
 from pluglog.console.params import PageError, number, param, timestamp
 from pluglog.console.session import LoginBudget, Sessions
@@ -60,6 +63,7 @@ STATIC = {
     b"console.css": b"text/css; charset=utf-8",
     b"console.js": b"text/javascript; charset=utf-8",
 }
+BUSY = b"503: the console is busy (too many requests this second); retry in a second\n"
 SECURITY_HEADERS = {
     b"content-security-policy": (
         b"default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; "
@@ -132,12 +136,27 @@ class ConsoleResource(resource.Resource):
         seconds = broker.reactor.seconds
         self.sessions = Sessions(seconds)
         self.logins = LoginBudget(seconds)
+        self.budget = RenderBudget(seconds)
 
     # -- twisted.web -------------------------------------------------------------
 
     def render(self, request):
         for name, value in SECURITY_HEADERS.items():
             request.setHeader(name, value)
+        if not self.budget.allow():
+            # Over its share of this second of the reactor: refuse without
+            # rendering anything, so a flood cannot delay Kafka requests.
+            request.setResponseCode(503)
+            request.setHeader(b"retry-after", b"1")
+            request.setHeader(b"content-type", b"text/plain; charset=utf-8")
+            return BUSY
+        started = time.perf_counter()
+        try:
+            return self._render(request)
+        finally:
+            self.budget.spend(time.perf_counter() - started)
+
+    def _render(self, request):
         if request.method in (b"GET", b"HEAD"):
             return self._get(request)
         if request.method == b"POST":

@@ -294,8 +294,8 @@ FLOOD_PATHS = [
 def test_a_flood_of_console_requests_beside_producers(console):
     """Four threads request every page and every bad URL while a producer
     writes rounds of records with acks=all: each record is acknowledged, each
-    answer is a page (200, 400, 404), and nothing reaches the log as a
-    traceback."""
+    answer is a page (200, 400, 404) or the console's "busy" (503), and
+    nothing reaches the log as a traceback."""
     broker, base = console
     stop = threading.Event()
     answers, failures = [], []
@@ -337,7 +337,8 @@ def test_a_flood_of_console_requests_beside_producers(console):
             thread.join(60)
     assert len(delivered) == 100 * len(rounds) and not any(delivered), delivered[:3]
     assert not failures, failures[:3]
-    assert answers and set(answers) <= {200, 400, 404}, set(answers)
+    # 503: over the console's share of the reactor (pluglog.console.budget).
+    assert answers and set(answers) <= {200, 400, 404, 503}, set(answers)
     assert "Traceback" not in broker.log()
     print(
         f"{len(delivered)} records in {len(rounds)} flushed rounds (slowest "

@@ -9,10 +9,12 @@ import json
 import shutil
 import tempfile
 
+from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.test.requesthelper import DummyRequest
 
 from pluglog.console import browse
+from pluglog.console.budget import RenderBudget
 from pluglog.console.decode import Decoder, UnsafeSchemaError, check_avro
 from pluglog.console.lag import LagSamples, chart
 from pluglog.console.resource import MAX_PAGE_SIZE, ConsoleResource, PageError, number
@@ -306,3 +308,32 @@ class LagTests(SynchronousTestCase):
         self.assertEqual((drawn["max"], drawn["latest"], drawn["minimum"]), (10, 5, 0))
         flat = chart([(1000, 0), (1000, 0)])  # no time span, no lag: no division by zero
         self.assertEqual(flat["points"], "4.0,156.0 4.0,156.0")
+
+
+class RenderBudgetTests(SynchronousTestCase):
+    def test_a_share_of_each_second(self):
+        clock = Clock()
+        budget = RenderBudget(clock.seconds, share=0.2)
+        self.assertTrue(budget.allow())
+        budget.spend(0.15)
+        self.assertTrue(budget.allow())
+        budget.spend(0.06)  # 0.21 s of this second used
+        self.assertFalse(budget.allow())
+        self.assertEqual(budget.refused, 1)
+        clock.advance(1)  # the next second starts afresh
+        self.assertTrue(budget.allow())
+
+    def test_the_resource_answers_503_unrendered_past_its_share(self):
+        dir_ = tempfile.mkdtemp(prefix="pluglog-console-")
+        self.addCleanup(shutil.rmtree, dir_, True)
+        console = ConsoleResource(make_broker(dir_, "memory"))
+        status, _body = render(console, "topics")
+        self.assertEqual(status, 200)
+        console.budget.spend(1.0)
+        request = Request([b"topics"])
+        body = console.render(request)
+        self.assertEqual(request.responseCode, 503)
+        self.assertEqual(request.responseHeaders.getRawHeaders(b"retry-after"), [b"1"])
+        self.assertIn(b"the console is busy", body)
+        console.broker.reactor.advance(1)
+        self.assertEqual(render(console, "topics")[0], 200)
