@@ -75,20 +75,33 @@ def test_create_a_topic_with_confirmation(acting, browser, tmp_path):
 def test_lag_chart_from_the_brokers_samples(acting, browser, tmp_path):
     pages = Pages(browser, str(tmp_path))
     producer = Producer({"bootstrap.servers": acting.bootstrap})
-    for i in range(12):
-        producer.produce("charted", value=b"%d" % i, partition=0)
-    assert producer.flush(30) == 0
     consumer = Consumer({"bootstrap.servers": acting.bootstrap, "group.id": "charting"})
-    consumer.commit(offsets=[TopicPartition("charted", 0, 4)], asynchronous=False)
+
+    def produce(count):
+        for i in range(count):
+            producer.produce("charted", value=b"%d" % i, partition=0)
+        assert producer.flush(30) == 0
+
+    def commit(offset):
+        consumer.commit(offsets=[TopicPartition("charted", 0, offset)], asynchronous=False)
+
+    # Lag 8, then 14, then 6, each held for a few of the broker's 200 ms samples.
+    produce(12)
+    commit(4)
+    time.sleep(0.7)
+    produce(6)
+    time.sleep(0.7)
+    commit(12)
     consumer.close()
-    time.sleep(0.6)  # a few 200 ms samples of lag 8
+    time.sleep(0.7)
     browser.get(acting.http + "/console/groups/charting")
     chart = pages.wait_for("#lag-chart")
-    assert int(chart.get_attribute("data-samples")) >= 2
-    assert pages.text("#total-lag") == "8"
-    assert pages.text("#chart-latest") == "8"
+    assert int(chart.get_attribute("data-samples")) >= 4
+    assert pages.text("#total-lag") == "6"
+    assert (pages.text("#chart-latest"), pages.text("#chart-max")) == ("6", "14")
     points = browser.find_element(By.CSS_SELECTOR, "#lag-chart polyline").get_attribute("points")
-    assert len(points.split()) >= 2
+    heights = {float(p.split(",")[1]) for p in points.split()}
+    assert len(heights) >= 3  # the line shows 8, 14 and 6 at different heights
     pages.shot("lag-chart")
 
 
