@@ -11,8 +11,10 @@ cannot make a logged-in browser act. A login always starts a new session
 anonymous session its page started.
 
 Sessions expire after :data:`IDLE_SECONDS` without a request and are capped
-at :data:`MAX_SESSIONS` (the least recently used goes first), so no amount
-of requests grows the table. Time comes from the reactor (``seconds``).
+at :data:`MAX_SESSIONS` logged-in and as many anonymous ones (the least
+recently used goes first, each kind apart), so no amount of requests grows
+the tables and no flood of login forms pushes out a login. Time comes from
+the reactor (``seconds``).
 Logins are rate-limited (:class:`LoginBudget`): checking a password costs a
 PBKDF2 derivation on the reactor thread, and a password guesser must not
 be able to slow the Kafka listener.
@@ -49,10 +51,16 @@ class Sessions:
         self.seconds = seconds
         self.idle = idle
         self.limit = limit
-        self._sessions = collections.OrderedDict()
+        # Logged-in and anonymous sessions are bounded apart, so a flood of
+        # anonymous ones (each login form starts one) never evicts a login.
+        self._users = collections.OrderedDict()
+        self._anonymous = collections.OrderedDict()
 
     def __len__(self):
-        return len(self._sessions)
+        return len(self._users) + len(self._anonymous)
+
+    def _table(self, found):
+        return self._anonymous if found.user is None else self._users
 
     def get(self, request):
         """The request's live session (touched), or None."""
@@ -63,15 +71,16 @@ class Sessions:
             sid = raw.decode("ascii")
         except UnicodeDecodeError:
             return None
-        found = self._sessions.get(sid)
+        found = self._users.get(sid) or self._anonymous.get(sid)
         if found is None:
             return None
+        table = self._table(found)
         now = self.seconds()
         if now - found.seen > self.idle:
-            del self._sessions[sid]
+            del table[sid]
             return None
         found.seen = now
-        self._sessions.move_to_end(sid)
+        table.move_to_end(sid)
         return found
 
     def start(self, request, principal=ANONYMOUS, user=None):
@@ -79,9 +88,10 @@ class Sessions:
         request's previous session, if any, ends."""
         self.end(request)
         found = Session(principal, user, self.seconds())
-        self._sessions[found.sid] = found
-        while len(self._sessions) > self.limit:
-            self._sessions.popitem(last=False)
+        table = self._table(found)
+        table[found.sid] = found
+        while len(table) > self.limit:
+            table.popitem(last=False)
         request.addCookie(
             COOKIE,
             found.sid.encode("ascii"),
@@ -99,7 +109,7 @@ class Sessions:
     def end(self, request):
         found = self.get(request)
         if found is not None:
-            del self._sessions[found.sid]
+            del self._table(found)[found.sid]
             request.addCookie(COOKIE, b"", path=b"/console/", max_age=b"0", httpOnly=True)
 
 

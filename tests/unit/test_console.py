@@ -247,10 +247,12 @@ class SessionTests(SynchronousTestCase):
         self.assertEqual(len(self.sessions), 0)
 
     def test_bounded_and_a_login_replaces_the_session(self):
+        login = self.sessions.start(Request([b""]), "User:carol", "carol")
         first = self.sessions.start(Request([b""]))
         made = [self.sessions.start(Request([b""])) for _ in range(3)]
-        self.assertEqual(len(self.sessions), 3)  # the least recently used went
+        self.assertEqual(len(self.sessions), 4)  # the least recently used anonymous one went
         self.assertIsNone(self.sessions.get(self.request_with(first)))
+        self.assertIs(self.sessions.get(self.request_with(login)), login)  # not pushed out
         request = self.request_with(made[-1])
         fresh = self.sessions.start(request, "User:bob", "bob")
         self.assertNotEqual(fresh.sid, made[-1].sid)  # no fixation
