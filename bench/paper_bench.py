@@ -26,7 +26,14 @@ Systems:
   N=20,000: the client's own ceiling on this box;
 * ``pluglog-base``: (``--base PATH``) the ``pluglog`` system run from another
   checkout (e.g. a worktree of the commit before a change), for a
-  before/after comparison in one interleaved run.
+  before/after comparison in one interleaved run;
+* ``metrics-off``, ``metrics-unscraped`` and ``metrics-on``:
+  (``--metrics-compare``) the ``pluglog`` system with
+  ``metrics.enabled=false``; with metrics on (the default) and no
+  ``--http``, so only the hot-path counters; and with metrics on,
+  ``--http`` and a Prometheus-style scraper reading ``/metrics`` every
+  second while it runs. The report adds the broker's CPU per message (the
+  harness's own ``server_cpu_s`` per test, from its ``results/runs.csv``).
 
 Usage: ``python3 bench/paper_bench.py [--runs 3] [--n 1000000] [--mock]``.
 Everything listens on and talks to 127.0.0.1 only.
@@ -45,6 +52,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -107,10 +115,56 @@ class RssSampler(threading.Thread):
                 continue
 
 
+class Scraper(threading.Thread):
+    """GET ``url`` every ``interval`` s while the run lasts, as Prometheus would."""
+
+    def __init__(self, url, interval=1.0):
+        super().__init__(daemon=True)
+        self.url = url
+        self.interval = interval
+        self.scrapes = 0
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.wait(self.interval):
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as response:
+                    response.read()
+                self.scrapes += 1
+            except OSError:
+                continue  # the broker is starting or stopping
+
+
+def server_cpu_rows(peers, since):
+    """``{(test, batch): (messages, server CPU s)}`` of the harness rows after line ``since``."""
+    path = os.path.join(peers, "results", "runs.csv")
+    try:
+        with open(path, newline="") as handle:
+            rows = list(csv.reader(handle))
+    except FileNotFoundError:
+        return {}
+    out = {}
+    for row in rows[max(since, 1) :]:
+        try:
+            out[(row[2], row[3])] = (int(row[4]), float(row[10]))
+        except (IndexError, ValueError):
+            continue
+    return out
+
+
+def csv_lines(peers):
+    try:
+        with open(os.path.join(peers, "results", "runs.csv")) as handle:
+            return sum(1 for _ in handle)
+    except FileNotFoundError:
+        return 0
+
+
 def run_system(peers, venv, work, system, n, env_extra, pid_name):
     env = dict(os.environ)
     env_extra = dict(env_extra)
     root = env_extra.pop("PLUGLOG_ROOT", ROOT)
+    scrape_url = env_extra.pop("SCRAPE_URL", None)
     env.update(
         PEERS_TMP=os.path.join(work, "tmp"),
         VENV=venv,
@@ -119,6 +173,10 @@ def run_system(peers, venv, work, system, n, env_extra, pid_name):
     )
     sampler = RssSampler(os.path.join(work, "tmp", pid_name, "server.pid"))
     sampler.start()
+    scraper = Scraper(scrape_url) if scrape_url else None
+    if scraper is not None:
+        scraper.start()
+    since = csv_lines(peers)
     proc = subprocess.run(
         ["bash", os.path.join(peers, "run.sh"), system, str(n)],
         env=env,
@@ -129,6 +187,11 @@ def run_system(peers, venv, work, system, n, env_extra, pid_name):
     )
     sampler.stop.set()
     sampler.join()
+    if scraper is not None:
+        scraper.stop.set()
+        scraper.join()
+        print(f"  {scraper.scrapes} scrapes of {scrape_url}", flush=True)
+    CPU[pid_name].append(server_cpu_rows(peers, since))
     rows = {}
     for row in csv.reader(io.StringIO(proc.stdout)):
         if len(row) == 7:
@@ -151,6 +214,11 @@ def main():
     parser.add_argument("--mock", action="store_true", help="also run librdkafka's mock broker")
     parser.add_argument("--systems", default="redis,pluglog,pluglog-tuned")
     parser.add_argument(
+        "--metrics-compare",
+        action="store_true",
+        help="run metrics-off, -unscraped and -on (--http, 1 s scrapes) instead of --systems",
+    )
+    parser.add_argument(
         "--base", help="another pluglog checkout, run as system pluglog-base (before/after)"
     )
     args = parser.parse_args()
@@ -160,6 +228,9 @@ def main():
             sock.bind(("127.0.0.1", 0))
             args.port = sock.getsockname()[1]
     kafka_env = {"KAFKA_SERVER_CMD": TWISTD, "KAFKA_BOOTSTRAP": f"127.0.0.1:{args.port}"}
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        http_port = sock.getsockname()[1]
     plans = {
         "redis": ("redis", {}, "redis", args.n),
         "pluglog": ("pluglog", kafka_env, "pluglog", args.n),
@@ -175,6 +246,33 @@ def main():
             "pluglog-base",
             args.n,
         ),
+        "metrics-off": (
+            "pluglog",
+            {
+                **kafka_env,
+                "KAFKA_NAME": "metrics-off",
+                "KAFKA_SERVER_CMD": TWISTD + " --set metrics.enabled=false",
+            },
+            "metrics-off",
+            args.n,
+        ),
+        "metrics-unscraped": (
+            "pluglog",
+            {**kafka_env, "KAFKA_NAME": "metrics-unscraped"},
+            "metrics-unscraped",
+            args.n,
+        ),
+        "metrics-on": (
+            "pluglog",
+            {
+                **kafka_env,
+                "KAFKA_NAME": "metrics-on",
+                "KAFKA_SERVER_CMD": TWISTD + f" --http tcp:{http_port}:interface=127.0.0.1",
+                "SCRAPE_URL": f"http://127.0.0.1:{http_port}/metrics",
+            },
+            "metrics-on",
+            args.n,
+        ),
         "kafka-mock": (
             "kafka",
             {"KAFKA_NAME": "kafka-mock", "KAFKA_SERVER_CMD": "mock"},
@@ -183,10 +281,13 @@ def main():
         ),
     }
     systems = args.systems.split(",") + (["kafka-mock"] if args.mock else [])
+    if args.metrics_compare:
+        systems = ["metrics-off", "metrics-unscraped", "metrics-on"]
     if args.base:
         systems.insert(systems.index("pluglog") + 1 if "pluglog" in systems else 0, "pluglog-base")
     results = {name: [] for name in systems}
     cpus = {name: [] for name in systems}
+    CPU.update({name: [] for name in systems})
     rss = {name: [] for name in systems}
     print(f"loadavg at start: {open('/proc/loadavg').read().strip()}", flush=True)
     for run in range(1, args.runs + 1):
@@ -228,6 +329,27 @@ def main():
     print(f"raw results: {out}; harness logs under {args.work}/tmp/<system>/")
 
 
+#: system -> per run {(test, batch): (messages, broker CPU s)}, from the harness's runs.csv
+CPU = {}
+
+
+def cpu_report(systems):
+    """Broker CPU µs per message, per test and system: medians over the runs."""
+    print()
+    print("| test | system | broker CPU µs/message (median) | runs |")
+    print("|---|---|---|---|")
+    for test in TESTS:
+        for name in systems:
+            per = [
+                rows[test][1] * 1e6 / rows[test][0]
+                for rows in CPU.get(name, [])
+                if test in rows and rows[test][0]
+            ]
+            if per:
+                runs = " ".join(f"{v:.2f}" for v in per)
+                print(f"| {'/'.join(test)} | {name} | {statistics.median(per):.2f} | {runs} |")
+
+
 def median_of(runs, test):
     values = [rows[test] for rows in runs if test in rows]
     return (statistics.median(values), values) if values else (None, [])
@@ -260,6 +382,7 @@ def report(results, cpus, rss, systems):
             )
     for name in systems:
         print(f"max broker RSS {name}: {rss[name]} MB")
+    cpu_report(systems)
 
 
 if __name__ == "__main__":

@@ -187,6 +187,11 @@ class BrokerConfig:
     log_max_open_segments: int = 0
     #: Request metrics on the hot path and ``/metrics`` on the --http listener.
     metrics_enabled: bool = True
+    #: The console at /console/ only shows (true) or also acts: create and
+    #: delete topics, add partitions, reset group offsets (false).
+    console_read_only: bool = True
+    #: How often the console samples each group's lag for its chart.
+    console_lag_sample_interval_ms: int = 10000
     #: Strport of the HTTP listener (schema registry, plugin resources); off if empty.
     http: str = ""
     #: Kafka's ``listeners`` (NAME://host:port,...); empty: ``listen`` alone, PLAINTEXT.

@@ -316,6 +316,9 @@ BROKER_KEYS = {
     "metadata.max.topics.per.request": ("metadata_max_topics_per_request", int_parser(1)),
     "log.max.open.segments": ("log_max_open_segments", int_parser(0)),
     "metrics.enabled": ("metrics_enabled", _parse_bool),
+    # The web console (docs/operations.rst, "Console").
+    "console.read.only": ("console_read_only", _parse_bool),
+    "console.lag.sample.interval.ms": ("console_lag_sample_interval_ms", int_parser(100)),
     # Security (pluglog.security parses and checks the listener keys at start-up).
     "listeners": ("listeners", _string),
     "advertised.listeners": ("advertised_listeners", _string),

@@ -9,7 +9,7 @@ than as Python tag trees, and because it renders synchronously, in one
 call, on the reactor thread. There is no front-end build: one stylesheet
 and one small script (``static/``), served from the package.
 
-Routes (all GET, read-only)::
+Routes (GET)::
 
     /console/                                overview: brokers, controller, racks, health
     /console/topics?q=&page=&size=           topics, filtered and paginated
@@ -17,29 +17,38 @@ Routes (all GET, read-only)::
     /console/topics/T/P?offset=&limit=       message browser of partition P
     /console/topics/T/P?time=                ... from the first record at or after a time
     /console/topics/T/P/O                    the record at offset O
-    /console/groups, /console/groups/G       consumer groups, one group's offsets and lag
+    /console/groups, /console/groups/G       consumer groups, one group's offsets, lag, chart
     /console/schemas, /console/schemas/S     registry subjects, one subject's versions
+    /console/login, /console/actions/NAME    the login form; an action's confirmation
+
+and the forms' POSTs (login, logout, actions: :mod:`pluglog.console.forms`).
+When the broker has security (SASL listeners or an authorizer) every page
+but the login form and the static files needs a logged-in session; a
+read-only console (``console.read.only``, the default) answers any action
+with a 403 page saying so.
 
 Every parameter is parsed and bounded here: a malformed number is a 400
 page, an unknown topic, partition, offset, group or subject a 404 page,
 and page sizes are capped (:data:`MAX_PAGE_SIZE`). An unexpected error is
 logged and answered with a 500 page; it never reaches twisted.web's
-traceback page or stops the broker.
+traceback page or stops the broker. Console requests may take a fifth of
+each second of the reactor (:mod:`pluglog.console.budget`); past it they
+are answered ``503`` unrendered, so a flood cannot slow the Kafka listener.
 """
 
-import datetime
 import os
-import re
 import time
 import urllib.parse
 
 import jinja2
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 from twisted.web import resource
 
-from pluglog.console import browse, state
+from pluglog.console import browse, forms, lag, state
+from pluglog.console.budget import RenderBudget
 from pluglog.console.decode import Decoder
+from pluglog.console.params import PageError, number, param, timestamp
+from pluglog.console.session import LoginBudget, Sessions
 
 log = Logger()
 
@@ -49,17 +58,12 @@ MAX_PAGE_SIZE = 500
 #: Characters of a key or value shown in the browser's list, and on a record's page.
 LIST_SHOWN = 200
 RECORD_SHOWN = 256 * 1024
-#: Longest query-string value accepted (topic names are at most 249 characters).
-MAX_PARAM = 256
-INT64_MAX = 2**63 - 1
-#: ASCII digits only: str.isdigit() also takes "²" and other scripts' digits.
-_INTEGER = re.compile(r"-?[0-9]+")
-
 _HERE = os.path.dirname(os.path.abspath(__file__))
 STATIC = {
     b"console.css": b"text/css; charset=utf-8",
     b"console.js": b"text/javascript; charset=utf-8",
 }
+BUSY = b"503: the console is busy (too many requests this second); retry in a second\n"
 SECURITY_HEADERS = {
     b"content-security-policy": (
         b"default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; "
@@ -69,15 +73,6 @@ SECURITY_HEADERS = {
     b"referrer-policy": b"no-referrer",
     b"cache-control": b"no-store",
 }
-
-
-class PageError(Exception):
-    """Answer with ``status`` and a page saying ``message``."""
-
-    def __init__(self, status, message):
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 def _segment(value):
@@ -107,53 +102,9 @@ def make_environment():
     return env
 
 
-def _param(request, name, default=None):
-    values = request.args.get(name.encode("ascii"))
-    if not values:
-        return default
-    raw = values[-1]
-    if len(raw) > MAX_PARAM:
-        raise PageError(400, f"the {name!r} parameter is longer than {MAX_PARAM} characters")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise PageError(400, f"the {name!r} parameter is not UTF-8") from None
-
-
-def number(text, what, low=0, high=INT64_MAX):
-    """``text`` as an int in ``[low, high]``, else a 400 naming ``what``."""
-    text = text.strip()
-    if len(text) > 20 or not _INTEGER.fullmatch(text):
-        raise PageError(400, f"{what} must be a whole number, not {text!r}")
-    value = int(text)
-    if not low <= value <= high:
-        raise PageError(400, f"{what} must be between {low} and {high}, not {value}")
-    return value
-
-
-def timestamp(text):
-    """Epoch milliseconds of ``text``: a whole number of ms, or ISO 8601
-    (``2024-05-01T12:00:00Z``; no zone means UTC); else a 400."""
-    text = text.strip()
-    if _INTEGER.fullmatch(text):
-        return number(text, "the time")
-    try:
-        moment = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        raise PageError(
-            400, f"the time must be ISO 8601 (2024-05-01T12:00:00Z) or epoch ms, not {text!r}"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    try:
-        return number(str(int(moment.timestamp() * 1000)), "the time")
-    except (OverflowError, ValueError, OSError):
-        raise PageError(400, f"the time {text!r} is out of range") from None
-
-
 def _page_size(request, name):
     """The requested page size, capped at MAX_PAGE_SIZE; returns (size, note)."""
-    text = _param(request, name)
+    text = param(request, name)
     if text is None:
         return DEFAULT_PAGE_SIZE, None
     size = number(text, f"the page size ({name})", low=1)
@@ -163,73 +114,141 @@ def _page_size(request, name):
 
 
 class ConsoleResource(resource.Resource):
-    """Everything under ``/console``; a leaf that routes on the rest of the path."""
+    """Everything under ``/console``; a leaf that routes on the rest of the path.
+
+    ``read_only`` turns the actions off; ``ops`` runs them (the web layer's
+    :class:`pluglog.web.console_ops.ConsoleOps`); ``verify_login(user,
+    password) -> principal`` checks a login against the broker's credential
+    store, None when the broker has no security (then nobody logs in);
+    ``lag`` is the :class:`~pluglog.console.lag.LagSamples` the group page
+    charts (None: no chart)."""
 
     isLeaf = True  # noqa: N815 - twisted.web name
 
-    def __init__(self, broker):
+    def __init__(self, broker, read_only=True, ops=None, verify_login=None, lag=None):
         super().__init__()
         self.broker = broker
         self.env = make_environment()
+        self.read_only = read_only or ops is None
+        self.ops = ops
+        self.verify_login = verify_login
+        self.lag = lag
+        seconds = broker.reactor.seconds
+        self.sessions = Sessions(seconds)
+        self.logins = LoginBudget(seconds)
+        self.budget = RenderBudget(seconds)
 
     # -- twisted.web -------------------------------------------------------------
 
     def render(self, request):
-        if request.method in (b"GET", b"HEAD"):
-            return super().render(request)
         for name, value in SECURITY_HEADERS.items():
             request.setHeader(name, value)
-        request.setHeader(b"allow", b"GET, HEAD")
-        return self._error(
-            request, PageError(405, "the console is read-only: it answers GET and HEAD only")
+        if not self.budget.allow():
+            # Over its share of this second of the reactor: refuse without
+            # rendering anything, so a flood cannot delay Kafka requests.
+            request.setResponseCode(503)
+            request.setHeader(b"retry-after", b"1")
+            request.setHeader(b"content-type", b"text/plain; charset=utf-8")
+            return BUSY
+        started = time.perf_counter()
+        try:
+            return self._render(request)
+        finally:
+            self.budget.spend(time.perf_counter() - started)
+
+    def _render(self, request):
+        if request.method in (b"GET", b"HEAD"):
+            return self._get(request)
+        if request.method == b"POST":
+            return self._post(request)
+        request.setHeader(b"allow", b"GET, HEAD" if self.read_only else b"GET, HEAD, POST")
+        return self.error(
+            request,
+            PageError(405, "the console answers GET and HEAD, and POST for its forms only"),
         )
 
-    def render_GET(self, request):
-        for name, value in SECURITY_HEADERS.items():
-            request.setHeader(name, value)
-        if not request.postpath:  # /console: the pages' relative links need the slash
-            request.redirect(b"/console/")
-            return b""
+    def _parts(self, request):
         try:
             parts = [p.decode("utf-8") for p in request.postpath]
         except UnicodeDecodeError:
-            return self._error(request, PageError(400, "the path is not UTF-8"))
+            raise PageError(400, "the path is not UTF-8") from None
         if parts[-1] == "" and len(parts) > 1:
             parts = parts[:-1]
+        return parts
+
+    def _logged_in(self, request):
+        """The request's session when it may see pages (always without security)."""
+        found = self.sessions.get(request)
+        if self.verify_login is None:
+            return found, True
+        return found, found is not None and found.user is not None
+
+    def _post(self, request):
+        def run():
+            parts = self._parts(request)
+            if parts == ["login"]:
+                return forms.login_post(self, request)
+            if parts == ["logout"]:
+                return forms.logout_post(self, request)
+            if self.read_only:
+                raise PageError(403, forms.READ_ONLY)
+            if parts[0] != "actions":
+                request.setHeader(b"allow", b"GET, HEAD")
+                raise PageError(405, "this page takes no forms: it answers GET and HEAD")
+            return forms.run_action(self, request, parts)
+
+        return forms.guarded(self, request, run)
+
+    def _get(self, request):
+        if not request.postpath:  # /console: the pages' relative links need the slash
+            request.redirect(b"/console/")
+            return b""
         started = time.perf_counter()
-        try:
+
+        def run():
+            parts = self._parts(request)
             if parts[0] == "static" and len(parts) == 2:
                 return self._static(request, parts[1])
+            if parts == ["login"]:
+                return forms.login_page(self, request)
+            _found, allowed = self._logged_in(request)
+            if not allowed:
+                return forms.login_redirect(request)
+            if parts[0] == "actions":
+                return forms.confirm_page(self, request, parts)
             template, values = self._route(request, parts)
-            body = self.env.get_template(template).render(section=parts[0] or "overview", **values)
-        except PageError as exc:
-            return self._error(request, exc)
-        except state.NotFoundError as exc:
-            return self._error(request, PageError(404, str(exc)))
-        except Exception:
-            log.failure("console page {uri} failed", Failure(), uri=request.uri)
-            return self._error(
-                request, PageError(500, "the page failed; the broker log has the details")
-            )
+            return self.page(request, template, section=parts[0] or "overview", **values)
+
+        body = forms.guarded(self, request, run)
         # How long the broker spent on the page (reading its state and
         # rendering), for browsers' developer tools and the tests.
         spent = (time.perf_counter() - started) * 1000
         request.setHeader(b"server-timing", f"render;dur={spent:.1f}".encode("ascii"))
+        return body
+
+    def page(self, request, template, **values):
+        """``template`` rendered with the viewer's login and mode, as bytes."""
+        found = self.sessions.get(request)
+        viewer = {
+            "user": found.user if found is not None else None,
+            "csrf": found.csrf if found is not None else "",
+            "actions": not self.read_only,
+        }
+        body = self.env.get_template(template).render(viewer=viewer, **values)
         request.setHeader(b"content-type", b"text/html; charset=utf-8")
         return body.encode("utf-8")
 
-    def _error(self, request, exc):
+    def error(self, request, exc):
         request.setResponseCode(exc.status)
         request.setHeader(b"content-type", b"text/html; charset=utf-8")
         try:
-            body = self.env.get_template("error.html").render(
-                section="", status=exc.status, message=exc.message
+            return self.page(
+                request, "error.html", section="", status=exc.status, message=exc.message
             )
         except Exception:
             log.failure("console error page failed")
             request.setHeader(b"content-type", b"text/plain; charset=utf-8")
             return f"{exc.status}: console error\n".encode()
-        return body.encode("utf-8")
 
     def _static(self, request, name):
         key = name.encode("utf-8")
@@ -261,7 +280,12 @@ class ConsoleResource(resource.Resource):
             if not rest:
                 return "groups.html", {"groups": state.groups(self.broker)}
             if len(rest) == 1:
-                return "group.html", {"g": state.group(self.broker, rest[0])}
+                samples = self.lag.of(rest[0]) if self.lag is not None else []
+                return "group.html", {
+                    "g": state.group(self.broker, rest[0]),
+                    "chart": lag.chart(samples),
+                    "sampling": self.lag is not None,
+                }
         elif head == "schemas":
             if not rest:
                 return "schemas.html", {"subjects": state.subjects(self.broker)}
@@ -273,9 +297,9 @@ class ConsoleResource(resource.Resource):
         raise PageError(404, "the console has no such page")
 
     def _topics(self, request):
-        query = (_param(request, "q", "") or "").strip()
+        query = (param(request, "q", "") or "").strip()
         size, note = _page_size(request, "size")
-        page = number(_param(request, "page", "1"), "the page number", low=1, high=10**9)
+        page = number(param(request, "page", "1"), "the page number", low=1, high=10**9)
         names = state.topic_names(self.broker, query)
         pages = max(1, -(-len(names) // size))
         start = (page - 1) * size
@@ -294,8 +318,8 @@ class ConsoleResource(resource.Resource):
         part = state.local_partition(self.broker, name, index)
         limit, note = _page_size(request, "limit")
         start = part.log.log_start_offset
-        at = _param(request, "time")
-        offset_text = _param(request, "offset")
+        at = param(request, "time")
+        offset_text = param(request, "offset")
         if at is not None and at.strip() and offset_text is not None and offset_text.strip():
             raise PageError(400, "give an offset or a time, not both")
         if at is not None and at.strip():

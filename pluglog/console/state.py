@@ -65,22 +65,37 @@ def _partition_view(broker, meta, index, live, figures=True):
     return view
 
 
+def _http_urls(coordinator):
+    """``{broker id: --http URL}`` the coordinator knows (ZooKeeper's
+    registrations); the local coordinator knows none."""
+    urls = getattr(coordinator, "http_urls", None)
+    return urls() if urls is not None else {}
+
+
 def overview(broker):
-    """Cluster id, controller, brokers with racks, partition health counts."""
+    """The cluster as the coordinator's metadata has it: every registered
+    broker with its rack, leaders and replicas, the controller, brokers that
+    replica assignments name but that are not registered (down), and
+    under-replicated and offline partitions cluster-wide."""
     coordinator = broker.coordinator
     live = _live_brokers(coordinator)
     controller = coordinator.controller_id()
-    brokers = [
-        {
+    urls = _http_urls(coordinator)
+    brokers = {
+        node_id: {
             "node_id": node_id,
             "host": host,
             "port": port,
             "rack": rack,
             "controller": node_id == controller,
             "this": node_id == broker.node_id,
+            "live": True,
+            "leaders": 0,
+            "replicas": 0,
+            "console": urls.get(node_id, "").rstrip("/") + "/console/" if node_id in urls else "",
         }
         for node_id, host, port, rack in sorted(coordinator.brokers())
-    ]
+    }
     topics = coordinator.topics()
     partitions = under = offline = 0
     unhealthy = []
@@ -93,12 +108,33 @@ def overview(broker):
             offline += view["offline"]
             if (view["under_replicated"] or view["offline"]) and len(unhealthy) < 100:
                 unhealthy.append({"topic": name, **view})
+            for node_id in view["replicas"]:
+                entry = brokers.get(node_id)
+                if entry is None:  # assigned replicas on a broker that is not registered
+                    entry = brokers[node_id] = {
+                        "node_id": node_id,
+                        "host": "",
+                        "port": "",
+                        "rack": None,
+                        "controller": False,
+                        "this": False,
+                        "live": False,
+                        "leaders": 0,
+                        "replicas": 0,
+                        "console": "",
+                    }
+                entry["replicas"] += 1
+            if view["leader"] in brokers and not view["offline"]:
+                brokers[view["leader"]]["leaders"] += 1
+    listed = [brokers[n] for n in sorted(brokers)]
     return {
         "cluster_id": coordinator.cluster_id(),
         "controller": controller,
         "this_broker": broker.node_id,
-        "brokers": brokers,
-        "racks": sorted({b["rack"] for b in brokers if b["rack"]}),
+        "brokers": listed,
+        "live_brokers": sum(b["live"] for b in listed),
+        "down_brokers": [b["node_id"] for b in listed if not b["live"]],
+        "racks": sorted({b["rack"] for b in listed if b["rack"]}),
         "topics": len(topics),
         "partitions": partitions,
         "under_replicated": under,
@@ -186,16 +222,29 @@ def _groups(broker):
     return {} if coordinator is None else coordinator.groups
 
 
+def _group_lag(partitions, group):
+    lag = 0
+    for key, om in group.offsets.items():
+        part = partitions.get(key)
+        if part is not None and not part.offline:
+            lag += max(part.high_watermark - om.offset, 0)
+    return lag
+
+
+def group_lags(broker, limit):
+    """``{group id: total lag}`` of the first ``limit`` groups coordinated here
+    (the lag chart's samples)."""
+    partitions = broker.partitions
+    found = _groups(broker)
+    return {g: _group_lag(partitions, found[g]) for g in sorted(found)[:limit]}
+
+
 def groups(broker):
     """A summary row per group this broker coordinates."""
     rows = []
     partitions = broker.partitions
     for group_id, group in sorted(_groups(broker).items()):
-        lag = 0
-        for key, om in group.offsets.items():
-            part = partitions.get(key)
-            if part is not None and not part.offline:
-                lag += max(part.high_watermark - om.offset, 0)
+        lag = _group_lag(partitions, group)
         rows.append(
             {
                 "group_id": group_id,

@@ -52,6 +52,24 @@ class AuthenticationFailed(Exception):  # noqa: N818 - Kafka's name for it
     """The client's credentials were refused; the message names no password."""
 
 
+def verify_password(store, user, password):
+    """Check ``password`` against ``user``'s SCRAM credentials in ``store``:
+    the stored key is derived again with the stored salt and iterations (any
+    one mechanism matching is enough). Raises AuthenticationFailed naming the
+    user, never the password. Used by PLAIN and by the web console's login."""
+    creds = store.scram_credentials().get(user)
+    if not creds:
+        raise AuthenticationFailed(f"unknown user {user!r}")
+    ok = False
+    for mechanism, cred in creds.items():
+        _salt, stored, _server, _n = ScramMechanism(mechanism).make_auth_info(
+            password, iteration_count=cred.iterations, salt=cred.salt
+        )
+        ok = ok or hmac.compare_digest(stored, cred.stored_key)
+    if not ok:
+        raise AuthenticationFailed(f"invalid credentials for user {user!r}")
+
+
 class _PlainExchange:
     complete = False
     username = None
@@ -66,17 +84,7 @@ class _PlainExchange:
         authzid, user, password = (p.decode("utf-8", "replace") for p in parts)
         if authzid and authzid != user:
             raise AuthenticationFailed(f"user {user!r} may not act as {authzid!r}")
-        creds = self.store.scram_credentials().get(user)
-        if not creds:
-            raise AuthenticationFailed(f"unknown user {user!r}")
-        ok = False
-        for mechanism, cred in creds.items():
-            _salt, stored, _server, _n = ScramMechanism(mechanism).make_auth_info(
-                password, iteration_count=cred.iterations, salt=cred.salt
-            )
-            ok = ok or hmac.compare_digest(stored, cred.stored_key)
-        if not ok:
-            raise AuthenticationFailed(f"invalid credentials for user {user!r}")
+        verify_password(self.store, user, password)
         self.complete = True
         self.username = user
         return b""

@@ -9,41 +9,20 @@ values is shown as text rather than rendered, and that the group page's
 script refreshes the lag when a new offset is committed. Each page is
 saved as a PNG screenshot in the test's tmp dir.
 
-Chromium runs with the flags that keep it off the network (the machine has
-none) and a fresh profile; Selenium is given the driver's path, so it never
-tries to download one.
+A read-only console (this broker's) refuses an action with a page that
+says so. Chromium is started by :mod:`tests.integration.chromium`.
 """
-
-import os
-import shutil
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.integration import console_data as data
+from tests.integration.chromium import Pages, chromium
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-
-# A broker and headless Chromium (the cost marker, conftest.py). Debian's
-# chromium and chromium-driver are installed by scripts/install-and-test.sh:
-# without them the test fails rather than skips.
+# A broker and headless Chromium (the cost marker, conftest.py).
 pytestmark = pytest.mark.browser
-
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-dev-shm-usage",
-    "--window-size=1280,900",
-]
 
 
 @pytest.fixture(scope="module")
@@ -53,42 +32,11 @@ def console(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    service = webdriver.ChromeService(executable_path=DRIVER)
-    driver = webdriver.Chrome(options=options, service=service)
-    driver.set_page_load_timeout(30)
+    driver = chromium(tmp_path_factory.mktemp("chromium-profile"))
     try:
         yield driver
     finally:
         driver.quit()
-
-
-class Pages:
-    """Clicks, waits and one screenshot per page."""
-
-    def __init__(self, driver, shots):
-        self.driver = driver
-        self.shots = shots
-        self.saved = []
-
-    def shot(self, name):
-        path = os.path.join(self.shots, f"{len(self.saved) + 1:02d}-{name}.png")
-        assert self.driver.save_screenshot(path), path
-        assert os.path.getsize(path) > 1000
-        self.saved.append(path)
-
-    def click(self, by, value):
-        self.driver.find_element(by, value).click()
-
-    def text(self, css):
-        return self.driver.find_element(By.CSS_SELECTOR, css).text
-
-    def wait_for(self, css):
-        return WebDriverWait(self.driver, 10).until(lambda d: d.find_element(By.CSS_SELECTOR, css))
 
 
 def test_click_through_topics_and_groups(console, browser, tmp_path):
@@ -184,5 +132,17 @@ def test_click_through_topics_and_groups(console, browser, tmp_path):
     browser.get(base + "/console/topics/nope")
     assert pages.wait_for("#error-message").text == "no topic 'nope'"
     pages.shot("not-found")
+
+    # Read-only (the default): no action forms, and an action's URL is refused.
+    browser.get(base + f"/console/topics/{data.TOPIC}")
+    pages.wait_for("#partitions")
+    assert pages.text("#mode") == "read-only"
+    assert not browser.find_elements(By.ID, "delete-topic-form")
+    browser.get(base + f"/console/actions/delete-topic?topic={data.TOPIC}")
+    assert pages.wait_for("#error-message").text.startswith(
+        "the console is read-only (console.read.only=true)"
+    )
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Forbidden"
+    pages.shot("read-only-refusal")
     print("screenshots:", *pages.saved, sep="\n  ")
-    assert len(pages.saved) == 9
+    assert len(pages.saved) == 10

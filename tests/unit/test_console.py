@@ -9,12 +9,17 @@ import json
 import shutil
 import tempfile
 
+from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.test.requesthelper import DummyRequest
 
 from pluglog.console import browse
+from pluglog.console.budget import RenderBudget
 from pluglog.console.decode import Decoder, UnsafeSchemaError, check_avro
+from pluglog.console.lag import LagSamples, chart
 from pluglog.console.resource import MAX_PAGE_SIZE, ConsoleResource, PageError, number
+from pluglog.console.session import COOKIE, LoginBudget, Sessions, token_ok
+from pluglog.group.model import Group, OffsetAndMetadata
 from pluglog.protocol.records import Record, build_batch
 from pluglog.serialization.avro import AvroSerializer
 from pluglog.serialization.framing import frame
@@ -22,8 +27,26 @@ from pluglog.serialization.registry import SchemaRegistry
 from tests.unit.test_server_fastlane import make_broker
 
 
+class Request(DummyRequest):
+    """DummyRequest with the cookie calls of twisted.web's Request."""
+
+    def __init__(self, postpath, cookies=None):
+        super().__init__(postpath)
+        self.received_cookies = dict(cookies or {})
+        self.cookies = []
+
+    def getCookie(self, key):  # noqa: N802 - twisted.web name
+        return self.received_cookies.get(key)
+
+    def addCookie(self, key, value, **attributes):  # noqa: N802 - twisted.web name
+        self.cookies.append((key, value, attributes))
+
+    def isSecure(self):  # noqa: N802 - twisted.web name
+        return False
+
+
 def render(resource, path, **args):
-    request = DummyRequest([p.encode() for p in path.split("/")])
+    request = Request([p.encode() for p in path.split("/")])
     request.args = {k.encode(): [str(v).encode()] for k, v in args.items()}
     body = resource.render(request)
     return request.responseCode or 200, body.decode("utf-8")
@@ -192,3 +215,127 @@ class DecodeTests(SynchronousTestCase):
         check_avro(json.dumps(safe))
         with self.assertRaises(UnsafeSchemaError):
             check_avro(json.dumps({"type": "map", "values": "null"}))
+
+
+class SessionTests(SynchronousTestCase):
+    """Sessions: cookie, CSRF token, expiry, bound; the login budget."""
+
+    def setUp(self):
+        self.now = [1000.0]
+        self.sessions = Sessions(lambda: self.now[0], idle=60, limit=3)
+
+    def request_with(self, found):
+        return Request([b""], {COOKIE: found.sid.encode()} if found else None)
+
+    def test_cookie_token_and_expiry(self):
+        request = Request([b""])
+        found = self.sessions.start(request, "User:alice", "alice")
+        ((key, value, attrs),) = request.cookies
+        self.assertEqual((key, value), (COOKIE, found.sid.encode()))
+        self.assertEqual(
+            attrs, {"path": b"/console/", "httpOnly": True, "secure": False, "sameSite": "strict"}
+        )
+        self.assertIs(self.sessions.get(self.request_with(found)), found)
+        self.assertTrue(token_ok(found, found.csrf))
+        for wrong in ("", "x", found.csrf[:-1], found.sid):
+            self.assertFalse(token_ok(found, wrong), wrong)
+        self.assertFalse(token_ok(None, found.csrf))
+        self.now[0] += 59  # used within the idle time: kept, and touched
+        self.assertIs(self.sessions.get(self.request_with(found)), found)
+        self.now[0] += 61
+        self.assertIsNone(self.sessions.get(self.request_with(found)))
+        self.assertEqual(len(self.sessions), 0)
+
+    def test_bounded_and_a_login_replaces_the_session(self):
+        login = self.sessions.start(Request([b""]), "User:carol", "carol")
+        first = self.sessions.start(Request([b""]))
+        made = [self.sessions.start(Request([b""])) for _ in range(3)]
+        self.assertEqual(len(self.sessions), 4)  # the least recently used anonymous one went
+        self.assertIsNone(self.sessions.get(self.request_with(first)))
+        self.assertIs(self.sessions.get(self.request_with(login)), login)  # not pushed out
+        request = self.request_with(made[-1])
+        fresh = self.sessions.start(request, "User:bob", "bob")
+        self.assertNotEqual(fresh.sid, made[-1].sid)  # no fixation
+        self.assertIsNone(self.sessions.get(self.request_with(made[-1])))
+        self.assertEqual(self.sessions.get(self.request_with(fresh)).principal, "User:bob")
+        self.assertIsNone(self.sessions.get(Request([b""], {COOKIE: b"\xff"})))
+
+    def test_login_budget(self):
+        budget = LoginBudget(lambda: self.now[0], rate=2.0, burst=3)
+        self.assertEqual([budget.take() for _ in range(4)], [True, True, True, False])
+        self.now[0] += 0.5  # one more token
+        self.assertEqual([budget.take(), budget.take()], [True, False])
+
+
+class LagTests(SynchronousTestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="pluglog-console-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.broker = make_broker(self.dir, "memory")
+        part = self.broker.partition("t", 0)
+        part.append(build_batch([Record(key=None, value=b"v")] * 10), 0)
+        self.groups = self.broker.group_coordinator.groups
+
+    def commit(self, group_id, offset):
+        group = self.groups.get(group_id) or Group(group_id, 0)
+        self.groups[group_id] = group
+        group.offsets[("t", 0)] = OffsetAndMetadata(offset, -1, "", 0, -1)
+
+    def test_rings_are_bounded_and_follow_the_groups(self):
+        samples = LagSamples(self.broker, keep=3, max_groups=2)
+        self.commit("a", 4)
+        samples.sample()
+        self.commit("a", 7)
+        self.broker.reactor.advance(10)
+        samples.sample()
+        self.assertEqual([lag for _t, lag in samples.of("a")], [6, 3])
+        first, second = (t for t, _lag in samples.of("a"))
+        self.assertEqual(second - first, 10_000)
+        for _ in range(5):
+            samples.sample()
+        self.assertEqual(len(samples.of("a")), 3)
+        self.commit("b", 0)
+        self.commit("c", 0)  # over max_groups: not sampled
+        samples.sample()
+        self.assertEqual(set(samples.rings), {"a", "b"})
+        del self.groups["a"]
+        samples.sample()
+        self.assertEqual(set(samples.rings), {"b", "c"})
+        self.assertEqual(samples.of("a"), [])
+
+    def test_chart(self):
+        self.assertIsNone(chart([(0, 5)]))
+        drawn = chart([(1000, 0), (2000, 10), (3000, 5)])
+        self.assertEqual(drawn["points"], "4.0,156.0 300.0,4.0 596.0,80.0")
+        self.assertEqual((drawn["max"], drawn["latest"], drawn["minimum"]), (10, 5, 0))
+        flat = chart([(1000, 0), (1000, 0)])  # no time span, no lag: no division by zero
+        self.assertEqual(flat["points"], "4.0,156.0 4.0,156.0")
+
+
+class RenderBudgetTests(SynchronousTestCase):
+    def test_a_share_of_each_second(self):
+        clock = Clock()
+        budget = RenderBudget(clock.seconds, share=0.2)
+        self.assertTrue(budget.allow())
+        budget.spend(0.15)
+        self.assertTrue(budget.allow())
+        budget.spend(0.06)  # 0.21 s of this second used
+        self.assertFalse(budget.allow())
+        self.assertEqual(budget.refused, 1)
+        clock.advance(1)  # the next second starts afresh
+        self.assertTrue(budget.allow())
+
+    def test_the_resource_answers_503_unrendered_past_its_share(self):
+        dir_ = tempfile.mkdtemp(prefix="pluglog-console-")
+        self.addCleanup(shutil.rmtree, dir_, True)
+        console = ConsoleResource(make_broker(dir_, "memory"))
+        status, _body = render(console, "topics")
+        self.assertEqual(status, 200)
+        console.budget.spend(1.0)
+        request = Request([b"topics"])
+        body = console.render(request)
+        self.assertEqual(request.responseCode, 503)
+        self.assertEqual(request.responseHeaders.getRawHeaders(b"retry-after"), [b"1"])
+        self.assertIn(b"the console is busy", body)
+        console.broker.reactor.advance(1)
+        self.assertEqual(render(console, "topics")[0], 200)
