@@ -7,6 +7,7 @@ One module per API family contributes its ``HANDLERS``; the connection code
 from pluglog.server.handlers import (
     acls,
     admin,
+    txn,
     cluster,
     core,
     fetch,
@@ -20,7 +21,7 @@ from pluglog.server.handlers import (
 
 def _build_table():
     table = {}
-    for module in (core, produce, fetch, admin, cluster, quotas, sasl, acls, scram, groups):
+    for module in (core, produce, fetch, admin, txn, cluster, quotas, sasl, acls, scram, groups):
         table.update(module.HANDLERS)
     return table
 
