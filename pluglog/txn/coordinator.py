@@ -27,11 +27,14 @@ is ``pending`` and other changes get CONCURRENT_TRANSACTIONS. Everything
 runs on the reactor thread.
 """
 
+import struct
+
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
 from pluglog.errors import (
     CONCURRENT_TRANSACTIONS,
+    INVALID_PRODUCER_EPOCH,
     INVALID_PRODUCER_ID_MAPPING,
     INVALID_TRANSACTION_TIMEOUT,
     INVALID_TXN_STATE,
@@ -61,6 +64,7 @@ from pluglog.txn.ownership import TxnOwnership
 log = Logger()
 
 MAX_EPOCH = 32767
+_PID_EPOCH = struct.Struct(">qh")  # producerId, producerEpoch at byte 43 of a batch
 
 
 class TransactionCoordinator(TxnOwnership):
@@ -264,6 +268,29 @@ class TransactionCoordinator(TxnOwnership):
                     t=meta.timeout_ms,
                 )
                 self._prepare_end(meta, commit=False, bump=True)
+
+    # -- produce verification -------------------------------------------------------
+
+    def verify(self, txn_id, batch, topic, index):
+        """``(error_code, message)`` for a transactional batch of ``txn_id``
+        produced to ``topic``-``index``: INVALID_TXN_STATE unless the
+        partition is in the id's open transaction. Ids coordinated by
+        another broker are not checked here (NONE)."""
+        if txn_id is None:
+            return INVALID_TXN_STATE, "a transactional batch needs the request's transactional id"
+        meta = self.txns.get(txn_id)
+        if meta is None:
+            return NONE, None
+        pid, epoch = _PID_EPOCH.unpack_from(batch, 43)
+        if pid != meta.producer_id:
+            return INVALID_PRODUCER_ID_MAPPING, f"{txn_id!r} does not have producer id {pid}"
+        if epoch < meta.producer_epoch:
+            # A zombie: a newer producer bumped the epoch (Kafka answers the
+            # stale epoch before looking at the transaction).
+            return INVALID_PRODUCER_EPOCH, f"epoch {epoch} of {txn_id!r} is fenced"
+        if meta.state != ONGOING or (topic, index) not in meta.partitions:
+            return INVALID_TXN_STATE, f"{topic}-{index} is not in an open transaction of {txn_id!r}"
+        return NONE, None
 
     # -- operators ---------------------------------------------------------------------
 
