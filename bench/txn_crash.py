@@ -91,7 +91,9 @@ def _round(bootstrap, deadline):
             producer.begin_transaction()
             last = {}
             for m in msgs:
-                producer.produce("out", key=m.key(), value=b"out-" + m.value(), partition=m.partition())
+                producer.produce(
+                    "out", key=m.key(), value=b"out-" + m.value(), partition=m.partition()
+                )
                 last[m.partition()] = m.offset()
             producer.send_offsets_to_transaction(
                 [confluent_kafka.TopicPartition("in", p, o + 1) for p, o in last.items()],
@@ -157,9 +159,11 @@ def run(data_dir, records, kills, seed=0, timeout=600, log=print):
                 broker = BrokerProcess(data_dir, port=port, settings=SETTINGS).start()
             elif drained:
                 break
-        return _read(broker.bootstrap, "read_committed"), _read(
-            broker.bootstrap, "read_uncommitted"
-        ), done
+        return (
+            _read(broker.bootstrap, "read_committed"),
+            _read(broker.bootstrap, "read_uncommitted"),
+            done,
+        )
     finally:
         broker.stop()
 

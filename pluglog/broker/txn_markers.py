@@ -38,8 +38,8 @@ def _write_one(broker, marker, topic, index, entry, timeout_s):
     if part is None:
         meta = broker.coordinator.topics().get(topic)
         hosted_elsewhere = meta is not None and 0 <= index < meta.num_partitions
-        entry["error_code"] = NOT_LEADER_OR_FOLLOWER if hosted_elsewhere else (
-            UNKNOWN_TOPIC_OR_PARTITION
+        entry["error_code"] = (
+            NOT_LEADER_OR_FOLLOWER if hosted_elsewhere else (UNKNOWN_TOPIC_OR_PARTITION)
         )
         return defer.succeed(None)
     commit = marker["transaction_result"]

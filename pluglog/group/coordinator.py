@@ -59,7 +59,9 @@ from pluglog.logsafe import SafeLogger
 log = SafeLogger()
 
 
-class GroupCoordinator(MemberOperations, OffsetOperations, TxnOffsetOperations, PartitionOwnership):
+class GroupCoordinator(
+    MemberOperations, OffsetOperations, TxnOffsetOperations, PartitionOwnership
+):
     """The consumer groups of the offsets partitions this broker leads."""
 
     def __init__(self, broker):

@@ -217,9 +217,11 @@ class TransactionCoordinator(TxnOwnership):
         epoch = owned.leader_epoch if owned is not None else -1
 
         def wanted():
-            return self.active and self.owned.get(index) is owned and self.txns.get(
-                meta.transactional_id
-            ) is meta
+            return (
+                self.active
+                and self.owned.get(index) is owned
+                and self.txns.get(meta.transactional_id) is meta
+            )
 
         d = self.markers.send(
             meta.producer_id, meta.producer_epoch, commit, epoch, sorted(meta.partitions), wanted
@@ -289,7 +291,10 @@ class TransactionCoordinator(TxnOwnership):
             # stale epoch before looking at the transaction).
             return INVALID_PRODUCER_EPOCH, f"epoch {epoch} of {txn_id!r} is fenced"
         if meta.state != ONGOING or (topic, index) not in meta.partitions:
-            return INVALID_TXN_STATE, f"{topic}-{index} is not in an open transaction of {txn_id!r}"
+            return (
+                INVALID_TXN_STATE,
+                f"{topic}-{index} is not in an open transaction of {txn_id!r}",
+            )
         return NONE, None
 
     # -- operators ---------------------------------------------------------------------
@@ -372,4 +377,3 @@ class TransactionCoordinator(TxnOwnership):
             return coordinator_error(failure)
 
         return d.addCallbacks(written, failed)
-

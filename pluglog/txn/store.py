@@ -110,4 +110,3 @@ class TxnStore:
             return metas if current() else None
 
         return run()
-

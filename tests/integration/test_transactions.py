@@ -257,17 +257,29 @@ def test_bad_transaction_requests_get_kafka_error_codes(txn_broker):
         coordinator = client.request(codec.FIND_COORDINATOR, 1, {"key": "bad-1", "key_type": 1})
         assert coordinator["error_code"] == errors.NONE
         too_long = client.request(
-            codec.INIT_PRODUCER_ID, 1, {"transactional_id": "bad-1", "transaction_timeout_ms": 10**9}
+            codec.INIT_PRODUCER_ID,
+            1,
+            {"transactional_id": "bad-1", "transaction_timeout_ms": 10**9},
         )
         assert too_long["error_code"] == errors.INVALID_TRANSACTION_TIMEOUT
         unknown = client.request(
             codec.END_TXN,
             1,
-            {"transactional_id": "nobody", "producer_id": 1, "producer_epoch": 0, "committed": True},
+            {
+                "transactional_id": "nobody",
+                "producer_id": 1,
+                "producer_epoch": 0,
+                "committed": True,
+            },
         )
-        assert unknown["error_code"] in (errors.INVALID_PRODUCER_ID_MAPPING, errors.NOT_COORDINATOR)
+        assert unknown["error_code"] in (
+            errors.INVALID_PRODUCER_ID_MAPPING,
+            errors.NOT_COORDINATOR,
+        )
         init = client.request(
-            codec.INIT_PRODUCER_ID, 1, {"transactional_id": "bad-1", "transaction_timeout_ms": 60000}
+            codec.INIT_PRODUCER_ID,
+            1,
+            {"transactional_id": "bad-1", "transaction_timeout_ms": 60000},
         )
         pid, epoch = init["producer_id"], init["producer_epoch"]
         stale = client.request(
@@ -285,7 +297,11 @@ def test_bad_transaction_requests_get_kafka_error_codes(txn_broker):
         empty_end = client.request(
             codec.END_TXN,
             1,
-            {"transactional_id": "bad-1", "producer_id": pid, "producer_epoch": epoch,
-             "committed": True},
+            {
+                "transactional_id": "bad-1",
+                "producer_id": pid,
+                "producer_epoch": epoch,
+                "committed": True,
+            },
         )
         assert empty_end["error_code"] == errors.INVALID_TXN_STATE

@@ -85,9 +85,7 @@ def test_schema_matches_kafka_json(key, kind):
     lo, hi = api.versions
     for version in range(lo, hi + 1):
         common = {c["name"]: c["fields"] for c in spec.get("commonStructs", [])}
-        compare(
-            fields, spec["fields"], version, api.is_flexible(version), api.name + kind, common
-        )
+        compare(fields, spec["fields"], version, api.is_flexible(version), api.name + kind, common)
 
 
 def test_supported_within_defined():

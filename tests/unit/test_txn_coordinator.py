@@ -9,7 +9,6 @@ from pluglog.protocol.records import Record, build_batch
 from pluglog.txn.model import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
-    EMPTY,
     ONGOING,
     TxnMetadata,
     parse_key,

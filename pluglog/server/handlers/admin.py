@@ -14,7 +14,6 @@ from pluglog.errors import (
     NONE,
     OFFSET_OUT_OF_RANGE,
     UNKNOWN_TOPIC_OR_PARTITION,
-    UNSUPPORTED_VERSION,
     KafkaError,
 )
 from pluglog.server.handlers.common import error_code, leader_error, per_partition

@@ -94,7 +94,9 @@ def _read_all(broker, request, first_pass=True):
                 if offset < plog.log_start_offset or offset > end:
                     code = OFFSET_OUT_OF_RANGE
                 out.append(
-                    _partition_data(index, code, part.high_watermark, plog.log_start_offset, lso=lso)
+                    _partition_data(
+                        index, code, part.high_watermark, plog.log_start_offset, lso=lso
+                    )
                 )
                 continue
             try:

@@ -7,7 +7,6 @@ One module per API family contributes its ``HANDLERS``; the connection code
 from pluglog.server.handlers import (
     acls,
     admin,
-    txn,
     cluster,
     core,
     fetch,
@@ -16,6 +15,7 @@ from pluglog.server.handlers import (
     quotas,
     sasl,
     scram,
+    txn,
 )
 
 

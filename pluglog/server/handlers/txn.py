@@ -175,7 +175,9 @@ def handle_list_transactions(ctx, request):
             "transaction_states": [],
         }
     unknown, listed = tc.list_transactions(
-        request["state_filters"], request["producer_id_filters"], request.get("duration_filter", -1)
+        request["state_filters"],
+        request["producer_id_filters"],
+        request.get("duration_filter", -1),
     )
     return {
         "throttle_time_ms": 0,
