@@ -55,8 +55,13 @@ def _fill(bootstrap, records):
     assert producer.flush(60) == 0
 
 
-def _round(bootstrap, deadline):
-    """Run the loop until an error (the kill); return transactions committed."""
+def _round(bootstrap, deadline, kill=None):
+    """Run the loop until an error (the kill); return transactions committed.
+
+    ``kill``: ``(after, phase, broker)``: SIGKILL the broker in transaction
+    number ``after`` of this round, ``"mid"`` (records and offsets sent, no
+    EndTxn yet), ``"commit"`` (while EndTxn and its markers are in flight) or
+    ``"between"`` (after the commit returned)."""
     consumer = confluent_kafka.Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -100,8 +105,16 @@ def _round(bootstrap, deadline):
                 consumer.consumer_group_metadata(),
                 10,
             )
+            phase = kill[1] if kill is not None and commits + 1 == kill[0] else None
+            if phase == "mid":
+                producer.flush(10)
+                kill[2].kill()
+            elif phase == "commit":
+                threading.Timer(0.002, kill[2].kill).start()
             producer.commit_transaction(10)
             commits += 1
+            if phase == "between":
+                kill[2].kill()
         return commits, False
     except confluent_kafka.KafkaException:
         return commits, False
@@ -145,17 +158,17 @@ def run(data_dir, records, kills, seed=0, timeout=600, log=print):
     _fill(broker.bootstrap, records)
     deadline = time.monotonic() + timeout
     done = 0
+    # Spread the kills over the run: about 500 records per transaction.
+    spacing = max(1, records // 500 // (kills + 1))
     try:
         while time.monotonic() < deadline:
-            timer = None
+            kill = None
             if done < kills:
-                timer = threading.Timer(rng.uniform(2.0, 6.0), broker.kill)
-                timer.start()
-            commits, drained = _round(broker.bootstrap, deadline)
-            if timer is not None:
-                timer.join()
+                kill = (rng.randint(1, spacing), rng.choice(("mid", "commit", "between")), broker)
+            commits, drained = _round(broker.bootstrap, deadline, kill)
+            if kill is not None and broker.proc.poll() is not None:
                 done += 1
-                log(f"kill {done}: {commits} transaction(s) committed in this round")
+                log(f"kill {done} ({kill[1]}): {commits} transaction(s) committed in this round")
                 broker = BrokerProcess(data_dir, port=port, settings=SETTINGS).start()
             elif drained:
                 break
