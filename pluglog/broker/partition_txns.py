@@ -211,6 +211,15 @@ class PartitionTransactions:
             for e in self.txns.aborted_between(start, end)
         ]
 
+    def transactions_for_cleaning(self):
+        """``(first unstable offset or None, [(producer id, first offset,
+        marker offset)])`` for the log cleaner."""
+        self._ensure_loaded()
+        txns = self.txns
+        txns.drop_before(self.log.log_start_offset)
+        first = txns.first_unstable_offset(self.high_watermark)
+        return first, [(e.producer_id, e.first_offset, e.last_offset) for e in txns.aborted]
+
     def producer_states(self):
         """``(producer_id, epoch, last_sequence, last_timestamp)`` of each
         producer this partition remembers (DescribeProducers)."""

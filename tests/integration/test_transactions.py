@@ -305,3 +305,47 @@ def test_bad_transaction_requests_get_kafka_error_codes(txn_broker):
             },
         )
         assert empty_end["error_code"] == errors.INVALID_TXN_STATE
+
+
+def test_compaction_drops_aborted_records_and_keeps_the_committed_value(tmp_path):
+    settings = dict(FAST_TIMEOUTS, **{"log.cleaner.backoff.ms": "300"})
+    broker = BrokerProcess(tmp_path / "data", settings=settings).start()
+    try:
+        bs = broker.bootstrap
+        create_topic(
+            bs,
+            "ckeys",
+            partitions=1,
+            config={
+                "cleanup.policy": "compact",
+                "segment.ms": "1500",
+                "min.cleanable.dirty.ratio": "0.01",
+            },
+        )
+        p = producer(bs, "ckeys-1")
+        p.begin_transaction()
+        for i in range(50):
+            p.produce("ckeys", key=f"k{i}", value="committed")
+        p.commit_transaction(30)
+        p.begin_transaction()
+        for i in range(50):
+            p.produce("ckeys", key=f"k{i}", value="aborted")
+        p.flush(30)
+        p.abort_transaction(30)
+        time.sleep(1.7)  # segment.ms: the next append rolls the segment
+        p.begin_transaction()
+        p.produce("ckeys", key="end", value="committed")
+        p.commit_transaction(30)
+
+        def uncommitted():
+            return sorted(read_all(bs, "ckeys", 1, "read_uncommitted", settle=0.5))
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "aborted" in uncommitted():
+            time.sleep(0.5)
+        # The cleaner removed the aborted records instead of letting them
+        # shadow the committed value of each key.
+        assert uncommitted() == ["committed"] * 51
+        assert sorted(read_all(bs, "ckeys", 1, "read_committed")) == ["committed"] * 51
+    finally:
+        broker.stop()
