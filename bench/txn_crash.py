@@ -41,7 +41,7 @@ SETTINGS = {
 PARTITIONS = 3
 
 
-def _fill(bootstrap, records):
+def fill_input(bootstrap, records):
     producer = confluent_kafka.Producer(
         {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20}
     )
@@ -55,10 +55,10 @@ def _fill(bootstrap, records):
     assert producer.flush(60) == 0
 
 
-def _round(bootstrap, deadline, kill=None):
+def transform_round(bootstrap, deadline, kill=None):
     """Run the loop until an error (the kill); return transactions committed.
 
-    ``kill``: ``(after, phase, broker)``: SIGKILL the broker in transaction
+    ``kill``: ``(after, phase, killer)``: call ``killer.kill()`` in transaction
     number ``after`` of this round, ``"mid"`` (records and offsets sent, no
     EndTxn yet), ``"commit"`` (while EndTxn and its markers are in flight) or
     ``"between"`` (after the commit returned)."""
@@ -122,7 +122,7 @@ def _round(bootstrap, deadline, kill=None):
         consumer.close()
 
 
-def _read(bootstrap, isolation):
+def read_output(bootstrap, isolation):
     consumer = confluent_kafka.Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -155,7 +155,7 @@ def run(data_dir, records, kills, seed=0, timeout=600, log=print):
     port = broker.port
     create_topic(broker.bootstrap, "in", partitions=PARTITIONS)
     create_topic(broker.bootstrap, "out", partitions=PARTITIONS)
-    _fill(broker.bootstrap, records)
+    fill_input(broker.bootstrap, records)
     deadline = time.monotonic() + timeout
     done = 0
     # Spread the kills over the run: about 500 records per transaction.
@@ -165,7 +165,7 @@ def run(data_dir, records, kills, seed=0, timeout=600, log=print):
             kill = None
             if done < kills:
                 kill = (rng.randint(1, spacing), rng.choice(("mid", "commit", "between")), broker)
-            commits, drained = _round(broker.bootstrap, deadline, kill)
+            commits, drained = transform_round(broker.bootstrap, deadline, kill)
             if kill is not None and broker.proc.poll() is not None:
                 done += 1
                 log(f"kill {done} ({kill[1]}): {commits} transaction(s) committed in this round")
@@ -173,8 +173,8 @@ def run(data_dir, records, kills, seed=0, timeout=600, log=print):
             elif drained:
                 break
         return (
-            _read(broker.bootstrap, "read_committed"),
-            _read(broker.bootstrap, "read_uncommitted"),
+            read_output(broker.bootstrap, "read_committed"),
+            read_output(broker.bootstrap, "read_uncommitted"),
             done,
         )
     finally:
