@@ -74,7 +74,7 @@ class TransactionCoordinator(TxnOwnership):
         super().__init__(broker)
         self.allocate_producer_id = allocate_producer_id
         self.markers = MarkerChannel(broker, connect)
-        self._timer = None
+        self._timer = self._expiry = None
 
     def start(self):
         self.start_ownership()
@@ -246,12 +246,43 @@ class TransactionCoordinator(TxnOwnership):
         running = self._timer is not None and self._timer.running
         if self.owned and self.active and not running:
             config = self.broker.config
-            interval = config.transaction_abort_timed_out_transaction_cleanup_interval_ms
             self._timer = task.LoopingCall(self.abort_timed_out)
             self._timer.clock = self.reactor
+            interval = config.transaction_abort_timed_out_transaction_cleanup_interval_ms
             self._timer.start(interval / 1000.0, now=False)
+            self._expiry = task.LoopingCall(self.expire_ids)
+            self._expiry.clock = self.reactor
+            interval = config.transaction_remove_expired_transaction_cleanup_interval_ms
+            self._expiry.start(interval / 1000.0, now=False)
         elif running and not (self.owned and self.active):
             self._timer.stop()
+            self._expiry.stop()
+
+    def expire_ids(self):
+        """Forget transactional ids idle (no transaction open) for longer
+        than ``transactional.id.expiration.ms``: a tombstone in the log, as
+        Kafka's removeExpiredTransactionalIds writes."""
+        expiration = self.broker.config.transactional_id_expiration_ms
+        now = self.now_ms()
+        for meta in list(self.txns.values()):
+            idle = meta.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT)
+            if not idle or meta.pending is not None or now - meta.last_update_ms <= expiration:
+                continue
+            part = self.led_partition(meta.transactional_id)
+            if part is None:
+                continue
+            meta.pending = "Dead"
+            d = self.store.append(part, txn_key(meta.transactional_id), None)
+            d.addCallbacks(self._expired, self._not_expired, (meta,), None, (meta,))
+
+    def _expired(self, _result, meta):
+        meta.pending = None
+        if self.txns.get(meta.transactional_id) is meta:
+            del self.txns[meta.transactional_id]
+            log.info("transactional id {id} expired", id=meta.transactional_id)
+
+    def _not_expired(self, failure, meta):
+        meta.pending = None  # retried on the next check
 
     def abort_timed_out(self):
         """Abort (with a bumped epoch) every transaction open past its timeout."""

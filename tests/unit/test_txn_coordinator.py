@@ -120,3 +120,76 @@ def test_clients_may_not_write_markers_or_unsequenced_batches(tmp_path):
     with pytest.raises(errors.InvalidRecordError, match="base sequence"):
         _produce(broker, 5, 0, -1)
     assert part.log.log_end_offset == 0
+
+
+def test_open_transaction_is_aborted_after_its_timeout_with_a_bumped_epoch(tmp_path):
+    broker, clock, tc = _broker(tmp_path)
+    _code, pid, epoch = _init(tc, clock, timeout=5000)
+    result_of(tc.add_partitions("t", pid, epoch, [("out", 0)]))
+    _settle(clock)
+    _produce(broker, pid, epoch, 0)
+    part = broker.partition("out", 0)
+    assert part.last_stable_offset == 0
+    _settle(clock, 4.0, 8)
+    assert tc.txns["t"].state == ONGOING
+    _settle(clock, 3.0, 12)
+    meta = tc.txns["t"]
+    assert (meta.state, meta.producer_epoch) == (COMPLETE_ABORT, epoch + 1)
+    assert part.last_stable_offset == part.high_watermark == 2
+    # The old producer is fenced at the partition and at the coordinator.
+    with pytest.raises(errors.InvalidProducerEpochError):
+        _produce(broker, pid, epoch, 1)
+    d = tc.end_txn("t", pid, epoch, True)
+    assert result_of(d) == errors.PRODUCER_FENCED
+
+
+def test_kip360_bump_retry_and_fencing(tmp_path):
+    _broker_, clock, tc = _broker(tmp_path)
+    _code, pid, epoch = _init(tc, clock)
+    code, pid2, epoch2 = _init(tc, clock, expected_pid=pid, expected_epoch=epoch)
+    assert (code, pid2, epoch2) == (errors.NONE, pid, epoch + 1)
+    # The same bump retried (its answer was lost) gets the same answer.
+    assert _init(tc, clock, expected_pid=pid, expected_epoch=epoch) == (errors.NONE, pid, epoch + 1)
+    assert _init(tc, clock, expected_pid=pid, expected_epoch=epoch + 7)[0] == errors.PRODUCER_FENCED
+    assert _init(tc, clock, timeout=10**9)[0] == errors.INVALID_TRANSACTION_TIMEOUT
+
+
+def test_state_survives_a_coordinator_restart_and_prepared_transactions_finish(tmp_path):
+    broker, clock, tc = _broker(tmp_path)
+    _code, pid, epoch = _init(tc, clock)
+    result_of(tc.add_partitions("t", pid, epoch, [("out", 0)]))
+    _settle(clock)
+    _produce(broker, pid, epoch, 0)
+    meta = tc.txns["t"]
+    # Written PrepareCommit, then the coordinator stops before any marker.
+    sent = []
+    tc.complete = sent.append
+    result_of(tc._prepare_end(meta, commit=True))
+    assert sent == [meta] and meta.state == "PrepareCommit"
+    result_of(tc.stop())
+    again = type(tc)(broker, broker.allocate_producer_id)
+    broker.txn_coordinator = again
+    result_of(again.start())
+    _settle(clock)
+    assert again.txns["t"].state == COMPLETE_COMMIT
+    part = broker.partition("out", 0)
+    assert part.last_stable_offset == part.high_watermark == 2
+
+
+def test_idle_transactional_ids_expire(tmp_path):
+    _broker_, clock, tc = _broker(
+        tmp_path,
+        transactional_id_expiration_ms=10000,
+        transaction_remove_expired_transaction_cleanup_interval_ms=1000,
+    )
+    _init(tc, clock)
+    _settle(clock, 5.0, 10)
+    assert "t" in tc.txns
+    _settle(clock, 8.0, 16)
+    assert "t" not in tc.txns
+    # Expired for good: a reload of the log does not bring it back.
+    index = tc.store.partition_of("t")
+    tc._unload(index, "test")
+    tc.leadership_changed(_broker_.partition("__transaction_state", index))
+    _settle(clock)
+    assert "t" not in tc.txns and tc.txn_error("t") == errors.NONE
