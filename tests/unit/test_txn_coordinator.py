@@ -149,8 +149,10 @@ def test_kip360_bump_retry_and_fencing(tmp_path):
     code, pid2, epoch2 = _init(tc, clock, expected_pid=pid, expected_epoch=epoch)
     assert (code, pid2, epoch2) == (errors.NONE, pid, epoch + 1)
     # The same bump retried (its answer was lost) gets the same answer.
-    assert _init(tc, clock, expected_pid=pid, expected_epoch=epoch) == (errors.NONE, pid, epoch + 1)
-    assert _init(tc, clock, expected_pid=pid, expected_epoch=epoch + 7)[0] == errors.PRODUCER_FENCED
+    retried = _init(tc, clock, expected_pid=pid, expected_epoch=epoch)
+    assert retried == (errors.NONE, pid, epoch + 1)
+    stale = _init(tc, clock, expected_pid=pid, expected_epoch=epoch + 7)
+    assert stale[0] == errors.PRODUCER_FENCED
     assert _init(tc, clock, timeout=10**9)[0] == errors.INVALID_TRANSACTION_TIMEOUT
 
 
