@@ -34,6 +34,7 @@ from twisted.logger import Logger
 
 from pluglog.errors import (
     CONCURRENT_TRANSACTIONS,
+    COORDINATOR_NOT_AVAILABLE,
     INVALID_PRODUCER_EPOCH,
     INVALID_PRODUCER_ID_MAPPING,
     INVALID_TRANSACTION_TIMEOUT,
@@ -167,14 +168,23 @@ class TransactionCoordinator(TxnOwnership):
         )
         return {key: code for key in partitions}
 
+    @defer.inlineCallbacks
     def add_offsets(self, txn_id, producer_id, producer_epoch, group_id):
         """A Deferred of an error code: the group's offsets partition joins."""
-        count = self.broker.num_partitions(OFFSETS_TOPIC) or (
-            self.broker.config.offsets_topic_num_partitions
-        )
+        gc = self.broker.group_coordinator
+        if self.broker.num_partitions(OFFSETS_TOPIC) is None and gc is not None:
+            # The first transaction of a new cluster may come before any
+            # group: make __consumer_offsets as FindCoordinator would.
+            try:
+                yield gc.ensure_offsets_topic()
+            except Exception:
+                return COORDINATOR_NOT_AVAILABLE
+        count = self.broker.num_partitions(OFFSETS_TOPIC)
+        if count is None:
+            return COORDINATOR_NOT_AVAILABLE
         key = (OFFSETS_TOPIC, partition_for(group_id, count))
-        d = self.add_partitions(txn_id, producer_id, producer_epoch, [key])
-        return d.addCallback(lambda codes: codes[key])
+        codes = yield self.add_partitions(txn_id, producer_id, producer_epoch, [key])
+        return codes[key]
 
     # -- EndTxn -----------------------------------------------------------------------
 

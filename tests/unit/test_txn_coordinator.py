@@ -4,6 +4,7 @@ import pytest
 from twisted.internet.task import Clock
 
 from pluglog import errors
+from pluglog.group import GroupCoordinator
 from pluglog.protocol.control import COMMIT, marker_batch, markers_in
 from pluglog.protocol.records import Record, build_batch
 from pluglog.txn.model import (
@@ -195,3 +196,17 @@ def test_idle_transactional_ids_expire(tmp_path):
     tc.leadership_changed(_broker_.partition("__transaction_state", index))
     _settle(clock)
     assert "t" not in tc.txns and tc.txn_error("t") == errors.NONE
+
+
+def test_add_offsets_makes_the_offsets_topic_when_it_is_missing(tmp_path):
+    broker, clock, tc = _broker(tmp_path)
+
+    broker.group_coordinator = GroupCoordinator(broker)
+    broker.group_coordinator.start()
+    _settle(clock)
+    assert broker.num_partitions("__consumer_offsets") is None
+    _code, pid, epoch = _init(tc, clock)
+    d = tc.add_offsets("t", pid, epoch, "g")
+    _settle(clock)
+    assert result_of(d) == errors.NONE
+    assert broker.num_partitions("__consumer_offsets") == 3
