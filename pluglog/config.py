@@ -160,6 +160,15 @@ class BrokerConfig:
     #: How long a __consumer_offsets write waits for min.insync.replicas.
     offsets_commit_timeout_ms: int = 5000
     offsets_topic_segment_bytes: int = 104857600
+    #: The transaction coordinator (Kafka's TransactionStateManager defaults).
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_min_isr: int = 2
+    transaction_state_log_segment_bytes: int = 104857600
+    transaction_max_timeout_ms: int = 900000
+    transactional_id_expiration_ms: int = 604800000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3600000
     log_cleaner_enable: bool = True
     log_cleaner_backoff_ms: int = 15000
     log_cleaner_threads: int = 1

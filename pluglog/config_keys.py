@@ -290,6 +290,30 @@ BROKER_KEYS = {
     ),
     "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", int_parser(1)),
     "offsets.topic.segment.bytes": ("offsets_topic_segment_bytes", int_parser(14)),
+    # The transaction coordinator and __transaction_state, Kafka's names.
+    "transaction.state.log.num.partitions": (
+        "transaction_state_log_num_partitions",
+        int_parser(1),
+    ),
+    "transaction.state.log.replication.factor": (
+        "transaction_state_log_replication_factor",
+        int_parser(1),
+    ),
+    "transaction.state.log.min.isr": ("transaction_state_log_min_isr", int_parser(1)),
+    "transaction.state.log.segment.bytes": (
+        "transaction_state_log_segment_bytes",
+        int_parser(14),
+    ),
+    "transaction.max.timeout.ms": ("transaction_max_timeout_ms", int_parser(1)),
+    "transactional.id.expiration.ms": ("transactional_id_expiration_ms", int_parser(1)),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        "transaction_abort_timed_out_transaction_cleanup_interval_ms",
+        int_parser(1),
+    ),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (
+        "transaction_remove_expired_transaction_cleanup_interval_ms",
+        int_parser(1),
+    ),
     # The log cleaner (compaction), Kafka's names and defaults.
     "log.cleaner.enable": ("log_cleaner_enable", _parse_bool),
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", int_parser(0)),

@@ -122,6 +122,7 @@ PRODUCER_FENCED = 90
 RESOURCE_NOT_FOUND = 91
 DUPLICATE_RESOURCE = 92
 UNACCEPTABLE_CREDENTIAL = 93
+TRANSACTIONAL_ID_NOT_FOUND = 105
 
 OffsetOutOfRangeError = _kafka_error(
     "OFFSET_OUT_OF_RANGE", OFFSET_OUT_OF_RANGE, "Offset outside the log's range."
@@ -176,6 +177,12 @@ OutOfOrderSequenceError = _kafka_error(
 )
 InvalidProducerEpochError = _kafka_error(
     "INVALID_PRODUCER_EPOCH", INVALID_PRODUCER_EPOCH, "Producer epoch is stale."
+)
+InvalidTxnStateError = _kafka_error(
+    "INVALID_TXN_STATE", INVALID_TXN_STATE, "The producer is not in a transaction here."
+)
+ProducerFencedError = _kafka_error(
+    "PRODUCER_FENCED", PRODUCER_FENCED, "A newer producer with the same transactional.id exists."
 )
 InvalidRecordError = _kafka_error(
     "INVALID_RECORD", INVALID_RECORD, "A record batch is structurally invalid."

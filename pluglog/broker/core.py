@@ -12,8 +12,10 @@ from twisted.logger import Logger
 from pluglog.broker import dynamic_config, limits
 from pluglog.broker.capabilities import StorageChecks
 from pluglog.broker.partition import Partition
+from pluglog.broker.producer_ids import ProducerIdAllocator
 from pluglog.broker.quotas import ClientQuotas
 from pluglog.broker.quotas import attach as attach_quotas
+from pluglog.broker.txn_markers import write_txn_markers
 from pluglog.datadir import DataDirLock
 from pluglog.errors import (
     ConfigError,
@@ -70,6 +72,8 @@ class Broker:
         self.node_id = config.broker_id
         self.advertised = (config.advertised_host, config.advertised_port)
         self.group_coordinator = None
+        self.txn_coordinator = None
+        self._producer_ids = None
         self.replicas = None
         self.quotas = ClientQuotas(config)
         #: The built-in schema registry once the --http listener loaded it.
@@ -138,6 +142,11 @@ class Broker:
         # reactor turn while group APIs answer COORDINATOR_LOAD_IN_PROGRESS;
         # a failed load is logged by start() and leaves produce/fetch working.
         self.group_coordinator.start().addErrback(lambda _failure: None)
+        from pluglog.replication.peer import connect
+        from pluglog.txn import TransactionCoordinator
+
+        self.txn_coordinator = TransactionCoordinator(self, self.allocate_producer_id, connect)
+        self.txn_coordinator.start()
 
     def _on_topic_event(self, event, meta):
         if event in ("created", "changed"):
@@ -230,6 +239,19 @@ class Broker:
         """A hosted partition became leader or stopped leading."""
         if self.group_coordinator is not None:
             self.group_coordinator.leadership_changed(part)
+        if self.txn_coordinator is not None:
+            self.txn_coordinator.leadership_changed(part)
+
+    def allocate_producer_id(self):
+        """A producer id never handed out before, by this broker or another
+        (:mod:`pluglog.broker.producer_ids`)."""
+        if self._producer_ids is None:
+            self._producer_ids = ProducerIdAllocator(self.config.data_dir, broker_id=self.node_id)
+        return self._producer_ids.allocate()
+
+    def write_txn_markers(self, markers):
+        """WriteTxnMarkers for the partitions led here (a Deferred of the response)."""
+        return write_txn_markers(self, markers)
 
     def is_internal(self, topic):
         """Whether ``topic`` is internal (clients may not produce, delete or
@@ -318,6 +340,13 @@ class Broker:
     def checkpoint(self):
         self.storage.flush_all()
         self.replicas.checkpoint_hw()
+        # After the flush: a snapshot never names data that is not on disk.
+        for part in list(self.partitions.values()):
+            if not part.log_offline:
+                try:
+                    part.snapshot_producers()
+                except OSError as exc:
+                    log.warn("producer snapshot of {p} failed: {e}", p=part.log, e=exc)
 
     def controlled_shutdown(self):
         """Ask the coordinator to move leadership away before stopping."""
@@ -327,6 +356,14 @@ class Broker:
 
     @defer.inlineCallbacks
     def stop(self):
+        if self.txn_coordinator is not None:
+            yield self.txn_coordinator.stop()
+        for part in self.partitions.values():
+            if not part.log_offline:
+                try:
+                    part.snapshot_producers()
+                except OSError as exc:
+                    log.warn("producer snapshot of {p} failed: {e}", p=part.log, e=exc)
         if self.group_coordinator is not None:
             yield self.group_coordinator.stop()
         if self.replicas is not None:

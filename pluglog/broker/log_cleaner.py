@@ -176,6 +176,7 @@ class LogCleaner(service.Service):
                 continue
             if not is_compacted(part.config) or plog.closed:
                 continue
+            first_unstable, aborted = part.transactions_for_cleaning()
             found = plan_clean(
                 plog,
                 part.config,
@@ -183,6 +184,8 @@ class LogCleaner(service.Service):
                 now,
                 map_capacity(config.log_cleaner_dedupe_buffer_size, config.log_cleaner_threads),
                 config.log_cleaner_io_max_bytes_per_second,
+                first_unstable,
+                aborted,
             )
             if found is None:
                 continue

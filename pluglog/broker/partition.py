@@ -28,7 +28,9 @@ import itertools
 
 from twisted.internet import defer
 
+from pluglog.broker.partition_txns import PartitionTransactions
 from pluglog.broker.producer_state import ProducerStateTable, producer_fields
+from pluglog.broker.txn_state import PartitionTxns
 from pluglog.broker.validation import validate_records
 from pluglog.errors import (
     NONE,
@@ -76,7 +78,7 @@ class RemoteReplica:
         self.last_fetch_leader_leo = -1
 
 
-class Partition:
+class Partition(PartitionTransactions):
     """A topic-partition hosted by this broker."""
 
     def __init__(self, topic, index, log, topic_config, leader_epoch=0, node_id=0, internal=False):
@@ -97,6 +99,7 @@ class Partition:
         self.epochs = LeaderEpochCache.for_log(log)
         self.high_watermark = log.log_end_offset
         self.producers = ProducerStateTable()
+        self.txns = PartitionTxns()
         self.offline = False
         self._waiters = []
         self._hw_waits = []
@@ -169,14 +172,6 @@ class Partition:
 
     # -- leader: produce ---------------------------------------------------------
 
-    def _load_producers(self):
-        # Rebuild idempotence state from the newest batch headers only: the
-        # last five batches per producer are all that is kept anyway.
-        self._producers_loaded = True
-        infos = self.log.segment_infos()
-        if infos:
-            self.producers.rebuild(self.log.batch_headers(infos[-1].base_offset))
-
     def append(self, records, now_ms, acks=1, client=True, answer=None):
         """Append the records of one produce request (one v2 batch).
 
@@ -225,20 +220,30 @@ class Partition:
             # pay for the header scan, and a later load still sees every batch.
             if not self._producers_loaded:
                 self._load_producers()
-            dup = self.producers.check(producer_id, epoch, first_seq, last_seq)
-            if dup is not None:
-                return DuplicateAppend(dup[0], dup[1], dup[2], self.log.log_start_offset)
+            if client or first_seq >= 0:
+                dup = self.producers.check(producer_id, epoch, first_seq, last_seq)
+                if dup is not None:
+                    return DuplicateAppend(dup[0], dup[1], dup[2], self.log.log_start_offset)
+            else:
+                # The broker's own transactional batch (TxnOffsetCommit):
+                # no sequence to check, but a fenced epoch is refused.
+                self._check_epoch(producer_id, epoch)
         info = self.log.append(records, now_ms, self.leader_epoch, answer)
         if producer_id >= 0:
-            self.producers.update(
-                producer_id,
-                epoch,
-                first_seq,
-                last_seq,
-                info.first_offset,
-                info.last_offset,
-                info.log_append_time,
-            )
+            if records[22] & 0x10:  # attributes (int16 at 21): transactional
+                self._txn_batch_appended(producer_id, info.first_offset)
+            if first_seq < 0:
+                self.producers.bump_epoch(producer_id, epoch)
+            else:
+                self.producers.update(
+                    producer_id,
+                    epoch,
+                    first_seq,
+                    last_seq,
+                    info.first_offset,
+                    info.last_offset,
+                    info.log_append_time,
+                )
         if client:
             self.messages_in += info.last_offset - info.first_offset + 1
             self.bytes_in += size_in
@@ -362,6 +367,7 @@ class Partition:
                 if header.partition_leader_epoch > epochs.latest_epoch():
                     epochs.assign(header.partition_leader_epoch, header.base_offset)
             if self._producers_loaded:
+                self._replicated_txn_headers(records, headers)
                 for header in headers:
                     if header.producer_id >= 0:
                         last = header.base_offset + header.last_offset_delta
@@ -384,17 +390,15 @@ class Partition:
         self.log.truncate_to(offset)
         self.epochs.truncate_from_end(offset)
         self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
-        # Idempotence state may name truncated batches: rebuild on demand.
-        self.producers = ProducerStateTable()
-        self._producers_loaded = False
+        # Producer state may name truncated batches: rebuild on demand.
+        self._reset_producers()
 
     def restart_at(self, offset):
         """Empty the log and continue at ``offset`` (the leader's log start)."""
         self.log.truncate_fully_and_start_at(offset)
         self.epochs.truncate_from_end(-1)
         self.high_watermark = offset
-        self.producers = ProducerStateTable()
-        self._producers_loaded = False
+        self._reset_producers()
 
     # -- waiters -------------------------------------------------------------------
 

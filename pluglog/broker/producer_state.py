@@ -98,6 +98,31 @@ class ProducerStateTable:
             entry = self._entries[producer_id] = _Entry(epoch)
         entry.batches.append((first_seq, last_seq, first_offset, last_offset, append_time))
 
+    def epoch_of(self, producer_id):
+        entry = self._entries.get(producer_id)
+        return None if entry is None else entry.epoch
+
+    def bump_epoch(self, producer_id, epoch):
+        """A transaction marker (or snapshot) says ``producer_id`` is at
+        ``epoch``: a newer epoch starts with no batches, so its next batch
+        may start anywhere (the producer restarts its sequences)."""
+        entry = self._entries.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            self._entries[producer_id] = _Entry(epoch)
+
+    def dump(self):
+        """``[[producer_id, epoch, [batch, ...]], ...]`` for a snapshot."""
+        return [
+            [pid, entry.epoch, [list(b) for b in entry.batches]]
+            for pid, entry in sorted(self._entries.items())
+        ]
+
+    def items(self):
+        """``(producer_id, epoch, last_seq, last_timestamp)`` of each producer."""
+        for pid, entry in self._entries.items():
+            last = entry.batches[-1] if entry.batches else None
+            yield pid, entry.epoch, last[1] if last else -1, last[4] if last else -1
+
     def rebuild(self, headers):
         """Load state from batch headers read back from the log (oldest first)."""
         for h in headers:

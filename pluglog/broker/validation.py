@@ -62,8 +62,9 @@ _HEADER_SIZE = 61
 _ATTRIBUTES_AT = 21
 _FIELDS = struct.Struct(">qiibIhiqqqhii").unpack_from
 # Bits a client may set: codec (0-2), timestamp type (3), transactional (4);
-# control (5) is refused separately by the header check.
+# control (5) is refused separately: only the broker writes markers.
 _ALLOWED_ATTRIBUTES = 0x3F
+_CONTROL = 0x20
 
 
 def _error(message):
@@ -282,6 +283,8 @@ def validate_records(batch, max_message_bytes):
     base_offset, _, _, _, _, attributes, last_delta, _, _, _, _, _, count = _FIELDS(view, 0)
     if attributes & ~_ALLOWED_ATTRIBUTES & 0xFFFF:
         raise _error(f"batch attributes {attributes:#06x} set bits clients may not use")
+    if attributes & _CONTROL:
+        raise _error("clients may not write control batches")
     codec = attributes & 0x07
     if codec > 4:
         raise _error(f"unknown compression codec {codec}")

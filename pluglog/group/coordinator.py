@@ -53,12 +53,15 @@ from pluglog.group.model import (
 from pluglog.group.offsets import OffsetOperations
 from pluglog.group.ownership import PartitionOwnership
 from pluglog.group.store import OffsetStore, coordinator_error, group_key, group_value
+from pluglog.group.txn_offsets import TxnOffsetOperations
 from pluglog.logsafe import SafeLogger
 
 log = SafeLogger()
 
 
-class GroupCoordinator(MemberOperations, OffsetOperations, PartitionOwnership):
+class GroupCoordinator(
+    MemberOperations, OffsetOperations, TxnOffsetOperations, PartitionOwnership
+):
     """The consumer groups of the offsets partitions this broker leads."""
 
     def __init__(self, broker):

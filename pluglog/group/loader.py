@@ -25,6 +25,7 @@ from twisted.logger import Logger
 
 from pluglog.group.model import EMPTY, STABLE, Group, Member
 from pluglog.group.store import parse_group_value, parse_key, parse_offset_value
+from pluglog.protocol.control import COMMIT, parse_marker
 
 log = Logger()
 
@@ -44,11 +45,12 @@ class Loader:
         self.offsets = {}  # group -> {(topic, partition): OffsetAndMetadata}
         self.metadata = {}  # group -> GroupRecord, or None once deleted
         self.skipped = 0
+        self.txn_records = {}  # producer id -> [(key, value)] of an open transaction
         self.deferred = defer.Deferred()
         self._chunks = None
 
     def run(self):
-        self._chunks = self.coordinator.store.read_chunks(self.partition)
+        self._chunks = self.coordinator.store.read_batches(self.partition)
         self.reactor.callLater(0, self._step)
         return self.deferred
 
@@ -61,8 +63,8 @@ class Loader:
         try:
             chunk = next(self._chunks, None)
             if chunk is not None:
-                for record in chunk:
-                    self._apply(record.key, record.value)
+                for batch in chunk:
+                    self._apply_batch(batch)
                 self.reactor.callLater(0, self._step)
                 return
             groups = self._build()
@@ -78,12 +80,31 @@ class Loader:
             )
         self.deferred.callback(groups)
 
-    def _apply(self, key, value):
+    def _apply_batch(self, batch):
+        # Offsets committed in a transaction count once its COMMIT marker
+        # is read and never after an ABORT; still open at the end, they
+        # become the group's pending transactional offsets.
+        pid = batch.producer_id
+        if batch.is_control:
+            records = self.txn_records.pop(pid, ())
+            if batch.records and parse_marker(batch.records[0].key)[0] == COMMIT:
+                for key, value in records:
+                    self._apply(key, value)
+        elif batch.is_transactional:
+            self.txn_records.setdefault(pid, []).extend((r.key, r.value) for r in batch.records)
+        else:
+            for record in batch.records:
+                self._apply(record.key, record.value)
+
+    def _apply(self, key, value, offsets=None):
         try:
             parsed = parse_key(key)
             if parsed[0] == "offset":
                 _kind, group_id, topic, partition = parsed
-                offsets = self.offsets.setdefault(group_id, {})
+                if offsets is None:
+                    offsets = self.offsets.setdefault(group_id, {})
+                else:
+                    offsets = offsets.setdefault(group_id, {})
                 if value is None:
                     offsets.pop((topic, partition), None)
                 else:
@@ -100,13 +121,21 @@ class Loader:
     def _build(self):
         now = self.coordinator.now_ms()
         groups = {}
-        for group_id in set(self.offsets) | set(self.metadata):
+        pending = {}  # group -> {pid: {(topic, partition): om}}
+        for pid, records in self.txn_records.items():
+            staged = {}
+            for key, value in records:
+                self._apply(key, value, staged)
+            for group_id, offsets in staged.items():
+                pending.setdefault(group_id, {})[pid] = offsets
+        for group_id in set(self.offsets) | set(self.metadata) | set(pending):
             record = self.metadata.get(group_id)
             offsets = self.offsets.get(group_id) or {}
-            if record is None and not offsets:
+            if record is None and not offsets and group_id not in pending:
                 continue
             group = Group(group_id, now)
             group.offsets = offsets
+            group.pending_txn = pending.get(group_id, {})
             if record is not None:
                 self._restore(group, record)
             groups[group_id] = group

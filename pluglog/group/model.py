@@ -120,6 +120,10 @@ class Group:
         self.pending_members = {}  # member id -> IDelayedCall expiring it
         self.static_members = {}  # group.instance.id -> member id
         self.offsets = {}  # (topic, partition) -> OffsetAndMetadata
+        #: Offsets committed inside open transactions: producer id ->
+        #: {(topic, partition): OffsetAndMetadata}; published by the
+        #: transaction's COMMIT marker, dropped by its ABORT marker.
+        self.pending_txn = {}
         self.new_member_added = False
         self.initial_delay = False
         self.rebalance_call = None
@@ -215,6 +219,7 @@ class Group:
             and not self.members
             and not self.pending_members
             and not self.offsets
+            and not self.pending_txn
             and self.generation_id == 0
         )
 

@@ -326,7 +326,7 @@ def coordinator_error(failure, too_large=COORDINATOR_NOT_AVAILABLE):
     return COORDINATOR_NOT_AVAILABLE
 
 
-def _acknowledged(code, part):
+def check_acknowledged(code, part):
     if code != NONE:
         raise UnacknowledgedWriteError(code, f"{part.topic}-{part.index}: write not acknowledged")
 
@@ -392,7 +392,7 @@ class OffsetStore:
         count = count or self.broker.num_partitions(OFFSETS_TOPIC) or self.num_partitions
         return partition_for(group_id, count)
 
-    def append(self, group_id, entries):
+    def append(self, group_id, entries, producer=None):
         """Append ``[(key, value or None)]`` for one group as a single batch.
 
         Returns a Deferred firing once the batch is acknowledged: in the log
@@ -404,23 +404,38 @@ class OffsetStore:
         """
         count = self.broker.num_partitions(OFFSETS_TOPIC)
         if count is None:
-            return self.ensure_topic().addCallback(lambda _: self._write(group_id, entries, None))
-        return defer.maybeDeferred(self._write, group_id, entries, count)
+            return self.ensure_topic().addCallback(
+                lambda _: self._write(group_id, entries, None, producer)
+            )
+        return defer.maybeDeferred(self._write, group_id, entries, count, producer)
 
-    def _write(self, group_id, entries, count):
+    def _write(self, group_id, entries, count, producer=None):
         now = self.broker.now_ms()
         part = self.broker.partition(OFFSETS_TOPIC, self.partition_of(group_id, count))
+        # ``producer``: (id, epoch) of a transaction (TxnOffsetCommit); its
+        # batch is transactional, without sequence numbers, as Kafka writes it.
+        pid, epoch = producer if producer is not None else (-1, -1)
         batch = batches.build_batch(
             [batches.Record(key, value, (), now) for key, value in entries],
             base_timestamp=now,
+            producer_id=pid,
+            producer_epoch=epoch,
+            is_transactional=producer is not None,
         )
         info = part.append(batch, now, acks=-1, client=False)
         wait = part.wait_for_hw(info.last_offset + 1, self.commit_timeout_s, self.broker.reactor)
-        return wait.addCallback(_acknowledged, part)
+        return wait.addCallback(check_acknowledged, part)
 
     @staticmethod
     def read_chunks(partition, chunk_bytes=8 << 20):
-        """Yield the decoded records of ``partition``'s log, one list per read."""
+        """Yield the decoded records of ``partition``'s log, one list per
+        read; control batches (transaction markers) are left out."""
+        for chunk in OffsetStore.read_batches(partition, chunk_bytes):
+            yield [r for batch in chunk if not batch.is_control for r in batch.records]
+
+    @staticmethod
+    def read_batches(partition, chunk_bytes=8 << 20):
+        """Yield the decoded batches of ``partition``'s log, one list per read."""
         plog = partition.log
         offset = plog.log_start_offset
         end = plog.log_end_offset
@@ -434,6 +449,5 @@ class OffsetStore:
             chunk = []
             for batch in batches.iter_batches(data, verify_crc=False):
                 offset = batch.base_offset + batch.last_offset_delta + 1
-                if not batch.is_control:
-                    chunk.extend(batch.records)
+                chunk.append(batch)
             yield chunk

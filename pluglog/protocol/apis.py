@@ -36,6 +36,17 @@ SUPPORTED = {
     21: (0, 1),  # DeleteRecords
     22: (0, 4),  # InitProducerId; v3+ carries KIP-360's epoch bump
     23: (2, 3),  # OffsetForLeaderEpoch
+    # Transactions. AddPartitionsToTxn v4 (KIP-890) would make kafka-python
+    # infer Kafka 3.6; v0 keeps aiokafka's structs; v3 is what kafka-python
+    # and librdkafka send at most. Details in docs/protocol.rst.
+    24: (0, 3),  # AddPartitionsToTxn
+    25: (0, 3),  # AddOffsetsToTxn
+    26: (0, 3),  # EndTxn; v4 adds no field, v5 is transaction version 2
+    27: (0, 1),  # WriteTxnMarkers (inter-broker)
+    28: (0, 3),  # TxnOffsetCommit
+    61: (0, 0),  # DescribeProducers (flexible from v0)
+    65: (0, 0),  # DescribeTransactions (flexible from v0)
+    66: (0, 1),  # ListTransactions (flexible from v0); v2 adds a name pattern
     32: (0, 4),  # DescribeConfigs; v3+ types and docs (not in kafka-python's release probe)
     33: (0, 1),  # AlterConfigs
     35: (0, 4),  # DescribeLogDirs; v5 would make kafka-python infer Kafka 4.3

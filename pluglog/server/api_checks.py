@@ -43,6 +43,7 @@ from pluglog.server.authorization import allowed
 from pluglog.server.checks import _DENIED, _cluster, _named_topics, _split, _then
 from pluglog.server.checks import CHECKS as _FIRST_CHECKS
 from pluglog.server.checks import _fetch as _client_fetch
+from pluglog.server.txn_checks import TXN_CHECKS
 
 CLUSTER_ACTION, IDEMPOTENT_WRITE, TRANSACTIONAL_ID = 9, 12, 5
 
@@ -399,7 +400,7 @@ MORE_CHECKS = {
 }
 
 #: Every API's check by api key; an API without one needs no permission.
-CHECKS = {**_FIRST_CHECKS, **MORE_CHECKS}
+CHECKS = {**_FIRST_CHECKS, **MORE_CHECKS, **TXN_CHECKS}
 
 
 def checked(ctx, api_key, request, handler):

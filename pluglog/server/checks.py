@@ -18,6 +18,7 @@ from pluglog.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
     GROUP_AUTHORIZATION_FAILED,
     TOPIC_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 )
 from pluglog.security.acls import (
     ALTER,
@@ -39,6 +40,8 @@ from pluglog.server.handlers.core import _brokers as _broker_entries
 from pluglog.server.handlers.produce import partition_result
 
 _DENIED = "not authorized"
+#: Kafka's AclOperation CLUSTER_ACTION and ResourceType TRANSACTIONAL_ID
+CLUSTER_ACTION, TRANSACTIONAL_ID = 9, 5
 
 
 def _split(ctx, entries, key, operation):
@@ -55,6 +58,24 @@ def _then(result, fix):
 
 
 def _produce(ctx, request, handler):
+    txn_id = request.get("transactional_id")
+    if txn_id is not None and not allowed(ctx, WRITE, TRANSACTIONAL_ID, txn_id):
+        # Kafka answers every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+        if request.get("acks") == 0:
+            raise CloseConnection(f"produce not authorized to WRITE transactional id {txn_id}")
+        return {
+            "responses": [
+                {
+                    "name": t["name"],
+                    "partition_responses": [
+                        partition_result(p["index"], TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+                        for p in t["partition_data"]
+                    ],
+                }
+                for t in request["topic_data"]
+            ],
+            "throttle_time_ms": 0,
+        }
     ok, denied = _split(ctx, request["topic_data"], "name", WRITE)
     if not denied:
         return handler(ctx, request)
@@ -220,11 +241,17 @@ def _group(operation):
 
 
 def _find_coordinator(ctx, request, handler):
-    if request.get("key_type", 0) != 0 or allowed(ctx, DESCRIBE, GROUP, request["key"]):
+    key_type = request.get("key_type", 0)
+    # Groups (0) need DESCRIBE on the group, transactional ids (1) on the
+    # TRANSACTIONAL_ID resource.
+    resource, code = (GROUP, GROUP_AUTHORIZATION_FAILED)
+    if key_type == 1:
+        resource, code = (TRANSACTIONAL_ID, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if key_type not in (0, 1) or allowed(ctx, DESCRIBE, resource, request["key"]):
         return handler(ctx, request)
     return {
         "throttle_time_ms": 0,
-        "error_code": GROUP_AUTHORIZATION_FAILED,
+        "error_code": code,
         "error_message": _DENIED,
         "node_id": -1,
         "host": "",

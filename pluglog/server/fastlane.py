@@ -74,6 +74,8 @@ def produce_fast(broker, buf, send=None, metrics=None):
     if shape is None:
         return None
     version, correlation_id, acks, name, name_at, name_end, index, records_at = shape
+    if buf[records_at + 22] & 0x10:
+        return None  # a transactional batch: verified on the general path
     name_field = buf[name_at:name_end]
     records = buf[records_at:]
     answered = []

@@ -19,6 +19,8 @@ What a pass keeps, per record (:func:`clean`):
 * records without a key go (a compacted topic refuses them at produce time;
   older ones may remain from before the policy changed);
 * a record stays when no later record in the cleaned range has its key;
+* records of aborted transactions go, and never shadow a committed value
+  of their key; cleaning stops below a transaction still open;
 * a tombstone (null value) stays until ``delete.retention.ms`` after its
   segment was first cleaned. That time is the cleaned segment file's mtime
   (set to the pass's ``now_ms``, so a task.Clock drives it); clean and dirty
@@ -57,7 +59,7 @@ from pluglog.storage.filenames import (
     segment_path,
 )
 from pluglog.storage.index import OffsetIndex, TimeIndex
-from pluglog.storage.records import HEADER_SIZE, LOG_OVERHEAD, parse_header
+from pluglog.storage.records import CONTROL_MASK, HEADER_SIZE, LOG_OVERHEAD, parse_header
 from pluglog.storage.segment import MAX_RELATIVE_OFFSET
 
 CLEANED_SUFFIX = ".cleaned"
@@ -66,6 +68,7 @@ SWAP_SUFFIX = ".swap"
 MAP_ENTRY_BYTES = 24
 MAP_LOAD_FACTOR = 0.9
 _READ_CHUNK = 8 * 1024 * 1024
+_TRANSACTIONAL = 0x10
 
 
 def map_capacity(dedupe_buffer_size, threads):
@@ -101,6 +104,9 @@ class CleanJob:
     index_interval_bytes: int
     max_index_bytes: int
     io_bytes_per_second: float = float("inf")
+    #: aborted transactions overlapping the range: (producer id, first
+    #: offset, marker offset); their records are dropped, not mapped
+    aborted: tuple = ()
 
 
 @dataclass
@@ -201,16 +207,38 @@ def _open_sources(job):
     return fds
 
 
+def _aborted_index(job):
+    by_pid = {}
+    for pid, first, last in job.aborted:
+        by_pid.setdefault(pid, []).append((first, last))
+    return by_pid
+
+
+def _is_aborted(batch, aborted):
+    """Whether ``batch`` is data of an aborted transaction (Kafka's cleaner
+    drops those records and never lets them shadow a committed key)."""
+    if not aborted:
+        return False
+    header = parse_header(batch)
+    if not header.attributes & _TRANSACTIONAL or header.attributes & CONTROL_MASK:
+        return False
+    spans = aborted.get(header.producer_id, ())
+    return any(first <= header.base_offset <= last for first, last in spans)
+
+
 def _build_map(job, fds, throttle, result):
     """Map the dirty segments' keys to their latest offset; return the map
     and the offset the mapped range ends at (a segment boundary)."""
     offsets = {}
     end = job.first_dirty_offset
+    aborted = _aborted_index(job)
     for source in job.segments:
         if source.base_offset < job.first_dirty_offset:
             continue
         mapped = {}
         for _, batch in iter_file_batches(fds[source.base_offset], source.size, throttle):
+            if _is_aborted(batch, aborted):
+                continue
             for offset, key, _ in iter_keys(batch):
                 if key is not None:
                     mapped[key] = offset
@@ -260,7 +288,7 @@ def is_compacted(topic_config):
     return "compact" in topic_config.cleanup_policy.split(",")
 
 
-def cleanable_range(log_, topic_config, first_dirty, now_ms):
+def cleanable_range(log_, topic_config, first_dirty, now_ms, first_unstable=None):
     """Return ``(sources, first_dirty, dirty_ratio, max_lag_due)`` of a log,
     or ``None`` when nothing below the active segment may be cleaned.
 
@@ -280,6 +308,8 @@ def cleanable_range(log_, topic_config, first_dirty, now_ms):
     for segment in segments:
         if lag > 0 and segment.largest_timestamp > now_ms - lag:
             break
+        if first_unstable is not None and segment.next_offset > first_unstable:
+            break  # an open transaction: its outcome decides what to keep
         sources.append(segment)
         if segment.base_offset < first_dirty:
             clean_bytes += segment.size
@@ -299,11 +329,22 @@ def cleanable_range(log_, topic_config, first_dirty, now_ms):
     return sources, first_dirty, ratio, max_lag_due
 
 
-def plan_clean(log_, topic_config, first_dirty, now_ms, max_map_entries, io_rate=float("inf")):
+def plan_clean(
+    log_,
+    topic_config,
+    first_dirty,
+    now_ms,
+    max_map_entries,
+    io_rate=float("inf"),
+    first_unstable=None,
+    aborted=(),
+):
     """Return ``(job, dirty_ratio, max_lag_due)`` for the cleanable range of a
     segment-file log (see :func:`cleanable_range`), or ``None``. Reactor
-    thread: it reads segment sizes, timestamps and file mtimes only."""
-    found = cleanable_range(log_, topic_config, first_dirty, now_ms)
+    thread: it reads segment sizes, timestamps and file mtimes only.
+    ``first_unstable``: the partition's first offset of an open transaction
+    (cleaning stops below it); ``aborted``: its aborted transactions."""
+    found = cleanable_range(log_, topic_config, first_dirty, now_ms, first_unstable)
     if found is None:
         return None
     sources, first_dirty, ratio, max_lag_due = found
@@ -329,6 +370,7 @@ def plan_clean(log_, topic_config, first_dirty, now_ms, max_map_entries, io_rate
         topic_config.index_interval_bytes,
         topic_config.segment_index_bytes,
         io_rate,
+        tuple(aborted),
     )
     return job, ratio, max_lag_due
 
@@ -358,6 +400,7 @@ def clean(job):
 
 
 def _clean_group(job, fds, group, offsets, retained, throttle, result):
+    aborted = _aborted_index(job)
     base = group[0].base_offset
     dirty = group[0].cleaned_ms < 0
     cleaned_ms = job.now_ms if dirty else max(s.cleaned_ms for s in group)
@@ -377,9 +420,12 @@ def _clean_group(job, fds, group, offsets, retained, throttle, result):
             batches = list(iter_file_batches(fds[source.base_offset], source.size, throttle))
             for i, (_, batch) in enumerate(batches):
                 header = parse_header(batch)
+                aborted_batch = _is_aborted(batch, aborted)
 
-                def keep(offset, key, is_null, tombstones_expire=tombstones_expire):
-                    if key is None:
+                def keep(
+                    offset, key, is_null, tombstones_expire=tombstones_expire, drop=aborted_batch
+                ):
+                    if key is None or drop:
                         return False
                     latest = offsets.get(key)
                     if latest is not None and offset < latest:

@@ -138,13 +138,13 @@ def _check_batch(view, position, end, max_message_bytes):
         _,
         magic,
         crc,
-        attributes,
+        _,
         last_delta,
         _,
         _,
-        producer_id,
         _,
-        sequence,
+        _,
+        _,
         count,
     ) = fields
     if magic != 2:
@@ -164,10 +164,10 @@ def _check_batch(view, position, end, max_message_bytes):
         raise InvalidRecordError(
             f"lastOffsetDelta {last_delta} does not match recordsCount {count}"
         )
-    if producer_id >= 0 and sequence < 0:
-        raise InvalidRecordError("idempotent batch without a base sequence")
-    if attributes & CONTROL_MASK:
-        raise InvalidRecordError("clients may not write control batches")
+    # Whether a client may send a control batch or an idempotent batch
+    # without sequences is the broker's rule (pluglog.broker.validation,
+    # producer_state): its own markers and transactional offset commits are
+    # both, and go through here too.
     return fields
 
 
@@ -190,7 +190,7 @@ def validate_batches(buf, max_message_bytes):
     """Check client batches in ``buf`` and return their headers.
 
     Raises :class:`InvalidRecordError` for structural problems (wrong magic,
-    bad lengths, inconsistent counts, missing sequence, control batches, a
+    bad lengths, inconsistent counts, a
     truncated or empty buffer), :class:`MessageTooLargeError` for a batch over
     ``max_message_bytes`` and :class:`CorruptRecordError` for a CRC mismatch.
     """

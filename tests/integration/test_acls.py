@@ -223,3 +223,29 @@ def test_authorized_operations_kip_430(acl_broker):
         cluster = client.describe_cluster(include_authorized_operations=True).result(10)
         cluster_ops = set(cluster.authorized_operations or ())
         assert (AclOperation.ALTER in cluster_ops) is (login is ADMIN)
+
+
+def test_transactions_need_the_transactional_id_acls(acl_broker):
+    from confluent_kafka import KafkaError, KafkaException, Producer
+
+    suffix = uuid.uuid4().hex[:6]
+    topic, txn_id = f"tx-{suffix}", f"txid-{suffix}"
+    assert produce(acl_broker, ADMIN, topic, n=1) == [None]
+    admin = kp_admin(acl_broker, ADMIN)
+    assert not admin.create_acls([acl("TOPIC", topic, "WRITE")])["failed"]
+
+    def init():
+        producer = Producer({**conf(acl_broker, READER), "transactional.id": txn_id})
+        producer.init_transactions(15)
+        return producer
+
+    # WRITE on the topic is not enough: the transactional id is a resource.
+    with pytest.raises(KafkaException) as refused:
+        init()
+    assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    result = admin.create_acls([acl("TRANSACTIONAL_ID", txn_id, "WRITE")])
+    assert not result["failed"], result
+    producer = init()
+    producer.begin_transaction()
+    producer.produce(topic, b"in-txn")
+    producer.commit_transaction(15)

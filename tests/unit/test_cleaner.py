@@ -45,7 +45,14 @@ class Harness:
         self.config = BrokerConfig(data_dir=self.path, **broker_changes)
         self.storage = SegmentLogStorage(self.path, topic_config, self.clock)
         self.log = self.storage.open_log("t", 0, topic_config)
-        part = SimpleNamespace(topic="t", index=0, log=self.log, config=topic_config)
+        part = SimpleNamespace(
+            topic="t",
+            index=0,
+            log=self.log,
+            config=topic_config,
+            # No transactions in these logs: nothing unstable, nothing aborted.
+            transactions_for_cleaning=lambda: (None, []),
+        )
         self.broker = SimpleNamespace(
             config=self.config,
             reactor=self.clock,

@@ -71,8 +71,12 @@ def test_find_coordinator(env, version):
     )
     assert env.broker.num_partitions(OFFSETS_TOPIC) == 3
     if version >= 1:
+        # The transaction coordinator's topic is made on its first lookup too.
         txn = call(env, codec.FIND_COORDINATOR, version, {"key": "tx", "key_type": 1})
-        assert txn["error_code"] == errors.COORDINATOR_NOT_AVAILABLE
+        assert (txn["error_code"], txn["node_id"]) == (0, env.broker.node_id)
+        assert env.broker.num_partitions("__transaction_state") is not None
+        bad = call(env, codec.FIND_COORDINATOR, version, {"key": "x", "key_type": 7})
+        assert bad["error_code"] == errors.INVALID_REQUEST
 
 
 @pytest.mark.parametrize("join_v,sync_v,hb_v,leave_v", [(0, 0, 0, 0), (3, 1, 1, 1), (5, 3, 3, 3)])

@@ -45,20 +45,24 @@ def _json_default(jf):
     return raw
 
 
-def compare(ours, jfields, version, flexible, path):
+def compare(ours, jfields, version, flexible, path, common=None):
+    common = common or {}
     json_present = [jf for jf in jfields if _in(jf.get("versions"), version)]
     our_present = [f for f in ours if f.present(version)]
     assert [snake(jf["name"]) for jf in json_present] == [f.name for f in our_present], path
     for jf, f in zip(json_present, our_present):
         where = f"{path}.{f.name} v{version}"
         jtype = jf["type"]
+        if "fields" not in jf and jtype.removeprefix("[]") in common:
+            # A struct the spec defines once under commonStructs.
+            jf = dict(jf, fields=common[jtype.removeprefix("[]")])
         if "fields" in jf:
             if jtype.startswith("[]"):
                 assert f.is_struct_array, where
-                compare(f.type, jf["fields"], version, flexible, where)
+                compare(f.type, jf["fields"], version, flexible, where, common)
             else:
                 assert f.is_struct, where
-                compare(f.type.fields, jf["fields"], version, flexible, where)
+                compare(f.type.fields, jf["fields"], version, flexible, where, common)
         else:
             assert f.type == jtype, where
         assert f.nullable_in(version) == _in(jf.get("nullableVersions"), version), where
@@ -66,7 +70,7 @@ def compare(ours, jfields, version, flexible, path):
         assert (flexible and f.tagged_in(version)) == tagged, where
         if tagged:
             assert f.tag == jf["tag"], where
-        if "default" in jf and "fields" not in jf:
+        if "default" in jf and "fields" not in jf and jtype not in common:
             assert f.default(version) == _json_default(jf), where
 
 
@@ -80,7 +84,8 @@ def test_schema_matches_kafka_json(key, kind):
     fields = api.request if kind == "Request" else api.response
     lo, hi = api.versions
     for version in range(lo, hi + 1):
-        compare(fields, spec["fields"], version, api.is_flexible(version), api.name + kind)
+        common = {c["name"]: c["fields"] for c in spec.get("commonStructs", [])}
+        compare(fields, spec["fields"], version, api.is_flexible(version), api.name + kind, common)
 
 
 def test_supported_within_defined():
@@ -114,7 +119,11 @@ def test_no_advertised_version_is_flexible_except_known_ones():
     # DescribeConfigs v4 (#26): kafka-python 3 sends it; v3 keeps a
     # non-flexible version with types and documentation for the others.
     configs = {(32, 4)}
-    assert flexible == {(18, 3), (18, 4), (44, 1)} | operator | quotas | sasl | configs
+    # Transactions (#22): v3 of the producer's APIs is what kafka-python
+    # sends; WriteTxnMarkers v1 and the operators' APIs are flexible only.
+    txn = {(24, 3), (25, 3), (26, 3), (27, 1), (28, 3), (61, 0), (65, 0), (66, 0), (66, 1)}
+    expected = {(18, 3), (18, 4), (44, 1)} | operator | quotas | sasl | configs | txn
+    assert flexible == expected
 
 
 def test_kafka_python_infers_kafka_2_6_and_gets_the_epoch_bump_it_then_uses():

@@ -96,12 +96,6 @@ def test_log_append_time_single_batch_is_restamped():
         (corrupt_fields(make_batch(1), magic=1), InvalidRecordError, "magic 1"),
         (corrupt_fields(make_batch(1), batch_length=10), InvalidRecordError, "too small"),
         (corrupt_fields(make_batch(2), records_count=3), InvalidRecordError, "recordsCount"),
-        (corrupt_fields(make_batch(1), attributes=0x20), InvalidRecordError, "control"),
-        (
-            corrupt_fields(make_batch(1), producer_id=3, base_sequence=-1),
-            InvalidRecordError,
-            "base sequence",
-        ),
         (make_batch(1, value=b"x" * 300), MessageTooLargeError, "max.message.bytes 200"),
         (make_batch(1) + b"\x00" * 5, InvalidRecordError, "5 trailing bytes"),
     ],

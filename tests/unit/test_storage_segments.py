@@ -130,8 +130,6 @@ def corrupt_fields(data, **fields):
         (lambda b: b[:-3], InvalidRecordError),
         (lambda b: corrupt_fields(b, last_offset_delta=5), InvalidRecordError),
         (lambda b: corrupt_fields(b, records_count=0), InvalidRecordError),
-        (lambda b: corrupt_fields(b, attributes=0x20), InvalidRecordError),
-        (lambda b: corrupt_fields(b, producer_id=3, base_sequence=-1), InvalidRecordError),
         (lambda b: corrupt_fields(b, batch_length=10), InvalidRecordError),
     ],
 )

@@ -13,6 +13,7 @@ from pluglog.protocol.schemas import (
     produce_fetch,
     quotas,
     security,
+    transactions,
 )
 
 ALL_APIS = (
@@ -23,4 +24,5 @@ ALL_APIS = (
     + cluster.APIS
     + quotas.APIS
     + security.APIS
+    + transactions.APIS
 )

@@ -15,7 +15,6 @@ from pluglog.errors import (
     NONE,
     OFFSET_OUT_OF_RANGE,
     UNKNOWN_TOPIC_OR_PARTITION,
-    UNSUPPORTED_VERSION,
     KafkaError,
 )
 from pluglog.server.handlers.common import error_code, leader_error, per_partition
@@ -341,32 +340,6 @@ def handle_delete_records(ctx, request):
     return {"throttle_time_ms": 0, "topics": per_partition(ctx.broker, request["topics"], answer)}
 
 
-def handle_init_producer_id(ctx, request):
-    broker = ctx.broker
-    if request["transactional_id"] is not None:
-        # Transactions are a later milestone; refuse clearly instead of
-        # handing out an id that EndTxn could never complete.
-        return {
-            "throttle_time_ms": 0,
-            "error_code": UNSUPPORTED_VERSION,
-            "producer_id": -1,
-            "producer_epoch": -1,
-        }
-    allocator = getattr(broker, "producer_ids", None)
-    if allocator is None:
-        from pluglog.broker.producer_ids import ProducerIdAllocator
-
-        allocator = broker.producer_ids = ProducerIdAllocator(
-            broker.config.data_dir, broker_id=broker.node_id
-        )
-    return {
-        "throttle_time_ms": 0,
-        "error_code": NONE,
-        "producer_id": allocator.allocate(),
-        "producer_epoch": 0,
-    }
-
-
 HANDLERS = {
     codec.CREATE_TOPICS: handle_create_topics,
     codec.DELETE_TOPICS: handle_delete_topics,
@@ -375,5 +348,4 @@ HANDLERS = {
     codec.ALTER_CONFIGS: handle_alter_configs,
     codec.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
     codec.DELETE_RECORDS: handle_delete_records,
-    codec.INIT_PRODUCER_ID: handle_init_producer_id,
 }

@@ -28,14 +28,14 @@ LATEST = -1
 EARLIEST = -2
 
 
-def _partition_data(index, code, hw=-1, log_start=-1, records=b""):
+def _partition_data(index, code, hw=-1, log_start=-1, records=b"", lso=None, aborted=()):
     return {
         "partition_index": index,
         "error_code": code,
         "high_watermark": hw,
-        "last_stable_offset": hw,
+        "last_stable_offset": hw if lso is None else lso,
         "log_start_offset": log_start,
-        "aborted_transactions": [],
+        "aborted_transactions": aborted,
         "preferred_read_replica": -1,
         "records": records,
     }
@@ -53,6 +53,9 @@ def _read_all(broker, request, first_pass=True):
     # The broker's fetch.max.bytes caps what any client may ask for (Kafka's rule).
     max_bytes = min(max_bytes, broker.config.fetch_max_bytes)
     replica_id = request.get("replica_id", -1)
+    # read_committed (1): consumers read below the last stable offset and
+    # learn which transactions in that range were aborted.
+    committed = request.get("isolation_level", 0) == 1 and replica_id < 0
     now = broker.now_ms() if replica_id >= 0 and first_pass else 0
     remaining = max_bytes
     total = 0
@@ -83,12 +86,17 @@ def _read_all(broker, request, first_pass=True):
                     continue
             else:
                 end = max_offset = part.high_watermark
+            lso = part.last_stable_offset if committed or part.has_transactions else None
+            if committed:
+                max_offset = lso
             limit = min(want["partition_max_bytes"], remaining)
-            if offset == end or limit <= 0 and total:
+            if offset == end or committed and offset >= max_offset or limit <= 0 and total:
                 if offset < plog.log_start_offset or offset > end:
                     code = OFFSET_OUT_OF_RANGE
                 out.append(
-                    _partition_data(index, code, part.high_watermark, plog.log_start_offset)
+                    _partition_data(
+                        index, code, part.high_watermark, plog.log_start_offset, lso=lso
+                    )
                 )
                 continue
             try:
@@ -110,6 +118,7 @@ def _read_all(broker, request, first_pass=True):
             remaining -= size
             if throttle is not None:
                 throttle.record(size, broker.now_ms())
+            aborted = part.aborted_transactions(offset, max_offset) if committed and size else ()
             out.append(
                 _partition_data(
                     index,
@@ -117,6 +126,8 @@ def _read_all(broker, request, first_pass=True):
                     part.high_watermark,
                     plog.log_start_offset,
                     result.records if size else b"",
+                    lso,
+                    aborted,
                 )
             )
         topics.append({"topic": name, "partitions": out})
@@ -196,6 +207,8 @@ class _LongPoll:
 
 
 def handle_list_offsets(ctx, request):
+    committed = request.get("isolation_level", 0) == 1
+
     def answer(part, want, topic):
         entry = {
             "partition_index": want["partition_index"],
@@ -210,7 +223,8 @@ def handle_list_offsets(ctx, request):
             return entry
         ts = want["timestamp"]
         if ts == LATEST:
-            entry["offset"], entry["leader_epoch"] = part.high_watermark, part.leader_epoch
+            latest = part.last_stable_offset if committed else part.high_watermark
+            entry["offset"], entry["leader_epoch"] = latest, part.leader_epoch
         elif ts == EARLIEST:
             entry["offset"], entry["leader_epoch"] = part.log.log_start_offset, part.leader_epoch
         elif ts < 0:

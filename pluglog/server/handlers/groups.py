@@ -11,7 +11,7 @@ answers COORDINATOR_NOT_AVAILABLE while that partition has no leader.
 """
 
 from pluglog import protocol as codec
-from pluglog.errors import COORDINATOR_NOT_AVAILABLE, NONE
+from pluglog.errors import COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST, NONE
 from pluglog.group import GroupCoordinator
 from pluglog.logsafe import SafeLogger
 from pluglog.security.acls import GROUP
@@ -23,6 +23,7 @@ log = SafeLogger()
 #: DescribeGroups v3+ AuthorizedOperations when they were not asked for
 _OPERATIONS_OMITTED = -(2**31)
 _KEY_TYPE_GROUP = 0
+_KEY_TYPE_TRANSACTION = 1
 
 
 def coordinator(broker):
@@ -60,19 +61,29 @@ def handle_find_coordinator(ctx, request):
             "port": port,
         }
 
-    if request.get("key_type", _KEY_TYPE_GROUP) != _KEY_TYPE_GROUP:
-        return answer(COORDINATOR_NOT_AVAILABLE, "transactions are not supported")
-    gc = coordinator(ctx.broker)
-    if not gc.active:
-        return answer(COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running")
-    # Kafka creates __consumer_offsets when the first client looks for a
-    # coordinator, so the first commit does not pay for it.
-    d = gc.ensure_offsets_topic()
+    key_type = request.get("key_type", _KEY_TYPE_GROUP)
+    if key_type == _KEY_TYPE_TRANSACTION:
+        tc = ctx.broker.txn_coordinator
+        if tc is None or not tc.active:
+            return answer(COORDINATOR_NOT_AVAILABLE, "the transaction coordinator is not running")
+        # Kafka creates __transaction_state on the first lookup too.
+        d = tc.store.ensure_topic()
+        node_of, what = tc.coordinator_node, "__transaction_state"
+    elif key_type == _KEY_TYPE_GROUP:
+        gc = coordinator(ctx.broker)
+        if not gc.active:
+            return answer(COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running")
+        # Kafka creates __consumer_offsets when the first client looks for a
+        # coordinator, so the first commit does not pay for it.
+        d = gc.ensure_offsets_topic()
+        node_of, what = gc.coordinator_node, "__consumer_offsets"
+    else:
+        return answer(INVALID_REQUEST, f"unknown coordinator key type {key_type}")
 
     def created(_):
-        node = gc.coordinator_node(request["key"])
+        node = node_of(request["key"])
         if node is None:
-            return answer(COORDINATOR_NOT_AVAILABLE, "the group's offsets partition has no leader")
+            return answer(COORDINATOR_NOT_AVAILABLE, f"the key's {what} partition has no leader")
         if ctx.session is not None:
             # The coordinator's endpoint on the listener this client came in on.
             address = endpoint_of(ctx.broker, node[0], ctx.session)
@@ -82,8 +93,8 @@ def handle_find_coordinator(ctx, request):
         return answer(NONE, node=node)
 
     def failed(failure):
-        log.failure("creating __consumer_offsets failed", failure)
-        return answer(COORDINATOR_NOT_AVAILABLE, "__consumer_offsets could not be created")
+        log.failure("creating {what} failed", failure, what=what)
+        return answer(COORDINATOR_NOT_AVAILABLE, f"{what} could not be created")
 
     return d.addCallbacks(created, failed)
 

@@ -103,6 +103,17 @@ def handle_produce(ctx, request):
                 )
                 failed = True
                 continue
+            if records[22] & 0x10 and broker.txn_coordinator is not None:
+                # Transactional: the partition must be in the producer's open
+                # transaction (Kafka 3.6's verification, where this broker
+                # coordinates the id; another coordinator's are not asked).
+                code, message = broker.txn_coordinator.verify(
+                    request.get("transactional_id"), records, name, index
+                )
+                if code != NONE:
+                    failed = True
+                    results.append(partition_result(index, code, message=message))
+                    continue
             try:
                 partition = broker.partition(name, index)
                 info = partition.append(records, now, acks)

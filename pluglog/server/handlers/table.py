@@ -15,12 +15,13 @@ from pluglog.server.handlers import (
     quotas,
     sasl,
     scram,
+    txn,
 )
 
 
 def _build_table():
     table = {}
-    for module in (core, produce, fetch, admin, cluster, quotas, sasl, acls, scram, groups):
+    for module in (core, produce, fetch, admin, txn, cluster, quotas, sasl, acls, scram, groups):
         table.update(module.HANDLERS)
     return table
 
