@@ -32,7 +32,7 @@ page, an unknown topic, partition, offset, group or subject a 404 page,
 and page sizes are capped (:data:`MAX_PAGE_SIZE`). An unexpected error is
 logged and answered with a 500 page; it never reaches twisted.web's
 traceback page or stops the broker. Console requests may take a fifth of
-each second of the reactor (:mod:`pluglog.console.budget`); past it they
+the reactor's time on average (:mod:`pluglog.console.budget`); past it they
 are answered ``503`` unrendered, so a flood cannot slow the Kafka listener.
 """
 
@@ -144,7 +144,7 @@ class ConsoleResource(resource.Resource):
         for name, value in SECURITY_HEADERS.items():
             request.setHeader(name, value)
         if not self.budget.allow():
-            # Over its share of this second of the reactor: refuse without
+            # Over its share of the reactor's time: refuse without
             # rendering anything, so a flood cannot delay Kafka requests.
             request.setResponseCode(503)
             request.setHeader(b"retry-after", b"1")

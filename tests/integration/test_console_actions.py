@@ -126,6 +126,20 @@ def test_reset_offsets(acting):
     assert status == 200, done
     assert committed(acting.bootstrap, "resetting", "resettable", [0, 1]) == [2, 2]
 
+    # By time: the first offset at or after it (the end when there is none).
+    for when, want in (("2999-01-01T00:00:00Z", [5, 5]), ("0", [0, 0])):
+        _page, (status, _url, done) = browser.confirm(
+            f"/console/actions/reset-offsets?group=resetting&topic=&to=time&value={when}"
+        )
+        assert status == 200, done
+        assert committed(acting.bootstrap, "resetting", "resettable", [0, 1]) == want, when
+    status, _url, page = browser.get("/console/actions/reset-offsets?group=resetting&to=time")
+    assert (status, message(page)) == (400, "the time is missing")
+    status, _url, page = browser.get(
+        "/console/actions/reset-offsets?group=resetting&to=time&value=yesterday"
+    )
+    assert status == 400 and message(page).startswith("the time must be ISO 8601")
+
     # A group with a live member is refused: its consumers must stop first.
     member = Consumer(
         {

@@ -313,17 +313,21 @@ class LagTests(SynchronousTestCase):
 
 
 class RenderBudgetTests(SynchronousTestCase):
-    def test_a_share_of_each_second(self):
+    def test_a_share_of_the_reactor_with_a_burst(self):
         clock = Clock()
-        budget = RenderBudget(clock.seconds, share=0.2)
+        budget = RenderBudget(clock.seconds, share=0.2, burst=1.0)
+        budget.spend(0.9)  # one slow page (templates compiled) is within the burst
         self.assertTrue(budget.allow())
-        budget.spend(0.15)
-        self.assertTrue(budget.allow())
-        budget.spend(0.06)  # 0.21 s of this second used
+        budget.spend(0.2)  # 0.1 s overdrawn: refused until it is paid back
         self.assertFalse(budget.allow())
         self.assertEqual(budget.refused, 1)
-        clock.advance(1)  # the next second starts afresh
+        clock.advance(0.4)  # refills 0.08 s: still short
+        self.assertFalse(budget.allow())
+        clock.advance(0.2)
         self.assertTrue(budget.allow())
+        clock.advance(3600)  # never more than the burst
+        budget.spend(1.0)
+        self.assertFalse(budget.allow())
 
     def test_the_resource_answers_503_unrendered_past_its_share(self):
         dir_ = tempfile.mkdtemp(prefix="pluglog-console-")
@@ -331,11 +335,11 @@ class RenderBudgetTests(SynchronousTestCase):
         console = ConsoleResource(make_broker(dir_, "memory"))
         status, _body = render(console, "topics")
         self.assertEqual(status, 200)
-        console.budget.spend(1.0)
+        console.budget.spend(2.0)
         request = Request([b"topics"])
         body = console.render(request)
         self.assertEqual(request.responseCode, 503)
         self.assertEqual(request.responseHeaders.getRawHeaders(b"retry-after"), [b"1"])
         self.assertIn(b"the console is busy", body)
-        console.broker.reactor.advance(1)
+        console.broker.reactor.advance(10)
         self.assertEqual(render(console, "topics")[0], 200)

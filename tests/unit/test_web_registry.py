@@ -4,13 +4,15 @@ import io
 import json
 
 from twisted.internet import defer
-from twisted.internet.testing import MemoryReactor
+from twisted.internet.testing import MemoryReactorClock
 from twisted.web.test.requesthelper import DummyRequest
 
+from pluglog.group.model import Group, OffsetAndMetadata
 from pluglog.plugins import make_plugin_manager
 from pluglog.serialization.registry import SchemaRegistry
 from pluglog.web.registry import RegistryResource
 from pluglog.web.site import Root, WebService
+from tests.unit.test_server_fastlane import make_broker
 
 SCHEMA = json.dumps({"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]})
 
@@ -57,7 +59,7 @@ def test_unexpected_failure_is_a_json_500_not_a_traceback():
     assert "Traceback" not in body["message"]
 
 
-def test_web_service_waits_for_plugin_resources_then_listens():
+def test_web_service_waits_for_plugin_resources_then_listens(tmp_path):
     loaded = defer.Deferred()
 
     class Plugin:
@@ -70,11 +72,20 @@ def test_web_service_waits_for_plugin_resources_then_listens():
 
     manager = make_plugin_manager(extra_plugins=[Plugin()], autoload=False)
     manager.unregister(name="pluglog.builtin")  # no broker here for the registry
-    reactor = MemoryReactor()
-    web = WebService(object(), "tcp:0:interface=127.0.0.1", manager.hook, reactor)
+    reactor = MemoryReactorClock()
+    broker = make_broker(tmp_path, "memory")  # the console's, on its own Clock
+    web = WebService(broker, "tcp:0:interface=127.0.0.1", manager.hook, reactor)
     started = web.start()
     assert not started.called and reactor.tcpServers == []
     loaded.callback(None)
     assert started.called
     assert reactor.tcpServers[0][0] == 0
-    assert b"hello" in web.root.children
+    assert b"hello" in web.root.children and b"console" in web.root.children
+    # The console's lag sampler runs on the web service's reactor, and stops with it.
+    group = Group("sampled", 0)
+    group.offsets[("t", 0)] = OffsetAndMetadata(0, -1, "", 0, -1)
+    broker.group_coordinator.groups["sampled"] = group
+    reactor.advance(broker.config.console_lag_sample_interval_ms / 1000)
+    assert [lag for _t, lag in web.lag.of("sampled")] == [0]
+    web.stopService()
+    assert not reactor.getDelayedCalls()
