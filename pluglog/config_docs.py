@@ -69,6 +69,31 @@ CONFIG_DOCS = {
     "replication.quota.window.size.seconds": (_I, "Length of one replication throttle sample."),
     "offsets.commit.timeout.ms": (_I, "How long a group write waits for the ISR."),
     "offsets.topic.segment.bytes": (_I, "Segment size of __consumer_offsets."),
+    "transaction.state.log.num.partitions": (_I, "Partitions of __transaction_state."),
+    "transaction.state.log.replication.factor": (
+        SHORT,
+        "Replication factor of __transaction_state, capped at the live brokers.",
+    ),
+    "transaction.state.log.min.isr": (_I, "The min.insync.replicas of __transaction_state."),
+    "transaction.state.log.segment.bytes": (_I, "Segment size of __transaction_state."),
+    "transaction.max.timeout.ms": (_I, "Largest transaction.timeout.ms a producer may ask for."),
+    "transactional.id.expiration.ms": (
+        _I,
+        "How long an idle transactional id is kept before it is forgotten.",
+    ),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        _I,
+        "How often open transactions are checked against their timeout.",
+    ),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (
+        _I,
+        "How often idle transactional ids are checked for expiry.",
+    ),
+    "console.read.only": (_B, "Refuse the web console's actions (create, delete, reset)."),
+    "console.lag.sample.interval.ms": (
+        _L,
+        "How often the broker samples consumer lag for the console's chart.",
+    ),
     "log.cleaner.enable": (_B, "Run the log cleaner (compaction) at all."),
     "log.cleaner.backoff.ms": (_L, "Pause between the cleaner's checks for cleanable logs."),
     "log.cleaner.threads": (_I, "Cleaner worker processes (logs cleaned at once)."),
