@@ -195,6 +195,21 @@ class IDirectoryLog(Interface):
     directory = Attribute("absolute path of the log's directory (str)")
 
 
+class ITransactionIndexLog(Interface):
+    """A log that keeps an aborted-transaction index with its data (Kafka's
+    per-segment ``.txnindex``): entries go when the data they cover goes
+    (retention, truncation) and survive compaction. Without it the broker
+    keeps the index in its producer-state snapshot."""
+
+    def append_aborted_txn(producer_id, first_offset, last_offset, last_stable_offset):
+        """Record that ``producer_id``'s transaction from ``first_offset`` was
+        aborted by the marker at ``last_offset`` (the newest marker)."""
+
+    def aborted_txns():
+        """Every aborted transaction still in the log, as ``(producer_id,
+        first_offset, last_offset, last_stable_offset)`` in marker order."""
+
+
 class IOfflineLog(IPartitionLog):
     """The broker's stand-in for a log that could not be opened: every data
     operation raises KafkaStorageError (pluglog.storage.offline)."""

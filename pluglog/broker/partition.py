@@ -360,26 +360,17 @@ class Partition(PartitionTransactions):
 
     def append_replicated(self, records, leader_hw, now_ms):
         """Store batches fetched from the leader and follow its HW."""
+        # Producer state follows every replicated batch (a follower may lead
+        # next, and its aborted-transaction index must be complete), so it
+        # is loaded before the first one is stored.
+        self._ensure_loaded()
         info, headers = self.log.append_replicated(records, now_ms)
         if headers:
             epochs = self.epochs
             for header in headers:
                 if header.partition_leader_epoch > epochs.latest_epoch():
                     epochs.assign(header.partition_leader_epoch, header.base_offset)
-            if self._producers_loaded:
-                self._replicated_txn_headers(records, headers)
-                for header in headers:
-                    if header.producer_id >= 0:
-                        last = header.base_offset + header.last_offset_delta
-                        self.producers.update(
-                            header.producer_id,
-                            header.producer_epoch,
-                            header.base_sequence,
-                            header.base_sequence + header.last_offset_delta,
-                            header.base_offset,
-                            last,
-                            header.max_timestamp if header.timestamp_type else -1,
-                        )
+            self._replicated_producer_headers(records, headers)
         self._set_high_watermark(min(leader_hw, self.log.log_end_offset))
         return info
 

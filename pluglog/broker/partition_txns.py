@@ -29,7 +29,7 @@ from pluglog.broker.producer_state import ProducerStateTable
 from pluglog.broker.txn_state import AbortedTxn, PartitionTxns
 from pluglog.errors import InvalidProducerEpochError, NotLeaderOrFollowerError
 from pluglog.fileutil import atomic_write
-from pluglog.interfaces import IDirectoryLog
+from pluglog.interfaces import IDirectoryLog, ITransactionIndexLog
 from pluglog.protocol.control import COMMIT, marker_batch, markers_in
 
 log = Logger()
@@ -71,6 +71,9 @@ class PartitionTransactions:
         txns = self.txns = PartitionTxns()
         plog = self.log
         start = plog.log_start_offset
+        if ITransactionIndexLog.providedBy(plog):
+            for entry in plog.aborted_txns():
+                txns.add_aborted(AbortedTxn(*entry))
         snap = self._read_snapshot(plog.log_end_offset)
         if snap is not None:
             start = max(start, snap["offset"])
@@ -118,7 +121,7 @@ class PartitionTransactions:
         for offset, pid, epoch, kind in markers_in(bytes(data)):
             if offset == header.base_offset:
                 self.producers.bump_epoch(pid, epoch)
-                self.txns.end(pid, kind == COMMIT, offset)
+                self._end_txn(pid, kind == COMMIT, offset)
 
     def _ensure_loaded(self):
         if not self._producers_loaded:
@@ -182,7 +185,10 @@ class PartitionTransactions:
             "producers": self.producers.dump(),
             "ongoing": sorted(txns.ongoing.items()),
             "completed": txns.completed,
-            "aborted": [list(entry) for entry in txns.aborted],
+            # A log with its own index (.txnindex) keeps these itself.
+            "aborted": []
+            if ITransactionIndexLog.providedBy(self.log)
+            else [list(entry) for entry in txns.aborted],
         }
         path = os.path.join(directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
         atomic_write(path, json.dumps(snap, separators=(",", ":")).encode("utf-8"))
@@ -248,7 +254,7 @@ class PartitionTransactions:
         )
         info = self.log.append(batch, now_ms, self.leader_epoch)
         self.producers.bump_epoch(producer_id, producer_epoch)
-        self.txns.end(producer_id, commit, info.first_offset)
+        self._end_txn(producer_id, commit, info.first_offset)
         if len(self.isr) == 1:
             self._set_high_watermark(self.log.log_end_offset)
         self._wake()
@@ -266,23 +272,45 @@ class PartitionTransactions:
 
     # -- follower -------------------------------------------------------------------
 
-    def _replicated_txn_headers(self, records, headers):
-        """Follow the transactions in batches just replicated from the leader."""
+    def _replicated_producer_headers(self, records, headers):
+        """Follow the producers and transactions in batches just replicated
+        from the leader."""
         markers = None
         for header in headers:
             pid = header.producer_id
-            if pid < 0 or not header.attributes & _TRANSACTIONAL:
+            if pid < 0:
                 continue
-            if header.attributes & _CONTROL:
+            attributes = header.attributes
+            if attributes & _CONTROL:
                 if markers is None:
                     data = records if isinstance(records, bytes) else bytes(records)
                     markers = {m[0]: m for m in markers_in(data)}
                 marker = markers.get(header.base_offset)
                 if marker is not None:
                     self.producers.bump_epoch(pid, marker[2])
-                    self.txns.end(pid, marker[3] == COMMIT, header.base_offset)
-            else:
+                    self._end_txn(pid, marker[3] == COMMIT, header.base_offset)
+                continue
+            if attributes & _TRANSACTIONAL:
                 self.txns.begin(pid, header.base_offset)
+            if header.base_sequence < 0:
+                self.producers.bump_epoch(pid, header.producer_epoch)
+                continue
+            self.producers.update(
+                pid,
+                header.producer_epoch,
+                header.base_sequence,
+                _last_seq(header),
+                header.base_offset,
+                header.base_offset + header.last_offset_delta,
+                header.max_timestamp if header.timestamp_type else -1,
+            )
+
+    def _end_txn(self, producer_id, commit, marker_offset):
+        """A marker was appended (here or by the leader): the transaction
+        ends, and an abort goes into the log's own index when it keeps one."""
+        entry = self.txns.end(producer_id, commit, marker_offset)
+        if entry is not None and ITransactionIndexLog.providedBy(self.log):
+            self.log.append_aborted_txn(*entry)
 
 
 def _last_seq(header):

@@ -56,11 +56,13 @@ from pluglog.storage.filenames import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     segment_path,
 )
 from pluglog.storage.index import OffsetIndex, TimeIndex
-from pluglog.storage.records import CONTROL_MASK, HEADER_SIZE, LOG_OVERHEAD, parse_header
+from pluglog.storage.records import HEADER_SIZE, LOG_OVERHEAD, parse_header
 from pluglog.storage.segment import MAX_RELATIVE_OFFSET
+from pluglog.storage.txnindex import aborted_index, carry_entries, is_aborted
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
@@ -68,7 +70,6 @@ SWAP_SUFFIX = ".swap"
 MAP_ENTRY_BYTES = 24
 MAP_LOAD_FACTOR = 0.9
 _READ_CHUNK = 8 * 1024 * 1024
-_TRANSACTIONAL = 0x10
 
 
 def map_capacity(dedupe_buffer_size, threads):
@@ -207,37 +208,18 @@ def _open_sources(job):
     return fds
 
 
-def _aborted_index(job):
-    by_pid = {}
-    for pid, first, last in job.aborted:
-        by_pid.setdefault(pid, []).append((first, last))
-    return by_pid
-
-
-def _is_aborted(batch, aborted):
-    """Whether ``batch`` is data of an aborted transaction (Kafka's cleaner
-    drops those records and never lets them shadow a committed key)."""
-    if not aborted:
-        return False
-    header = parse_header(batch)
-    if not header.attributes & _TRANSACTIONAL or header.attributes & CONTROL_MASK:
-        return False
-    spans = aborted.get(header.producer_id, ())
-    return any(first <= header.base_offset <= last for first, last in spans)
-
-
 def _build_map(job, fds, throttle, result):
     """Map the dirty segments' keys to their latest offset; return the map
     and the offset the mapped range ends at (a segment boundary)."""
     offsets = {}
     end = job.first_dirty_offset
-    aborted = _aborted_index(job)
+    aborted = aborted_index(job.aborted)
     for source in job.segments:
         if source.base_offset < job.first_dirty_offset:
             continue
         mapped = {}
         for _, batch in iter_file_batches(fds[source.base_offset], source.size, throttle):
-            if _is_aborted(batch, aborted):
+            if is_aborted(batch, aborted):
                 continue
             for offset, key, _ in iter_keys(batch):
                 if key is not None:
@@ -400,7 +382,7 @@ def clean(job):
 
 
 def _clean_group(job, fds, group, offsets, retained, throttle, result):
-    aborted = _aborted_index(job)
+    aborted = aborted_index(job.aborted)
     base = group[0].base_offset
     dirty = group[0].cleaned_ms < 0
     cleaned_ms = job.now_ms if dirty else max(s.cleaned_ms for s in group)
@@ -420,7 +402,7 @@ def _clean_group(job, fds, group, offsets, retained, throttle, result):
             batches = list(iter_file_batches(fds[source.base_offset], source.size, throttle))
             for i, (_, batch) in enumerate(batches):
                 header = parse_header(batch)
-                aborted_batch = _is_aborted(batch, aborted)
+                aborted_batch = is_aborted(batch, aborted)
 
                 def keep(
                     offset, key, is_null, tombstones_expire=tombstones_expire, drop=aborted_batch
@@ -467,6 +449,11 @@ def _clean_group(job, fds, group, offsets, retained, throttle, result):
         holder = index(index_path, base, job.max_index_bytes)
         holder.reset(*args)
         _fsync_path(index_path)
+    # The sources' aborted transactions go with them into the cleaned segment.
+    carry_entries(
+        [segment_path(job.directory, source.base_offset, TXN_INDEX_SUFFIX) for source in group],
+        segment_path(job.directory, base, TXN_INDEX_SUFFIX) + CLEANED_SUFFIX,
+    )
     os.utime(path, ns=(cleaned_ms * 1_000_000, cleaned_ms * 1_000_000))
     result.bytes_written += position
     return CleanedGroup(

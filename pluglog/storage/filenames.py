@@ -9,6 +9,8 @@ Layout of a data directory (Kafka's, so tools and intuition carry over)::
         00000000000000000000.log               record batches
         00000000000000000000.index             sparse offset index
         00000000000000000000.timeindex         sparse time index
+        00000000000000000000.txnindex          aborted transactions (only when there are any)
+        00000000000000000000.snapshot          producer state (pluglog.broker.partition_txns)
         00000000000000001234.log.deleted       waiting for file.delete.delay.ms
     <data-dir>/<topic>-<partition>.<hex>.deleted/   a deleted partition
 
@@ -21,9 +23,10 @@ import os
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
 DELETED_SUFFIX = ".deleted"
 TMP_SUFFIX = ".tmp"
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"

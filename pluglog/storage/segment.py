@@ -44,12 +44,14 @@ from pluglog.storage.filenames import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     segment_path,
 )
 from pluglog.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
 from pluglog.storage.logscan import index_entries, iter_headers, scan_file
 from pluglog.storage.records import HEADER_SIZE, parse_header
 from pluglog.storage.results import FileRange
+from pluglog.storage.txnindex import TxnIndex
 
 #: relative offsets are u32 in the index; Kafka keeps them within int32
 MAX_RELATIVE_OFFSET = 2**31 - 1
@@ -95,6 +97,8 @@ class LogSegment:
         time_path = segment_path(directory, base_offset, TIME_INDEX_SUFFIX)
         self.index = OffsetIndex(index_path, base_offset, max_index_bytes)
         self.time_index = TimeIndex(time_path, base_offset, max_index_bytes)
+        #: aborted transactions whose marker is here (created on first entry)
+        self.txn_index = TxnIndex(segment_path(directory, base_offset, TXN_INDEX_SUFFIX))
         self._indexes_loaded = False
         self.bytes_since_index = 0
         if self.size == 0:
@@ -401,6 +405,7 @@ class LogSegment:
         self._truncate_file(position)
         self.index.truncate_to(header.base_offset)
         self.time_index.truncate_to(header.base_offset)
+        self.txn_index.truncate_to(header.base_offset)
         self._next_offset = None
         self._load_tail()
         return cut
@@ -425,6 +430,7 @@ class LogSegment:
                 self._unsynced = False
             self.index.flush()
             self.time_index.flush()
+            self.txn_index.flush()
         except OSError as exc:
             raise KafkaStorageError(f"fsync of {self.log_path} failed: {exc}") from exc
 
@@ -437,6 +443,7 @@ class LogSegment:
         try:
             self.index.close(write=not self.deleted)
             self.time_index.close(write=not self.deleted)
+            self.txn_index.close()
         finally:
             self._closed = True
             if self._open_segments is not None:
@@ -452,13 +459,14 @@ class LogSegment:
             holder.close(write=False)
             if os.path.exists(holder.path):
                 holder.rename(holder.path + DELETED_SUFFIX)
+        self.txn_index.rename(self.txn_index.path + DELETED_SUFFIX)
         os.replace(self.log_path, self.log_path + DELETED_SUFFIX)
         self.log_path += DELETED_SUFFIX
 
     def delete_files(self):
         """Close the descriptor and unlink the ``*.deleted`` files."""
         self.close()
-        for path in (self.log_path, self.index.path, self.time_index.path):
+        for path in (self.log_path, self.index.path, self.time_index.path, self.txn_index.path):
             try:
                 os.unlink(path)
             except FileNotFoundError:

@@ -22,6 +22,7 @@ from pluglog.interfaces import (
     IFlushableLog,
     IPartitionLog,
     IReplicatedLog,
+    ITransactionIndexLog,
 )
 from pluglog.storage.filenames import DELETED_SUFFIX, LOG_SUFFIX, TMP_SUFFIX, parse_segment_file
 from pluglog.storage.log import FSYNC_INTERVAL, BasePartitionLog
@@ -39,7 +40,14 @@ class ISegmentFilesLog(IDirectoryLog):
     segments = Attribute("the LogSegment objects, oldest first, the active one last")
 
 
-@implementer(IPartitionLog, IFlushableLog, IReplicatedLog, ICompactableLog, ISegmentFilesLog)
+@implementer(
+    IPartitionLog,
+    IFlushableLog,
+    IReplicatedLog,
+    ICompactableLog,
+    ISegmentFilesLog,
+    ITransactionIndexLog,
+)
 class SegmentPartitionLog(BasePartitionLog):
     """IPartitionLog over segment files in ``directory``.
 
@@ -81,6 +89,22 @@ class SegmentPartitionLog(BasePartitionLog):
         self._recover(recovery_point, clean)
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+
+    def append_aborted_txn(self, producer_id, first_offset, last_offset, last_stable_offset):
+        """ITransactionIndexLog: into the ``.txnindex`` of the segment
+        holding the marker."""
+        segment = self.segments[max(0, bisect_right(self._bases, last_offset) - 1)]
+        try:
+            segment.txn_index.append((producer_id, first_offset, last_offset, last_stable_offset))
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot write {segment.txn_index.path}: {exc}") from exc
+
+    def aborted_txns(self):
+        """ITransactionIndexLog: every segment's entries, oldest first."""
+        out = []
+        for segment in self.segments:
+            out.extend(segment.txn_index.entries)
+        return out
 
     def compact(self, now_ms):
         """ICompactableLog: one cleaner pass inline (the broker's log cleaner

@@ -3,7 +3,8 @@
 File protocol (Kafka's ``replaceSegments``), for a group of source segments
 ``S`` (contiguous, first base ``b``) cleaned into ``<b>.*.cleaned``:
 
-1. ``<b>.index.cleaned`` and ``<b>.timeindex.cleaned`` -> ``*.swap``, then
+1. ``<b>.index.cleaned``, ``<b>.timeindex.cleaned`` (and ``<b>.txnindex.cleaned``
+   when the sources had aborted transactions) -> ``*.swap``, then
    ``<b>.log.cleaned`` -> ``<b>.log.swap`` (the commit point); directory fsync;
 2. every segment of ``S`` -> ``*.deleted`` (unlinked after
    ``file.delete.delay.ms``: a fetch holding a FileRange of one keeps reading
@@ -47,11 +48,12 @@ from pluglog.storage.filenames import (
     LOG_SUFFIX,
     SEGMENT_SUFFIXES,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     parse_segment_file,
     segment_path,
 )
 
-_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
 class SwapAborted(Exception):  # noqa: N818 - a decision, not a failure
@@ -100,8 +102,12 @@ def swap_in(log, group, stop_after=None):
         discard_cleaned(directory, base)
         raise SwapAborted(f"{log.topic}-{log.partition} changed while it was cleaned")
     path = {suffix: segment_path(directory, base, suffix) for suffix in SEGMENT_SUFFIXES}
+    txn = path[TXN_INDEX_SUFFIX] + CLEANED_SUFFIX
+    # The cleaned aborted-transaction index exists only when the sources had one.
+    optional = () if os.path.exists(txn) else (TXN_INDEX_SUFFIX,)
     for suffix in (*_INDEX_SUFFIXES, LOG_SUFFIX):
-        os.replace(path[suffix] + CLEANED_SUFFIX, path[suffix] + SWAP_SUFFIX)
+        if suffix not in optional:
+            os.replace(path[suffix] + CLEANED_SUFFIX, path[suffix] + SWAP_SUFFIX)
     fsync_directory(directory)
     if stop_after == 1:
         return None
@@ -112,7 +118,8 @@ def swap_in(log, group, stop_after=None):
     if stop_after == 2:
         return None
     for suffix in (*_INDEX_SUFFIXES, LOG_SUFFIX):
-        os.replace(path[suffix] + SWAP_SUFFIX, path[suffix])
+        if suffix not in optional:
+            os.replace(path[suffix] + SWAP_SUFFIX, path[suffix])
     fsync_directory(directory)
     if stop_after == 3:
         return None

@@ -15,6 +15,7 @@ from twisted.internet.task import Clock
 from pluglog import errors
 from pluglog.broker.log_cleaner import ILogCleaner, LogCleaner, _inline_runner, cleanable_range
 from pluglog.config import BrokerConfig, TopicConfig
+from pluglog.protocol.control import marker_batch
 from pluglog.protocol.records import Record, build_batch, iter_batches
 from pluglog.storage import cleaner as cleaner_module
 from pluglog.storage import compaction
@@ -366,3 +367,26 @@ def test_stale_checkpoint_of_a_recreated_topic_is_ignored(tmp_path):
     h.cleaner.first_dirty[("t", 0)] = 10**6  # left by an older topic of that name
     [result] = h.clean()
     assert result.records_removed == 57
+
+
+def test_aborted_transactions_are_dropped_and_their_index_carried(tmp_path):
+    h = Harness(tmp_path)
+    # A committed value of k0, then an aborted transaction writing k0 again.
+    h.append(keyed("k0", "committed"))
+    h.append(keyed("k0", "aborted", producer_id=7, producer_epoch=0, is_transactional=True))
+    marker = marker_batch(7, 0, False, 0, 1000)
+    info = h.log.append(marker, 1000)
+    h.log.append_aborted_txn(7, 1, info.first_offset, info.first_offset + 1)
+    for i in range(40):
+        h.append(keyed(f"f{i}", "x" * 100))  # roll the segments past the transaction
+    h.broker.partitions[("t", 0)].transactions_for_cleaning = lambda: (
+        None,
+        [(7, 1, info.first_offset)],
+    )
+    h.clock.advance(1)
+    h.clean()
+    values = {key: value for _offset, key, value in h.records() if key == b"k0"}
+    # The aborted write did not shadow the committed one, and is gone.
+    assert values == {b"k0": b"committed"}
+    assert h.log.aborted_txns() == [(7, 1, info.first_offset, info.first_offset + 1)]
+    assert any(s.txn_index.entries for s in h.log.segments)
