@@ -18,8 +18,9 @@ session lasts that long (SaslAuthenticate v1+ tells the client, which then
 re-authenticates on the same connection with SaslHandshake v1 and
 SaslAuthenticate, same mechanism and same principal). A request arriving
 after the session's end closes the connection (Kafka checks at receive time
-too), and a re-authentication that fails (credentials removed meanwhile)
-closes it like a failed login.
+too), unless it belongs to a re-authentication begun in time; a
+re-authentication that fails (credentials removed meanwhile) closes it like a
+failed login.
 """
 
 import base64
@@ -307,10 +308,16 @@ class Session:
             self.conn.auth_expires = broker.reactor.seconds() + self.lifetime_ms / 1000.0
 
     def begin_reauthentication(self, mechanism, exchange):
-        """A SaslHandshake on an authenticated connection (KIP-368)."""
+        """A SaslHandshake on an authenticated connection (KIP-368).
+
+        Begun in time, it may finish after the session's end: its answers
+        queue behind the connection's earlier ones (a parked Fetch), and
+        Kafka does not expire a session while it re-authenticates. The
+        client gets one more lifetime to finish it."""
         self.reauthenticating = True
         self.mechanism = mechanism
         self.exchange = exchange
+        self._start_lifetime()
 
     def fail(self, exc):
         """Close after the current answer. Logged now (the client usually

@@ -6,7 +6,10 @@ answer: SaslHandshake v1 naming the mechanism, then SaslAuthenticate v1 with
 the PLAIN message (``\\0user\\0password``) or the two SCRAM client messages
 (:mod:`scramp` is the SCRAM client and checks the broker's signature). A
 refused step raises :class:`MechanismError` or :class:`CredentialsError`
-(both :class:`LoginError`).
+(both :class:`LoginError`). Its return value (``StopIteration.value``) is
+the session lifetime the broker granted (KIP-368's ``session_lifetime_ms``,
+0 for none): a long-lived caller logs in again on the same connection before
+it ends.
 
 The callers own only the I/O: :mod:`pluglog.cli.login` drives it
 over a blocking socket for the CLI, :mod:`pluglog.security.interbroker` over a
@@ -39,27 +42,29 @@ class CredentialsError(LoginError):
 
 
 def exchange(mechanism, user, password):
-    """The login as a generator of ``(api_key, api_version, body)`` requests."""
+    """The login as a generator of ``(api_key, api_version, body)`` requests;
+    returns the session lifetime in ms (0: unlimited)."""
     answer = yield SASL_HANDSHAKE, 1, {"mechanism": mechanism}
     if answer["error_code"]:
         raise MechanismError(mechanism, answer["error_code"], answer.get("mechanisms"))
     if mechanism == "PLAIN":
-        yield from _authenticate(f"\0{user}\0{password}".encode())
-        return
+        _token, lifetime = yield from _authenticate(f"\0{user}\0{password}".encode())
+        return lifetime
     from scramp import ScramClient
 
     scram = ScramClient([mechanism], user, password)
-    server_first = yield from _authenticate(scram.get_client_first().encode())
+    server_first, _ = yield from _authenticate(scram.get_client_first().encode())
     scram.set_server_first(server_first.decode())
-    server_final = yield from _authenticate(scram.get_client_final().encode())
+    server_final, lifetime = yield from _authenticate(scram.get_client_final().encode())
     scram.set_server_final(server_final.decode())  # checks the broker's signature
+    return lifetime
 
 
 def _authenticate(token):
     answer = yield SASL_AUTHENTICATE, 1, {"auth_bytes": token}
     if answer["error_code"]:
         raise CredentialsError(answer["error_code"], answer.get("error_message"))
-    return bytes(answer["auth_bytes"])
+    return bytes(answer["auth_bytes"]), answer.get("session_lifetime_ms", 0)
 
 
 def run(steps, send):

@@ -67,6 +67,8 @@ def secured(zookeeper_process, tmp_path_factory):
             "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256",
             "inter.broker.sasl.username": ADMIN,
             "inter.broker.sasl.password": ADMIN_PASSWORD,
+            # KIP-368: every SASL session here must be renewed every 4 s.
+            "connections.max.reauth.ms": "4000",
         },
     )
     cluster.zk = KazooClient(hosts=zookeeper_process.connect_string(chroot))
@@ -154,6 +156,20 @@ def test_sasl_clients_get_sasl_endpoints_and_replicate_acks_all(secured):
     # The clients here log in with PLAIN; SCRAM-SHA-256 logins are the followers'.
     leader = secured.brokers[secured.leader("replicated")]
     assert "authenticated as User:admin (SCRAM-SHA-256) on SASL_PLAINTEXT" in leader.log()
+
+
+def test_replica_fetchers_reauthenticate_within_the_session_lifetime(secured):
+    # The followers of "replicated" (previous test) keep fetching over SASL
+    # past several 4 s lifetimes: they log in again on the same connection
+    # (pluglog.replication.peer) and none is closed for an expired session.
+    secured.wait_for_isr("replicated", 1, 3)
+    time.sleep(9)
+    leader = secured.brokers[secured.leader("replicated")]
+    log = leader.log()
+    assert log.count("re-authenticated as User:admin (SCRAM-SHA-256)") >= 4  # 2 followers
+    for node in secured.brokers.values():
+        assert "SASL session expired" not in node.log()
+    assert sorted(secured.partition("replicated", 0)["isr"]) == [1, 2, 3]
 
 
 def test_user_and_acls_apply_on_every_broker(secured):

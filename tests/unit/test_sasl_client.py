@@ -3,6 +3,7 @@ drive: PLAIN and SCRAM against scramp's server side, and each refusal."""
 
 import pytest
 from scramp import ScramException, ScramMechanism
+from twisted.internet.task import Clock
 
 from pluglog.security import sasl_client
 
@@ -103,6 +104,7 @@ class FakeConnection:
 
     def __init__(self, broker):
         self.broker = broker
+        self.reactor = Clock()  # KafkaClientProtocol's clock (re-login timing)
 
     def request(self, api_key, version, body, timeout=None):
         from twisted.internet import defer

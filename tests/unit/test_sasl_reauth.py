@@ -144,3 +144,17 @@ def test_without_a_limit_sessions_never_expire_and_v0_carries_no_lifetime(store)
     conn.clock.advance(10**6)
     assert conn.served()
     assert conn.login(version=0)["error_code"] == NONE  # re-authentication, no limit
+
+
+def test_a_reauthentication_begun_in_time_may_finish_after_the_end(store):
+    # Its SaslAuthenticate can arrive late: the answers of a re-authentication
+    # queue behind a parked Fetch (replica fetchers, consumers).
+    conn = Conn(store)
+    conn.login()
+    conn.clock.advance(LIFETIME_MS / 1000 * 0.9)
+    shake = conn.call(codec.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
+    assert shake["error_code"] == NONE
+    conn.clock.advance(LIFETIME_MS / 1000 * 0.5)  # past the first session's end
+    answer = conn.call(36, 1, {"auth_bytes": b"\0alice\0pw"})
+    assert (answer["error_code"], answer["session_lifetime_ms"]) == (NONE, LIFETIME_MS)
+    assert conn.served() and not conn.closed

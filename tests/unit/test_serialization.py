@@ -235,6 +235,14 @@ def test_schema_check_per_record():
         check(
             build_batch([Record(None, good, (), 0), Record(None, b"x", (), 0)], compression="gzip")
         )
+    # KIP-467: every bad record is named by its index in the batch.
+    with pytest.raises(InvalidRecordError) as refused:
+        check(batch((None, good), (None, b"raw"), (b"rawkey", good), (None, frame(99, b""))))
+    assert refused.value.record_errors == [
+        (1, "value is not framed with a schema id"),
+        (2, "key is not framed with a schema id"),
+        (3, "value has schema id 99, which is not registered"),
+    ]
     broker.schema_registry = None
     with pytest.raises(InvalidRecordError, match="--http"):
         check(batch((None, good)))
