@@ -1,6 +1,6 @@
 """A scripted flood of console requests beside a produce benchmark (issue 23).
 
-    python3 bench/console_flood.py [--rounds 4] [--seconds 8] [--workers 4]
+    python3 bench/console_flood.py [--rounds 4] [--seconds 8] [--workers 4] [--root CHECKOUT ...]
 
 One ``twistd pluglog --http`` broker (a fresh data dir, 127.0.0.1) holds
 the console tests' data (tests/integration/console_data.py) and 200 more
@@ -18,7 +18,9 @@ records per flush, as the paper benchmark's batch-50 test) runs for
 Per phase it prints the producer's batches per second and round-trip
 percentiles, the console requests answered (by status) and refused
 connections, and the broker's CPU (/proc utime+stime) per produced message
-and per second. The medians per phase kind follow. Everything runs on this
+and per second. The medians per phase kind follow. Give ``--root`` twice
+(another checkout, then this one) to compare two versions of the broker in
+one run: both brokers run side by side, their phases interleaved. Everything runs on this
 machine: the flood's clients and the producer compete with the broker for
 the same cores, so part of a slowdown is the machine's, not the reactor's.
 """
@@ -150,16 +152,38 @@ def run_phase(kind, broker, base, seconds, workers):
     }
 
 
-def start_broker(work):
+class RootBroker(BrokerProcess):
+    """A broker run from the checkout ``root`` (its ``pluglog`` package)."""
+
+    def __init__(self, root, *args, **kwargs):
+        self.root = root
+        super().__init__(*args, **kwargs)
+
+    def start(self, timeout=30):
+        os.makedirs(self.data_dir, exist_ok=True)
+        env = dict(os.environ, PYTHONPATH=self.root)
+        return self._spawn(
+            self.command(), self._listening, "listen", timeout, env=env, cwd=self.root
+        )
+
+
+def start_broker(work, root):
     http = free_port()
-    broker = BrokerProcess(
-        os.path.join(work, "data"), extra_args=["--http", f"tcp:{http}:interface=127.0.0.1"]
+    broker = RootBroker(
+        root, os.path.join(work, "data"), extra_args=["--http", f"tcp:{http}:interface=127.0.0.1"]
     ).start()
     data.seed(broker.bootstrap)
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     topics = [NewTopic(f"extra-{i:03d}", 1, 1) for i in range(200)] + [NewTopic("flood-bench")]
     for future in admin.create_topics(topics).values():
         future.result(60)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the HTTP listener starts after the Kafka one
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{http}/console/", timeout=5).close()
+            break
+        except OSError:
+            time.sleep(0.1)
     return broker, f"http://127.0.0.1:{http}"
 
 
@@ -168,46 +192,61 @@ def main():
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument(
+        "--root",
+        action="append",
+        help="a checkout to run the broker from (repeat to compare; default: this one)",
+    )
     args = parser.parse_args()
+    roots = [os.path.abspath(r) for r in (args.root or [HERE])]
+    results = []
+    logs = {}
     with tempfile.TemporaryDirectory(prefix="pluglog-console-flood-") as work:
-        broker, base = start_broker(work)
+        brokers = {}
         try:
+            for n, root in enumerate(roots):
+                brokers[root] = start_broker(os.path.join(work, str(n)), root)
+                produce_phase(brokers[root][0].bootstrap, 2)  # warm-up
             print(f"loadavg at start: {open('/proc/loadavg').read().strip()}", flush=True)
-            produce_phase(broker.bootstrap, 2)  # warm-up
-            results = []
             for number in range(1, args.rounds + 1):
-                for kind in ("quiet", "flood"):
-                    got = run_phase(kind, broker, base, args.seconds, args.workers)
-                    results.append(got)
-                    print(
-                        f"round {number} {kind:5}: {got['batches_per_s']:7.1f} batches/s "
-                        f"p50 {got['p50_ms']:5.2f} ms p99 {got['p99_ms']:6.2f} ms, broker "
-                        f"{got['cpu_us_per_msg']:5.2f} µs CPU/message, {got['cpu_per_s']:.2f} "
-                        f"CPU s/s; console {got['console_per_s']:.0f} req/s {got['console']} "
-                        f"refused {got['refused']}",
-                        flush=True,
-                    )
-            log = broker.log()
+                for root, (broker, base) in brokers.items():
+                    for kind in ("quiet", "flood"):
+                        got = run_phase(kind, broker, base, args.seconds, args.workers)
+                        got["root"] = root
+                        results.append(got)
+                        print(
+                            f"round {number} {root} {kind:5}: {got['batches_per_s']:7.1f} "
+                            f"batches/s p50 {got['p50_ms']:5.2f} ms p99 {got['p99_ms']:6.2f} "
+                            f"ms, broker {got['cpu_us_per_msg']:5.2f} µs CPU/message, "
+                            f"{got['cpu_per_s']:.2f} CPU s/s; console "
+                            f"{got['console_per_s']:.0f} req/s {got['console']} "
+                            f"refused {got['refused']}",
+                            flush=True,
+                        )
         finally:
-            broker.stop()
+            for root, (broker, _base) in brokers.items():
+                logs[root] = broker.log()
+                broker.stop()
     print()
     print(
-        "| phase | batches/s | p50 ms | p99 ms | broker CPU µs/msg | broker CPU s/s "
-        "| console req/s |"
+        "| broker from | phase | batches/s | p50 ms | p99 ms | broker CPU µs/msg "
+        "| broker CPU s/s | console req/s |"
     )
-    print("|---|---|---|---|---|---|---|")
-    for kind in ("quiet", "flood"):
-        rows = [r for r in results if r["kind"] == kind]
+    print("|---|---|---|---|---|---|---|---|")
+    for root in roots:
+        for kind in ("quiet", "flood"):
+            rows = [r for r in results if r["kind"] == kind and r["root"] == root]
 
-        def med(key, rows=rows):
-            return statistics.median(r[key] for r in rows)
+            def med(key, rows=rows):
+                return statistics.median(r[key] for r in rows)
 
-        print(
-            f"| {kind} | {med('batches_per_s'):.1f} | {med('p50_ms'):.2f} | {med('p99_ms'):.2f} "
-            f"| {med('cpu_us_per_msg'):.2f} | {med('cpu_per_s'):.2f} "
-            f"| {med('console_per_s'):.0f} |"
-        )
-    print(f"tracebacks in the broker log: {log.count('Traceback')}")
+            print(
+                f"| {root} | {kind} | {med('batches_per_s'):.1f} | {med('p50_ms'):.2f} "
+                f"| {med('p99_ms'):.2f} | {med('cpu_us_per_msg'):.2f} "
+                f"| {med('cpu_per_s'):.2f} | {med('console_per_s'):.0f} |"
+            )
+    for root in roots:
+        print(f"tracebacks in the broker log ({root}): {logs[root].count('Traceback')}")
 
 
 if __name__ == "__main__":

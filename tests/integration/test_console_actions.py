@@ -34,8 +34,18 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def acting(tmp_path_factory):
     broker = acting_broker(tmp_path_factory.mktemp("console-acting"))
-    yield broker
-    broker.stop()
+    try:
+        # A first commit creates __consumer_offsets (the internal topic the
+        # bad-input cases name), whichever test runs first.
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "seed"})
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for future in admin.create_topics([NewTopic("seed", 1, 1)]).values():
+            future.result(30)
+        consumer.commit(offsets=[TopicPartition("seed", 0, 0)], asynchronous=False)
+        consumer.close()
+        yield broker
+    finally:
+        broker.stop()
 
 
 def partitions_of(admin, name):
