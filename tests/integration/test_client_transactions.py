@@ -5,7 +5,9 @@ A transaction committed, one aborted after its records reached the log
 (flush before abort) and one committed with offsets: the Twisted
 read_committed consumer and confluent-kafka's read_committed consumer see
 the same records (the committed ones), a read_uncommitted consumer sees the
-aborted ones too, and the offsets sent with the transaction are the group's.
+aborted ones too, and the offsets sent with the transaction are the group's;
+with a group member's ``group_metadata()`` a stale generation is refused
+(KIP-447) and only abort is left.
 A second producer with the same transactional id fences the first, whose
 late records never become visible; ``stop()`` aborts an open transaction.
 """
@@ -21,11 +23,14 @@ from twisted.trial import unittest
 from pluglog.client import (
     AdminClient,
     Consumer,
+    ConsumerGroupMetadata,
     NewTopic,
     Producer,
     ProducerFencedError,
     TopicPartition,
+    TransactionStateError,
 )
+from pluglog.client.errors import BrokerResponseError
 from tests.broker_process import BrokerProcess
 
 TOPIC = "tx-out"
@@ -198,3 +203,52 @@ class TransactionsAgainstBroker(unittest.TestCase):
         # Aborted, not left open: the last stable offset moved past it.
         self.assertEqual(ends, uncommitted_ends)
         self.assertEqual(ends[TopicPartition(TOPIC, 0)], 2)  # the record and its marker
+
+    @defer.inlineCallbacks
+    def test_offsets_with_group_metadata_and_a_stale_generation(self):
+        yield self._topic()
+        seed = Producer(reactor, bootstrap_servers=self.bootstrap)
+        yield seed.start()
+        yield defer.gatherResults([seed.send(TOPIC, b"in-%d" % i, partition=0) for i in range(5)])
+        yield seed.stop()
+        consumer = Consumer(
+            reactor,
+            TOPIC,
+            bootstrap_servers=self.bootstrap,
+            group_id="tw-eos",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+        )
+        yield consumer.start()
+        self.addCleanup(consumer.stop)
+        got = []
+        while len(got) < 5:
+            batches = yield consumer.getmany(timeout_ms=500)
+            got += [r for records in batches.values() for r in records]
+        meta = consumer.group_metadata()
+        self.assertEqual(meta.group_id, "tw-eos")
+        self.assertGreaterEqual(meta.generation_id, 1)
+        self.assertTrue(meta.member_id)
+
+        producer = self._producer("tw-eos-0")
+        yield producer.init_transactions()
+        yield producer.begin_transaction()
+        producer.send(TOPIC, b"out", partition=1)
+        tp = TopicPartition(TOPIC, 0)
+        yield producer.send_offsets_to_transaction({tp: got[-1].offset + 1}, meta)
+        yield producer.commit_transaction()
+        committed = yield consumer.committed_offsets([tp])
+        self.assertEqual(committed[tp], 5)
+
+        yield producer.begin_transaction()
+        stale = ConsumerGroupMetadata("tw-eos", meta.generation_id + 1, meta.member_id)
+        with self.assertRaises(BrokerResponseError) as cm:
+            yield producer.send_offsets_to_transaction({tp: 1}, stale)
+        self.assertEqual(cm.exception.name, "ILLEGAL_GENERATION")
+        with self.assertRaises(TransactionStateError) as cm:  # abortable: commit refuses
+            yield producer.commit_transaction()
+        self.assertIn("ILLEGAL_GENERATION", str(cm.exception))
+        yield producer.abort_transaction()
+        committed = yield consumer.committed_offsets([tp])
+        self.assertEqual(committed[tp], 5)  # the stale commit never happened
