@@ -170,7 +170,7 @@ class TransactionManager:
 
     @defer.inlineCallbacks
     def init_transactions(self):
-        error = self._require(UNINITIALIZED, READY, what="init_transactions()")
+        error = self._require(UNINITIALIZED, what="init_transactions()")
         if error is not None:
             raise error
         self.state = INITIALIZING
@@ -266,12 +266,16 @@ class TransactionManager:
             raise self.error
         yield self._end(commit=False)
 
-    @defer.inlineCallbacks
     def _end(self, commit):
+        # Under the lock: an AddPartitionsToTxn still in flight is answered
+        # (and counted in ``added``) before this decides whether to send EndTxn.
+        return self._lock.run(self._end_locked, commit)
+
+    @defer.inlineCallbacks
+    def _end_locked(self, commit):
         if self.started or self.added:
             try:
-                yield self._lock.run(
-                    self._coordinated,
+                yield self._coordinated(
                     END_TXN,
                     3,
                     self._ids(committed=commit),
@@ -320,17 +324,15 @@ class TransactionManager:
             "v3_and_below_producer_epoch": self.producer.producer_epoch,
             "v3_and_below_topics": [{"name": t, "partitions": p} for t, p in topics.items()],
         }
-        d = self._lock.run(
-            self._coordinated,
-            ADD_PARTITIONS_TO_TXN,
-            3,
-            body,
-            "AddPartitionsToTxn",
-            _partition_codes,
-        )
-        d.addCallbacks(self._added, self._add_failed, (tps,), None, (tps,))
+        d = self._lock.run(self._add_partitions, tps, body)
+        d.addErrback(self._add_failed, tps)
 
-    def _added(self, _response, tps):
+    @defer.inlineCallbacks
+    def _add_partitions(self, tps, body):
+        yield self._coordinated(
+            ADD_PARTITIONS_TO_TXN, 3, body, "AddPartitionsToTxn", _partition_codes
+        )
+        # Still under the lock (see _end).
         self._adding = False
         self.added.update(tps)
         self._wanted.difference_update(tps)

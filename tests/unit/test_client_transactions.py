@@ -244,6 +244,29 @@ class TransactionalProducerTests(SynchronousTestCase):
         self.assertEqual(producer.buffered_bytes, 0)
         self.assertEqual(producer.unacked, 0)
 
+    def test_abort_while_partitions_are_being_added_still_ends_the_transaction(self):
+        producer = self.make()
+        self.successResultOf(self.run_until(producer.init_transactions()))
+        self.successResultOf(producer.begin_transaction())
+        answer_add = self.cluster.handlers[ADD_PARTITIONS_TO_TXN]
+        self.cluster.handlers[ADD_PARTITIONS_TO_TXN] = lambda conn, v, body: None
+        record = producer.send("t", b"x", partition=0)
+        self.cluster.clock.advance(0.01)  # linger: the batch waits for AddPartitionsToTxn
+        self.cluster.pump()
+        (conn,) = [c for c in self.cluster.conns if c.unanswered]
+        (header,) = conn.unanswered
+        abort = producer.abort_transaction()
+        self.cluster.pump()
+        self.failureResultOf(record, TransactionAbortedError)
+        self.assertNoResult(abort)
+        self.assertEqual(self.cluster.of(END_TXN), [])  # not before the answer
+        (body,) = self.cluster.of(ADD_PARTITIONS_TO_TXN)
+        self.cluster.answer(conn, header, answer_add(conn, header.api_version, body))
+        self.successResultOf(self.run_until(abort))
+        (end,) = self.cluster.of(END_TXN)  # the coordinator has the partition: ended
+        self.assertFalse(end["committed"])
+        self.assertEqual(self.cluster.of(PRODUCE), [])
+
     def test_calls_in_the_wrong_state(self):
         producer = self.make()
         self.failureResultOf(producer.send("t", b"x"), TransactionStateError)
@@ -255,6 +278,7 @@ class TransactionalProducerTests(SynchronousTestCase):
         self.failureResultOf(producer.abort_transaction(), TransactionStateError)
         self.successResultOf(producer.begin_transaction())
         self.failureResultOf(producer.begin_transaction(), TransactionStateError)
+        self.failureResultOf(producer.init_transactions(), TransactionStateError)  # once only
         plain = Producer(self.cluster.clock, bootstrap_servers="b1:9092")
         self.failureResultOf(plain.init_transactions(), TransactionStateError)
 
