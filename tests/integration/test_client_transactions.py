@@ -15,6 +15,7 @@ late records never become visible; ``stop()`` aborts an open transaction.
 import os
 import shutil
 import tempfile
+import time
 
 import confluent_kafka
 from twisted.internet import defer, reactor, threads
@@ -52,8 +53,10 @@ def confluent_read(bootstrap, isolation, expected_count):
     consumer.assign([confluent_kafka.TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
     got = []
     idle = 0
+    deadline = time.monotonic() + 30
     try:
-        while idle < 4:  # two seconds without a record once enough arrived
+        # Two seconds without a record once enough arrived.
+        while idle < 4 and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is None:
                 idle += len(got) >= expected_count

@@ -1,9 +1,9 @@
 """Transactions across clients and the CLI, against the real broker process.
 
 - kafka-python's transactional producer commits and aborts; confluent-kafka's
-  read_committed consumer sees the committed records only, its
-  read_uncommitted consumer the aborted ones too, and kcat with
-  ``-X isolation.level=read_committed`` agrees with the first.
+  and kafka-python's read_committed consumers see the committed records
+  only, confluent-kafka's read_uncommitted consumer the aborted ones too, and
+  kcat with ``-X isolation.level=read_committed`` agrees with the first.
 - ``pluglog transactions list|describe --json`` show a transaction a
   confluent-kafka producer left open (its process exited without ending
   it); ``pluglog transactions abort`` ends it, after which a read_committed
@@ -58,6 +58,32 @@ def read(bootstrap, topic, isolation, partitions=1, idle_polls=4, at_least=0):
     return got
 
 
+def read_kafka_python(bootstrap, topic, at_least):
+    """Values kafka-python's read_committed consumer reads from the beginning."""
+    consumer = kafka.KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    parts = [kafka.TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+    consumer.assign(parts)
+    consumer.seek_to_beginning(*parts)
+    got = []
+    idle = 0
+    deadline = time.monotonic() + 30
+    try:
+        while idle < 3 and time.monotonic() < deadline:
+            batches = consumer.poll(timeout_ms=500)
+            if not batches:
+                idle += len(got) >= at_least
+            for records in batches.values():
+                got += [r.value.decode() for r in records]
+    finally:
+        consumer.close()
+    return got
+
+
 def cli(broker, *args):
     result = subprocess.run(
         [sys.executable, "-m", "pluglog.cli.main", "-b", broker.bootstrap, *args],
@@ -98,6 +124,7 @@ def test_kafka_python_commit_abort_seen_by_confluent_and_kcat(shared_broker):
     assert sorted(read(boot, topic, "read_uncommitted", 2, at_least=28)) == sorted(
         committed + aborted
     )
+    assert sorted(read_kafka_python(boot, topic, at_least=21)) == committed
     kcat = subprocess.run(
         ["kcat", "-b", boot, "-C", "-t", topic, "-o", "beginning", "-e", "-q"]
         + ["-X", "isolation.level=read_committed"],
