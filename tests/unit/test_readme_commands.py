@@ -1,7 +1,7 @@
 """The README's, docs/cluster.rst's and docs/operations.rst's shell commands
-stay runnable: the
-ZooKeeper script they name exists where Debian puts it, and every
-``pluglog`` and ``twistd pluglog`` command line parses with today's options.
+stay runnable: the ZooKeeper script they name exists where Debian puts it,
+and every ``pluglog`` and ``twistd pluglog`` command line parses with
+today's options.
 
 (Running them verbatim needs the fixed ports 2181 and 9091-9093 and takes
 about 45 s; that was done by hand, see NEWS.rst.)
