@@ -94,12 +94,13 @@ def _find(client, txn_id):
 
 def _describe(client, txn_id):
     """The DescribeTransactions entry of ``txn_id`` and its coordinator id."""
+    deadline = time.monotonic() + COORDINATOR_WAIT_S
     while True:
         node, host, port = _find(client, txn_id)
         with _connected(client, host, port) as coord:
             resp = coord.request(codec.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [txn_id]})
         (state,) = resp["transaction_states"]
-        if state["error_code"] not in _RETRIABLE:
+        if state["error_code"] not in _RETRIABLE or time.monotonic() >= deadline:
             break
         time.sleep(0.1)  # the coordinator moved or is loading: find it again
     if state["error_code"] == errors.TRANSACTIONAL_ID_NOT_FOUND:

@@ -176,6 +176,9 @@ def test_cli_lists_describes_and_aborts_a_transaction_left_open(shared_broker):
     assert states["later"]["state"] in ("CompleteCommit", "PrepareCommit")
     only_open = cli(shared_broker, "transactions", "list", "--json", "--state", "Ongoing")
     assert [t["transactional_id"] for t in json.loads(only_open.stdout)] == ["left-open"]
+    bogus = cli(shared_broker, "transactions", "list", "--state", "Bogus")
+    assert bogus.returncode == 1
+    assert "unknown --state Bogus" in bogus.stderr
     described = cli(
         shared_broker, "transactions", "describe", "--transactional-id", "left-open", "--json"
     )
