@@ -195,6 +195,10 @@ class TransactionsAgainstBroker(unittest.TestCase):
     @defer.inlineCallbacks
     def test_stop_aborts_an_open_transaction(self):
         yield self._topic()
+        too_long = self._producer("tw-stop", transaction_timeout_ms=10**9)
+        with self.assertRaises(BrokerResponseError) as cm:  # above transaction.max.timeout.ms
+            yield too_long.init_transactions()
+        self.assertEqual(cm.exception.name, "INVALID_TRANSACTION_TIMEOUT")
         producer = self._producer("tw-stop")
         yield producer.init_transactions()
         yield producer.begin_transaction()
