@@ -145,11 +145,16 @@ class Producer(SenderMixin):
         self._txn = None
         if self.transactional_id is not None:
             self._txn = TransactionManager(self)
-            self.send = self._send_in_transaction
-        elif FastSend is not None and type(self).send is Producer.send:
+        if FastSend is not None and type(self).send is Producer.send:
             # send(topic, value)'s common case in C (batches.FastSend); the
             # rest, same arguments, goes to the method below.
-            self.send = FastSend(self, Producer.send.__get__(self))
+            # A transactional producer's lanes exist only inside a
+            # transaction (the manager clears them when it leaves one), so
+            # C's fast case needs no state check; the rest goes through it.
+            fallback = self._send_in_transaction if self._txn else Producer.send.__get__(self)
+            self.send = FastSend(self, fallback)
+        elif self._txn is not None:
+            self.send = self._send_in_transaction
 
     # -- lifecycle --------------------------------------------------------
 

@@ -150,6 +150,7 @@ class TransactionManager:
 
     def _failed(self, exc):
         """Record a failure: fencing is fatal, the rest aborts the transaction."""
+        self.producer._lanes.clear()  # send()'s C fast case must see the state
         if isinstance(exc, ProducerFencedError) or self.state == FATAL_ERROR:
             self.state = FATAL_ERROR
             self.error = exc if isinstance(exc, ProducerFencedError) else self.error
@@ -249,6 +250,7 @@ class TransactionManager:
         if error is not None:
             raise error
         self.state = COMMITTING
+        self.producer._lanes.clear()  # send()'s C fast case must see the state
         yield self.producer.flush()
         if self.state != COMMITTING:  # a record failed: the transaction must be aborted
             raise self.error

@@ -231,6 +231,28 @@ class TransactionalProducerTests(SynchronousTestCase):
         self.assertFalse(end["committed"])
         self.successResultOf(producer.begin_transaction())  # usable again
 
+    def test_the_fast_send_path_stops_with_the_transaction(self):
+        producer = self.make({"t": 2, "one": 1})
+        self.successResultOf(self.run_until(producer.init_transactions()))
+        self.successResultOf(producer.begin_transaction())
+        answer_produce = self.cluster.handlers[PRODUCE]
+        self.cluster.handlers[PRODUCE] = lambda conn, v, body: None  # held
+        self.produce_codes[("t", 0)] = codes.TOPIC_AUTHORIZATION_FAILED
+        doomed = producer.send("t", b"refused", partition=0)
+        self.run_until(producer.send("one", b"a"), seconds=0.05)  # its metadata, then sent
+        ((conn, header),) = [(c, h) for c in self.cluster.conns for h in c.unanswered]
+        for value in (b"b", b"c", b"d"):  # one-partition topic, open batch: send()'s lane
+            producer.send("one", value)
+        self.assertIn("one", producer._lanes)
+        body = [b for k, _, b in self.cluster.requests if k == PRODUCE][-1]
+        self.cluster.answer(conn, header, answer_produce(conn, header.api_version, body))
+        self.failureResultOf(doomed, BrokerResponseError)
+        # The transaction must be aborted now: no record may join it, not even
+        # through the C fast path of a lane that was open.
+        self.assertEqual(producer._lanes, {})
+        failure = self.failureResultOf(producer.send("one", b"late"), BrokerResponseError)
+        self.assertEqual(failure.value.error_code, codes.TOPIC_AUTHORIZATION_FAILED)
+
     def test_abort_drops_records_not_sent(self):
         producer = self.make()
         self.successResultOf(self.run_until(producer.init_transactions()))
