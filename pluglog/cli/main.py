@@ -1,4 +1,4 @@
-"""``pluglog``: the operator command line (topics, produce, consume, groups, cluster).
+"""``pluglog``: the operator command line (topics, produce, consume, groups, cluster, ...).
 
 Like Kafka's kafka-topics.sh / console producer and consumer /
 kafka-consumer-groups.sh, over the Kafka protocol with pluglog's blocking
@@ -17,7 +17,7 @@ import sys
 
 from pluglog import __version__
 from pluglog.cli import cluster as cluster_cli
-from pluglog.cli import devcluster, groups, top, topics, transfer, users
+from pluglog.cli import devcluster, groups, top, topics, transactions, transfer, users
 from pluglog.cli.common import CliError
 from pluglog.client.blocking import BlockingClient, ProtocolError
 from pluglog.config import split_host_port
@@ -95,6 +95,7 @@ def build_parser():
     topics.add_parser(sub, _positive, _config_pair)
     transfer.add_parsers(sub, _positive)
     groups.add_parser(sub)
+    transactions.add_parser(sub)
     devcluster.add_parser(sub, _positive)
     top.add_parser(sub, _positive)
     _plugin_commands(sub)

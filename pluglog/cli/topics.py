@@ -58,10 +58,11 @@ def list_topics(client, args):
         print(name)
 
 
-def end_offsets(client, topic, partitions, timestamp, skip_leaderless=False):
+def end_offsets(client, topic, partitions, timestamp, skip_leaderless=False, isolation_level=0):
     """``{partition: offset}`` for ``timestamp`` (-2 earliest, -1 latest),
     asked of each partition's leader; ``skip_leaderless`` leaves out
-    partitions that have none instead of failing."""
+    partitions that have none instead of failing. ``isolation_level=1``
+    (read_committed): "latest" is the last stable offset."""
     out = {}
     for leader, parts in router(client).by_leader(topic, partitions, skip_leaderless):
         wanted = [{"partition_index": p, "timestamp": timestamp} for p in parts]
@@ -70,7 +71,7 @@ def end_offsets(client, topic, partitions, timestamp, skip_leaderless=False):
             5,
             {
                 "replica_id": -1,
-                "isolation_level": 0,
+                "isolation_level": isolation_level,
                 "topics": [
                     {
                         "name": topic,

@@ -7,7 +7,10 @@ produce reads lines from stdin (``--key-separator`` splits key and value;
 batch per partition per request.
 consume prints records from every partition (or one), from the beginning,
 the end or an offset, and with ``--exit`` stops at the end offsets it found
-when it started. ``--group G`` makes it a member of consumer group G that
+when it started. It never prints transaction markers (control records);
+``--isolation-level read_committed`` also leaves out the records of aborted
+transactions and reads only up to the last stable offset, as Kafka's
+consumers do. ``--group G`` makes it a member of consumer group G that
 commits its offsets (:mod:`pluglog.cli.membership`).
 """
 
@@ -23,8 +26,10 @@ from pluglog.cli.progress import Progress
 from pluglog.cli.routing import CONNECTION_ERRORS, NoLeaderError, router
 from pluglog.cli.sender import BACKOFF_S, RETRIABLE, RETRY_FOR_S, Sender, read_lines
 from pluglog.cli.topics import end_offsets
+from pluglog.client.fetcher import records_from
 from pluglog.protocol.codecs import CODEC_NAMES
-from pluglog.protocol.records import Record, batches_end, iter_records
+from pluglog.protocol.records import Record
+from pluglog.serializers import BytesSerializer
 
 
 def add_parsers(sub, positive):
@@ -60,6 +65,13 @@ def add_parsers(sub, positive):
     where.add_argument("--from-beginning", action="store_true")
     where.add_argument("--offset", type=int, default=None)
     consume.add_argument("--exit", "-e", action="store_true", help="stop at the end offsets")
+    consume.add_argument(
+        "--isolation-level",
+        choices=("read_uncommitted", "read_committed"),
+        default="read_uncommitted",
+        help="read_committed: only records of committed transactions, up to the last "
+        "stable offset (default read_uncommitted)",
+    )
     consume.add_argument("--max-messages", type=positive, default=None)
     consume.add_argument("--print-key", action="store_true")
     consume.add_argument("--print-offset", action="store_true")
@@ -144,7 +156,10 @@ def consume_records(client, args):
     partitions = partitions_of(client, args.topic)
     if args.partition is not None:
         partitions = [p for p in partitions if p == args.partition]
-    stop_at = end_offsets(client, args.topic, partitions, -1) if args.exit else None
+    isolation = 1 if args.isolation_level == "read_committed" else 0
+    stop_at = None
+    if args.exit:
+        stop_at = end_offsets(client, args.topic, partitions, -1, isolation_level=isolation)
     progress = Progress("consumed")
     with _ctrl_c_stops(args):
         try:
@@ -153,7 +168,9 @@ def consume_records(client, args):
                     positions = dict.fromkeys(partitions, args.offset)
                 else:
                     start = -2 if args.from_beginning else -1
-                    positions = end_offsets(client, args.topic, partitions, start)
+                    positions = end_offsets(
+                        client, args.topic, partitions, start, isolation_level=isolation
+                    )
                 _consume_loop(client, args, positions, stop_at, progress)
                 return
             with GroupMember(client, args.group, args.topic, args.from_beginning) as member:
@@ -221,6 +238,8 @@ def _consume_loop(client, args, positions, stop_at, progress, member=None):
     out = sys.stdout.buffer
     value_format = formats.ValueFormat(args)
     failing = _Failing(router(client))
+    isolation = 1 if args.isolation_level == "read_committed" else 0
+    raw = BytesSerializer()
     printed = 0
     idle_since = time.monotonic()
     while not args.stop:
@@ -243,6 +262,7 @@ def _consume_loop(client, args, positions, stop_at, progress, member=None):
                     {p: positions[p] for p in parts},
                     max_wait_ms=500,
                     partition_max_bytes=1_048_576,
+                    isolation_level=isolation,
                 )
         except (*CONNECTION_ERRORS, NoLeaderError) as exc:
             failing.retry(getattr(exc, "strerror", None) or exc)
@@ -255,9 +275,19 @@ def _consume_loop(client, args, positions, stop_at, progress, member=None):
                 failing.retry(f"{args.topic}-{index}: {error_name(part['error_code'])}")
                 continue
             check(part["error_code"], f"{args.topic}-{index}")
-            for record in iter_records(part["records"] or b""):
-                if record.offset < positions[index]:
-                    continue  # a batch may start before the fetch offset
+            # Control batches (markers) and, read_committed, the batches of
+            # aborted transactions are left out; records before the position
+            # too (a batch may start before the fetch offset).
+            records, end = records_from(
+                args.topic,
+                index,
+                part["records"] or b"",
+                positions[index],
+                raw,
+                raw,
+                part.get("aborted_transactions") if isolation else None,
+            )
+            for record in records:
                 if stop_at is not None and record.offset >= stop_at[index]:
                     break
                 prefix = b""
@@ -274,9 +304,10 @@ def _consume_loop(client, args, positions, stop_at, progress, member=None):
                 if args.max_messages and printed >= args.max_messages:
                     out.flush()
                     return
-            # Compaction leaves batches whose last records are gone: move past
-            # the whole batches fetched, or the next fetch returns them again.
-            end = batches_end(part["records"] or b"", positions[index])
+            # Compaction leaves batches whose last records are gone, and
+            # markers and aborted batches print nothing: move past the whole
+            # batches fetched, or the next fetch returns them again.
+            end = max(end, positions[index])
             positions[index] = min(end, stop_at[index]) if stop_at else end
         out.flush()
         failing.round_done()

@@ -14,7 +14,13 @@ It may import serialization, storage, protocol, plugins and the layers below
 from pluglog.client.admin import AdminClient, ConfigResource, NewTopic
 from pluglog.client.cluster import TopicPartition
 from pluglog.client.consumer import Consumer
+from pluglog.client.errors import (
+    ProducerFencedError,
+    TransactionAbortedError,
+    TransactionStateError,
+)
 from pluglog.client.fetcher import ConsumerRecord
+from pluglog.client.offsets import ConsumerGroupMetadata
 from pluglog.client.producer import Producer, RecordMetadata
 
 __all__ = [
@@ -22,8 +28,12 @@ __all__ = [
     "ConfigResource",
     "NewTopic",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRecord",
     "Producer",
+    "ProducerFencedError",
     "RecordMetadata",
     "TopicPartition",
+    "TransactionAbortedError",
+    "TransactionStateError",
 ]

@@ -19,15 +19,23 @@ _SIZE = struct.Struct(">i")
 FETCH_VERSION = 11
 
 
-def fetch_body(topic, offsets, max_wait_ms=0, max_bytes=52_428_800, partition_max_bytes=1_048_576):
+def fetch_body(
+    topic,
+    offsets,
+    max_wait_ms=0,
+    max_bytes=52_428_800,
+    partition_max_bytes=1_048_576,
+    isolation_level=0,
+):
     """A Fetch request body for one topic without a fetch session
-    (read_uncommitted); ``offsets`` maps partition -> fetch offset."""
+    (``isolation_level`` 0 read_uncommitted, 1 read_committed);
+    ``offsets`` maps partition -> fetch offset."""
     return {
         "replica_id": -1,
         "max_wait_ms": max_wait_ms,
         "min_bytes": 1,
         "max_bytes": max_bytes,
-        "isolation_level": 0,
+        "isolation_level": isolation_level,
         "session_id": 0,
         "session_epoch": -1,
         "topics": [

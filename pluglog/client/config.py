@@ -34,6 +34,9 @@ PRODUCER = {
     "max.request.size": 1048576,
     "max.in.flight.requests.per.connection": 5,
     "partitioner": "murmur2",
+    # Transactions: None is a producer without (Kafka's default).
+    "transactional.id": None,
+    "transaction.timeout.ms": 60000,
     "key.serializer": "bytes",
     "value.serializer": "bytes",
     # Confluent's key: the registry the "avro" serializer talks to.

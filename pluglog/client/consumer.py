@@ -245,7 +245,9 @@ class Consumer(OffsetsMixin):
                 limit -= 1
             if taken:
                 out[tp] = taken
-                state.position = taken[-1].offset + 1
+                # Past the batches that returned nothing too (transaction
+                # markers, aborted batches), as Kafka's consumer moves.
+                state.position = state.fetch_position if not buf else taken[-1].offset + 1
             if limit <= 0:
                 break
         return out
@@ -374,6 +376,8 @@ class Consumer(OffsetsMixin):
                 )
                 state.buffer.extend(records)
                 state.fetch_position = next_position
+                if not state.buffer:
+                    state.position = next_position  # only markers or aborted batches
         if refresh:
             self.client.refresh_metadata().addErrback(lambda _: None)
 

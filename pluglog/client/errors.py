@@ -113,3 +113,29 @@ def check(error_code, message=None, where=None):
     """Raise :class:`BrokerResponseError` unless ``error_code`` is 0."""
     if error_code:
         raise BrokerResponseError(error_code, message, where)
+
+
+class ProducerFencedError(BrokerResponseError):
+    """A newer producer with the same ``transactional.id`` took over
+    (PRODUCER_FENCED or INVALID_PRODUCER_EPOCH): this producer can do nothing
+    more and should be stopped."""
+
+    def __init__(self, error_code, transactional_id, where=None):
+        super().__init__(
+            error_code,
+            f"producer fenced: another producer with transactional.id "
+            f"{transactional_id!r} has started; stop this one",
+            where,
+        )
+        self.retriable = False
+
+
+class TransactionStateError(KafkaClientError):
+    """A transactional call in the wrong state (Kafka's IllegalStateException):
+    ``send()`` outside a transaction, ``commit_transaction()`` before
+    ``begin_transaction()``, anything after a fatal error."""
+
+
+class TransactionAbortedError(KafkaClientError):
+    """A record that was still waiting to be sent when its transaction was
+    aborted."""

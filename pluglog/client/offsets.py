@@ -6,6 +6,8 @@ group's committed offsets, and committing (explicitly, or every
 ``auto.commit.interval.ms`` with ``enable.auto.commit``).
 """
 
+from typing import NamedTuple
+
 from twisted.internet import defer
 from twisted.logger import Logger
 
@@ -15,6 +17,18 @@ from pluglog.client.errors import BrokerResponseError, KafkaClientError
 from pluglog.protocol.api_keys import LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH
 
 log = Logger()
+
+
+class ConsumerGroupMetadata(NamedTuple):
+    """A consumer's group identity (Kafka's ConsumerGroupMetadata), for
+    :meth:`Producer.send_offsets_to_transaction`: with the generation and
+    member id the group coordinator fences a consumer that lost its
+    partitions (KIP-447)."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
 
 
 class OffsetsMixin:
@@ -51,6 +65,16 @@ class OffsetsMixin:
                         raise BrokerResponseError(part["error_code"], where=f"ListOffsets {tp}")
                     out[tp] = part["offset"]
         return out
+
+    def group_metadata(self):
+        """This consumer's :class:`ConsumerGroupMetadata` (its generation and
+        member id as of the last rebalance)."""
+        if self.group_id is None:
+            raise KafkaClientError("group_metadata() needs a group_id")
+        if self._group is None:
+            return ConsumerGroupMetadata(self.group_id)
+        generation, member_id, instance_id = self._group.identity()
+        return ConsumerGroupMetadata(self.group_id, generation, member_id, instance_id)
 
     @defer.inlineCallbacks
     def committed_offsets(self, tps):

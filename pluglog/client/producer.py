@@ -17,6 +17,13 @@ retries, so the broker drops a resent duplicate. Retriable errors (a leader
 moved, a timeout, a dropped connection) refresh metadata and retry after
 ``retry.backoff.ms`` until ``delivery.timeout.ms``.
 
+Transactions: with ``transactional_id=`` the producer has Kafka's
+transactional API (``init_transactions()``, ``begin_transaction()``,
+``send_offsets_to_transaction()``, ``commit_transaction()``,
+``abort_transaction()``, each a Deferred), run by
+:mod:`pluglog.client.transactions`; ``send()`` is allowed only inside a
+transaction, and ``stop()`` aborts a transaction left open.
+
 Back-pressure: records waiting for an answer count against
 ``buffer.memory``; past it ``send()`` parks the record (it enters the buffer
 as acknowledgements free room, or fails after ``max.block.ms``) and
@@ -26,6 +33,7 @@ as acknowledgements free room, or fails after ``max.block.ms``) and
 from collections import deque
 
 from twisted.internet import defer
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pluglog.client import plugins
@@ -41,20 +49,38 @@ from pluglog.client.batches import (
 from pluglog.client.cluster import ClusterClient, TopicPartition
 from pluglog.client.codec import encode_record
 from pluglog.client.config import PRODUCER, client_config, ms
-from pluglog.client.errors import BrokerResponseError, KafkaClientError
+from pluglog.client.errors import (
+    BrokerResponseError,
+    KafkaClientError,
+    ProducerFencedError,
+    TransactionAbortedError,
+    TransactionStateError,
+)
 from pluglog.client.sender import SenderMixin
+from pluglog.client.transactions import TransactionManager
 from pluglog.errors import ConfigError
 from pluglog.protocol.codecs import CODEC_NAMES
 from pluglog.serializers import BytesSerializer
 
-__all__ = ["KafkaTimeoutError", "Producer", "RecordMetadata", "RecordTooLargeError"]
+log = Logger()
+
+__all__ = [
+    "KafkaTimeoutError",
+    "Producer",
+    "ProducerFencedError",
+    "RecordMetadata",
+    "RecordTooLargeError",
+    "TransactionAbortedError",
+    "TransactionStateError",
+]
 
 
 class Producer(SenderMixin):
     """Kafka producer on the reactor (aiokafka's AIOKafkaProducer, with Deferreds).
 
     ``Producer(reactor, bootstrap_servers="host:9092", acks="all", **kafka_config)``
-    where config keys are Kafka's (``linger_ms=5`` or ``**{"linger.ms": 5}``).
+    where config keys are Kafka's (``linger_ms=5`` or ``**{"linger.ms": 5}``);
+    ``transactional_id="..."`` makes it a transactional producer.
     """
 
     def __init__(self, reactor, bootstrap_servers=None, acks=None, **kafka_config):
@@ -64,6 +90,13 @@ class Producer(SenderMixin):
         self.config = config = client_config(
             PRODUCER, kafka_config, bootstrap_servers=bootstrap_servers, acks=acks
         )
+        self.transactional_id = config["transactional.id"]
+        if self.transactional_id is not None:
+            # Kafka's rules: a transactional producer is idempotent, acks=all.
+            if not config["enable.idempotence"]:
+                raise ConfigError("transactional.id needs enable.idempotence=true")
+            if config["acks"] != -1:
+                raise ConfigError(f"transactional.id needs acks=all, got acks={config['acks']}")
         if config["acks"] != -1 and config["enable.idempotence"]:
             if explicit_idempotence:
                 raise ConfigError(
@@ -109,10 +142,19 @@ class Producer(SenderMixin):
         self.unacked = 0
         self._started = None
         self._stopped = False
+        self._txn = None
+        if self.transactional_id is not None:
+            self._txn = TransactionManager(self)
         if FastSend is not None and type(self).send is Producer.send:
             # send(topic, value)'s common case in C (batches.FastSend); the
             # rest, same arguments, goes to the method below.
-            self.send = FastSend(self, Producer.send.__get__(self))
+            # A transactional producer's lanes exist only inside a
+            # transaction (the manager clears them when it leaves one), so
+            # C's fast case needs no state check; the rest goes through it.
+            fallback = self._send_in_transaction if self._txn else Producer.send.__get__(self)
+            self.send = FastSend(self, fallback)
+        elif self._txn is not None:
+            self.send = self._send_in_transaction
 
     # -- lifecycle --------------------------------------------------------
 
@@ -122,7 +164,7 @@ class Producer(SenderMixin):
         if self._started is None:
             self._started = True
             yield self.client.start()
-            if self.idempotent:
+            if self.idempotent and self._txn is None:
                 yield self._init_producer_id()
             self._drain()
         return self
@@ -132,6 +174,12 @@ class Producer(SenderMixin):
         """Send everything buffered, wait for the answers, close connections."""
         if self._stopped:
             return
+        if self._txn is not None and self._txn.in_transaction():
+            # Kafka's producer aborts a transaction still open at close.
+            try:
+                yield self._txn.abort_transaction()
+            except Exception as exc:  # stopping anyway; the coordinator's timeout ends it
+                log.info("abort at stop failed: {e}", e=exc)
         try:
             yield self.flush()
         finally:
@@ -152,6 +200,49 @@ class Producer(SenderMixin):
         d = defer.Deferred()
         self._idle_waiters.append(d)
         return d
+
+    # -- transactions ---------------------------------------------------------
+
+    def init_transactions(self):
+        """Deferred: register ``transactional.id`` with its coordinator (fencing
+        an older producer with the same id and aborting what it left open)."""
+        return self._transactional().addCallback(lambda txn: txn.init_transactions())
+
+    def begin_transaction(self):
+        """Deferred: start a transaction (records may be sent from now on)."""
+        return self._transactional().addCallback(lambda txn: txn.begin_transaction())
+
+    def send_offsets_to_transaction(self, offsets, group):
+        """Deferred: commit ``offsets`` ({TopicPartition: offset}, the next
+        offsets to read) for ``group`` (a group id or
+        ``Consumer.group_metadata()``) with the transaction."""
+        return self._transactional().addCallback(
+            lambda txn: txn.send_offsets_to_transaction(offsets, group)
+        )
+
+    def commit_transaction(self):
+        """Deferred: flush, then commit the transaction."""
+        return self._transactional().addCallback(lambda txn: txn.commit_transaction())
+
+    def abort_transaction(self):
+        """Deferred: drop records not sent yet, then abort the transaction."""
+        return self._transactional().addCallback(lambda txn: txn.abort_transaction())
+
+    def _transactional(self):
+        if self._txn is None:
+            return defer.fail(TransactionStateError("the producer has no transactional.id"))
+        if self._stopped:
+            return defer.fail(KafkaClientError("producer is stopped"))
+        return defer.succeed(self._txn)
+
+    def _send_in_transaction(
+        self, topic, value, key=None, partition=None, headers=None, timestamp_ms=None
+    ):
+        """``send()`` of a transactional producer: only inside a transaction."""
+        error = self._txn.send_error()
+        if error is not None:
+            return defer.fail(error)
+        return Producer.send(self, topic, value, key, partition, headers, timestamp_ms)
 
     def wait_for_room(self):
         """Fires when ``buffer.memory`` has room again (at once if it has)."""
@@ -264,6 +355,10 @@ class Producer(SenderMixin):
             )
         elif partition not in parts:
             self._drop(d, BrokerResponseError(3, where=f"{topic}[{partition}]"))
+            return
+        if self._txn is not None and not self._txn.accepting():
+            # Its metadata came after an abort began.
+            self._drop(d, self._txn.error or TransactionAbortedError("transaction aborted"))
             return
         tp = self._tps.get((topic, partition))
         if tp is None:

@@ -65,8 +65,12 @@ class SenderMixin:
         limit = self.config["max.in.flight.requests.per.connection"]
         per_partition = limit if self.idempotent else 1
         in_flight = self._in_flight
+        txn = self._txn
         now = self.reactor.seconds()
         for tp, queue in list(self._queued.items()):
+            if txn is not None and tp not in txn.added:
+                txn.need(tp)  # AddPartitionsToTxn first (kicked below)
+                continue
             node = -2
             round_ = 0
             while queue and in_flight.get(tp, 0) < per_partition:
@@ -91,6 +95,8 @@ class SenderMixin:
         for node, requests in by_node.items():
             for batches in requests:
                 self._send_request(node, batches)
+        if txn is not None:
+            txn.kick()
 
     def _landed(self, tp):
         """One batch of ``tp`` is no longer on the wire."""
@@ -116,6 +122,7 @@ class SenderMixin:
                 producer_id=self.producer_id,
                 producer_epoch=self.producer_epoch,
                 base_sequence=batch.base_sequence,
+                is_transactional=self._txn is not None,
             )
         return batch.built
 
@@ -127,7 +134,7 @@ class SenderMixin:
                 {"index": batch.tp.partition, "records": self._build(batch)}
             )
         body = {
-            "transactional_id": None,
+            "transactional_id": self.transactional_id,
             "acks": self.acks,
             "timeout_ms": self.config["request.timeout.ms"],
             "topic_data": [
@@ -239,8 +246,39 @@ class SenderMixin:
         self._check_idle()
 
     def _fail(self, batch, exc):
+        if self._txn is not None:
+            exc = self._txn.batch_failed(exc)
         deferreds = batch.deferreds
         self._release(batch)
         for d in deferreds:
             d.errback(exc)
         self._check_idle()
+
+    def _drop_unsent(self, exc):
+        """Fail every record not sent yet (an abort): open batches, queued
+        batches never sent (a retried one keeps its place: it has a sequence
+        number) and records waiting for room."""
+        self._lanes.clear()
+        for batch in list(self._open.values()):
+            self._close_batch(batch)
+        for tp, queue in list(self._queued.items()):
+            keep = [b for b in queue if b.built is not None]
+            for batch in queue:
+                if batch.built is None:
+                    self._fail(batch, exc)
+            if keep:
+                self._queued[tp] = type(queue)(keep)
+            else:
+                del self._queued[tp]
+        while self._parked:
+            _tp, _key, _value, _headers, _ts, d, timer = self._parked.popleft()
+            if timer.active():
+                timer.cancel()
+            self._drop(d, exc)
+
+    def _fail_queued(self, tps, exc):
+        """Fail the queued batches of ``tps`` (their partitions could not be
+        added to the transaction)."""
+        for tp in tps:
+            for batch in self._queued.pop(tp, ()):
+                self._fail(batch, exc)

@@ -43,6 +43,9 @@ def test_examples_in_order(examples_broker):
     assert (
         sum(int(line.split(": ")[1].split()[0]) for line in out.splitlines() if ": " in line) == 3
     )
+    out = run("transactions.py", examples_broker)
+    assert sum(int(line.split()[1]) for line in out.splitlines() if "committed" in line) == 3
+    assert "[b'{\"TOTAL\": 12}', b'{\"TOTAL\": 3}', b'{\"TOTAL\": 7}']" in out
     out = run("admin.py", examples_broker)
     assert "retention.ms = 7200000" in out
     assert "partitions: [0, 1]" in out

@@ -1,6 +1,7 @@
-"""The README's and docs/cluster.rst's shell commands stay runnable: the
-ZooKeeper script they name exists where Debian puts it, and every
-``pluglog`` and ``twistd pluglog`` command line parses with today's options.
+"""The README's, docs/cluster.rst's and docs/operations.rst's shell commands
+stay runnable: the ZooKeeper script they name exists where Debian puts it,
+and every ``pluglog`` and ``twistd pluglog`` command line parses with
+today's options.
 
 (Running them verbatim needs the fixed ports 2181 and 9091-9093 and takes
 about 45 s; that was done by hand, see NEWS.rst.)
@@ -77,3 +78,11 @@ def test_failover_walkthrough_commands_parse():
     assert any("dev-cluster start 1" in c for c in commands), commands
     for line in commands:
         _parse_pluglog(line)
+
+
+def test_operations_cli_commands_parse():
+    commands = _commands("docs/operations.rst", "The ``pluglog`` command", "Avro values as JSON")
+    assert any(c.startswith("pluglog transactions abort") for c in commands), commands
+    for line in commands:
+        if line:
+            _parse_pluglog(line)
