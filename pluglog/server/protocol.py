@@ -23,23 +23,22 @@ versions whose layout is known get an UNSUPPORTED_VERSION error response.
 
 import struct
 import time
-import weakref
 from collections import deque
 
 from twisted.internet import defer, protocol
 
 from pluglog import protocol as codec
 from pluglog.errors import UNKNOWN_SERVER_ERROR, KafkaError
-from pluglog.logsafe import SafeLogger, Throttle
+from pluglog.logsafe import SafeLogger
 from pluglog.protocol.hotpath import PRODUCE_VERSIONS
-from pluglog.security.sasl import Session, _Authorizing
-from pluglog.server.api_checks import checked
+from pluglog.security.sasl import Session
 from pluglog.server.connections import ConnectionGuard
 from pluglog.server.fastlane import produce_fast
 from pluglog.server.handlers.common import NO_RESPONSE, CloseConnection, RequestContext
 from pluglog.server.handlers.core import metadata_precheck
 from pluglog.server.handlers.table import HANDLERS
 from pluglog.server.sendfile import SocketWriter, supports_direct
+from pluglog.server.slots import _authorizing, _checked, _Slot, bad_input_throttle
 from pluglog.server.throttle import apply_quotas
 
 log = SafeLogger()
@@ -49,26 +48,6 @@ _now_ns = time.perf_counter_ns
 # clients we serve keep at most ~5, so this only bites runaway pipelines.
 MAX_IN_FLIGHT = 256
 _BUFFERS = (bytes, bytearray, memoryview)
-# One "closing connection" warning throttle per reactor (i.e. per broker).
-_THROTTLES = weakref.WeakKeyDictionary()
-
-
-def bad_input_throttle(reactor):
-    throttle = _THROTTLES.get(reactor)
-    if throttle is None:
-        throttle = _THROTTLES[reactor] = Throttle(reactor, "closed-connection warnings")
-    return throttle
-
-
-class _Slot:
-    __slots__ = ("ready", "parts", "stats", "arrived")
-
-    def __init__(self, stats=None, arrived=0):
-        self.ready = False
-        self.parts = None
-        # The request's ApiStats and arrival time: observed once it is written.
-        self.stats = stats
-        self.arrived = arrived
 
 
 class KafkaServerProtocol(protocol.Protocol):
@@ -483,16 +462,6 @@ class KafkaServerProtocol(protocol.Protocol):
         for slot in self._slots:
             slot.parts = None
         self._slots.clear()
-
-
-def _authorizing(session):
-    return _Authorizing(session)
-
-
-def _checked(ctx, api_key, request, handler):
-    if ctx.session is None or not ctx.session.authenticated:
-        return handler(ctx, request)  # ApiVersions / SASL during authentication
-    return checked(ctx, api_key, request, handler)
 
 
 class KafkaServerFactory(protocol.Factory):
