@@ -12,6 +12,18 @@ wall time is the broker's latency, which is what a stop-and-wait producer
 (the paper benchmark's batch-50 test) waits for. Give two ``--root``
 checkouts in turn (interleaved runs) to compare commits.
 
+``--side-by-side`` (exactly two ``--root``) runs both brokers at once and
+alternates blocks of ``--block`` requests between them (ABBA), ``--n``
+requests each in all, and reads each broker's CPU per block from
+``/proc/PID/schedstat`` (nanoseconds, the reactor thread). On a machine
+shared with other work this is the steadier comparison: load that comes and
+goes within seconds falls on both alike, where whole interleaved runs land
+on different moments. It prints the quartiles of CPU per request per block
+and the median ratio of the paired blocks (second root / first); ``--set``
+options after ``--`` go to the second broker only, so
+``--side-by-side --root . --root . -- --set metrics.enabled=false`` measures
+one setting.
+
 ``--metrics-compare`` runs each checkout twice per run, interleaved: with
 ``metrics.enabled=false`` (no request counters, no ``/metrics``) and with
 metrics on, ``--http`` and a scraper reading ``/metrics`` every second (as
@@ -98,32 +110,50 @@ class Scraper(threading.Thread):
                 pass
 
 
-def run(root, n, acks, metrics=None):
-    """``metrics``: None (the broker's defaults), "off" or "on" (see the docstring)."""
+def start_broker(root, extra=()):
+    """``(process, work dir, port)`` of a broker from checkout ``root``."""
     port = free_port()
     work = tempfile.mkdtemp(prefix="pluglog-latency-")
     cmd = [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n"]
     cmd += ["--pidfile=", f"--logfile={work}/log", "pluglog"]
     cmd += ["--listen", f"tcp:{port}:interface=127.0.0.1", "--data-dir", f"{work}/data"]
+    proc = subprocess.Popen([*cmd, *extra], env=dict(os.environ, PYTHONPATH=root), cwd=root)
+    return proc, work, port
+
+
+def produce_body(acks):
+    """A Produce v8 body: one batch of 50 x 200-byte records for partition t-0."""
+    batch = build_batch([Record(None, b"x" * 200) for _ in range(50)])
+    body = struct.pack(">hhi", -1, acks, 5000) + struct.pack(">i", 1) + _string("t")
+    return body + struct.pack(">iii", 1, 0, len(batch)) + batch
+
+
+def ready_client(port, body):
+    """A client of a fresh broker, topic ``t`` created, 500 requests sent."""
+    client = Client(port)
+    # CreateTopics v0: topic "t", 1 partition, replication factor 1.
+    topic = struct.pack(">i", 1) + _string("t") + struct.pack(">ihii", 1, 1, 0, 0)
+    client.request(19, 0, topic + struct.pack(">i", 5000))
+    time.sleep(0.5)
+    for i in range(500):
+        client.request(0, 8, body, i)
+    return client
+
+
+def run(root, n, acks, metrics=None):
+    """``metrics``: None (the broker's defaults), "off" or "on" (see the docstring)."""
+    extra = []
     scraper = None
     if metrics == "off":
-        cmd += ["--set", "metrics.enabled=false"]
+        extra = ["--set", "metrics.enabled=false"]
     elif metrics == "on":
         http = free_port()
-        cmd += ["--http", f"tcp:{http}:interface=127.0.0.1"]
+        extra = ["--http", f"tcp:{http}:interface=127.0.0.1"]
         scraper = Scraper(f"http://127.0.0.1:{http}/metrics")
-    proc = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=root), cwd=root)
+    proc, work, port = start_broker(root, extra)
     try:
-        client = Client(port)
-        # CreateTopics v0: topic "t", 1 partition, replication factor 1.
-        topic = struct.pack(">i", 1) + _string("t") + struct.pack(">ihii", 1, 1, 0, 0)
-        client.request(19, 0, topic + struct.pack(">i", 5000))
-        time.sleep(0.5)
-        batch = build_batch([Record(None, b"x" * 200) for _ in range(50)])
-        body = struct.pack(">hhi", -1, acks, 5000) + struct.pack(">i", 1) + _string("t")
-        body += struct.pack(">iii", 1, 0, len(batch)) + batch
-        for i in range(500):
-            client.request(0, 8, body, i)
+        body = produce_body(acks)
+        client = ready_client(port, body)
         if scraper is not None:
             scraper.start()
         cpu0, wall0 = cpu_seconds(proc.pid), time.perf_counter()
@@ -139,6 +169,51 @@ def run(root, n, acks, metrics=None):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def schedstat_ns(pid):
+    """Nanoseconds the process's main (reactor) thread has run on a CPU."""
+    with open(f"/proc/{pid}/schedstat") as handle:
+        return int(handle.read().split()[0])
+
+
+def quartiles(values):
+    ordered = sorted(values)
+    return [ordered[int(q * (len(ordered) - 1))] for q in (0.25, 0.5, 0.75)]
+
+
+def side_by_side(roots, n, block, acks, extra):
+    """Both brokers at once, blocks of requests alternating; see the docstring."""
+    started = [start_broker(roots[0]), start_broker(roots[1], extra)]
+    try:
+        body = produce_body(acks)
+        clients = [ready_client(port, body) for _, _, port in started]
+        cpu = ([], [])
+        for number in range(max(1, n // block)):
+            for side in (0, 1) if number % 2 == 0 else (1, 0):
+                pid = started[side][0].pid
+                before = schedstat_ns(pid)
+                for i in range(block):
+                    clients[side].request(0, 8, body, i)
+                cpu[side].append((schedstat_ns(pid) - before) / block / 1000)
+    finally:
+        for proc, work, _ in started:
+            proc.terminate()
+            proc.wait()
+            shutil.rmtree(work, ignore_errors=True)
+    for side, root in enumerate(roots):
+        label = f"{root} {' '.join(extra)}" if side and extra else root
+        low, mid, high = quartiles(cpu[side])
+        print(
+            f"{label}: broker CPU per request (blocks' quartiles) "
+            f"{low:.2f} / {mid:.2f} / {high:.2f} µs"
+        )
+    ratios = [second / first for first, second in zip(*cpu)]
+    higher = sum(ratio > 1 for ratio in ratios)
+    print(
+        f"second / first, paired blocks: median {statistics.median(ratios):.3f}, "
+        f"second higher in {higher} of {len(ratios)}"
+    )
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", action="append", help="checkout to run (repeatable)")
@@ -146,11 +221,26 @@ def main():
     parser.add_argument("--acks", type=int, default=1, choices=[1, -1])
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="two --root brokers at once, blocks of requests alternating between them",
+    )
+    parser.add_argument(
+        "--block", type=int, default=500, help="requests per block (--side-by-side)"
+    )
+    parser.add_argument("extra", nargs="*", help="after --: options for the second broker only")
+    parser.add_argument(
         "--metrics-compare",
         action="store_true",
         help="each run: metrics off, then on with /metrics scraped every second",
     )
     args = parser.parse_args()
+    if args.side_by_side:
+        if len(args.root or ()) != 2:
+            parser.error("--side-by-side takes exactly two --root")
+        roots = [os.path.abspath(root) for root in args.root]
+        side_by_side(roots, args.n, args.block, args.acks, args.extra)
+        return
     variants = ["off", "on"] if args.metrics_compare else [None]
     results = {}
     for number in range(args.runs):
