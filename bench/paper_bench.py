@@ -32,8 +32,8 @@ Systems:
   ``metrics.enabled=false``; with metrics on (the default) and no
   ``--http``, so only the hot-path counters; and with metrics on,
   ``--http`` and a Prometheus-style scraper reading ``/metrics`` every
-  second while it runs. The report adds the broker's CPU per message (the
-  harness's own ``server_cpu_s`` per test, from its ``results/runs.csv``).
+  second while it runs. The report's CPU column is the broker's CPU per
+  message (the harness's ``server_cpu=`` per test, read from its output).
 
 Usage: ``python3 bench/paper_bench.py [--runs 3] [--n 1000000] [--mock]``.
 Everything listens on and talks to 127.0.0.1 only.
@@ -135,31 +135,6 @@ class Scraper(threading.Thread):
                 continue  # the broker is starting or stopping
 
 
-def server_cpu_rows(peers, since):
-    """``{(test, batch): (messages, server CPU s)}`` of the harness rows after line ``since``."""
-    path = os.path.join(peers, "results", "runs.csv")
-    try:
-        with open(path, newline="") as handle:
-            rows = list(csv.reader(handle))
-    except FileNotFoundError:
-        return {}
-    out = {}
-    for row in rows[max(since, 1) :]:
-        try:
-            out[(row[2], row[3])] = (int(row[4]), float(row[10]))
-        except (IndexError, ValueError):
-            continue
-    return out
-
-
-def csv_lines(peers):
-    try:
-        with open(os.path.join(peers, "results", "runs.csv")) as handle:
-            return sum(1 for _ in handle)
-    except FileNotFoundError:
-        return 0
-
-
 def run_system(peers, venv, work, system, n, env_extra, pid_name):
     env = dict(os.environ)
     env_extra = dict(env_extra)
@@ -176,7 +151,6 @@ def run_system(peers, venv, work, system, n, env_extra, pid_name):
     scraper = Scraper(scrape_url) if scrape_url else None
     if scraper is not None:
         scraper.start()
-    since = csv_lines(peers)
     proc = subprocess.run(
         ["bash", os.path.join(peers, "run.sh"), system, str(n)],
         env=env,
@@ -191,7 +165,6 @@ def run_system(peers, venv, work, system, n, env_extra, pid_name):
         scraper.stop.set()
         scraper.join()
         print(f"  {scraper.scrapes} scrapes of {scrape_url}", flush=True)
-    CPU[pid_name].append(server_cpu_rows(peers, since))
     rows = {}
     for row in csv.reader(io.StringIO(proc.stdout)):
         if len(row) == 7:
@@ -287,7 +260,6 @@ def main():
         systems.insert(systems.index("pluglog") + 1 if "pluglog" in systems else 0, "pluglog-base")
     results = {name: [] for name in systems}
     cpus = {name: [] for name in systems}
-    CPU.update({name: [] for name in systems})
     rss = {name: [] for name in systems}
     print(f"loadavg at start: {open('/proc/loadavg').read().strip()}", flush=True)
     for run in range(1, args.runs + 1):
@@ -329,27 +301,6 @@ def main():
     print(f"raw results: {out}; harness logs under {args.work}/tmp/<system>/")
 
 
-#: system -> per run {(test, batch): (messages, broker CPU s)}, from the harness's runs.csv
-CPU = {}
-
-
-def cpu_report(systems):
-    """Broker CPU µs per message, per test and system: medians over the runs."""
-    print()
-    print("| test | system | broker CPU µs/message (median) | runs |")
-    print("|---|---|---|---|")
-    for test in TESTS:
-        for name in systems:
-            per = [
-                rows[test][1] * 1e6 / rows[test][0]
-                for rows in CPU.get(name, [])
-                if test in rows and rows[test][0]
-            ]
-            if per:
-                runs = " ".join(f"{v:.2f}" for v in per)
-                print(f"| {'/'.join(test)} | {name} | {statistics.median(per):.2f} | {runs} |")
-
-
 def median_of(runs, test):
     values = [rows[test] for rows in runs if test in rows]
     return (statistics.median(values), values) if values else (None, [])
@@ -382,7 +333,6 @@ def report(results, cpus, rss, systems):
             )
     for name in systems:
         print(f"max broker RSS {name}: {rss[name]} MB")
-    cpu_report(systems)
 
 
 if __name__ == "__main__":
