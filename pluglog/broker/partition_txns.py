@@ -78,33 +78,20 @@ class PartitionTransactions:
         if snap is not None:
             start = max(start, snap["offset"])
             self._apply_snapshot(snap)
-        pending_markers = []
+        markers = 0
         for header in plog.batch_headers(start):
-            pid = header.producer_id
-            if pid < 0:
+            if header.producer_id < 0:
                 continue
-            attributes = header.attributes
-            if attributes & _CONTROL:
-                pending_markers.append(header)
+            if header.attributes & _CONTROL:
                 # Markers must be applied in order with the data around
                 # them; read this one now (markers are few: one per
                 # transaction and partition).
+                markers += 1
                 self._apply_loaded_marker(header)
-                continue
-            if attributes & _TRANSACTIONAL:
-                txns.begin(pid, header.base_offset)
-            if header.base_sequence >= 0:
-                producers.update(
-                    pid,
-                    header.producer_epoch,
-                    header.base_sequence,
-                    _last_seq(header),
-                    header.base_offset,
-                    header.base_offset + header.last_offset_delta,
-                    -1,
-                )
+            else:
+                self._follow_data_header(header)
         txns.drop_before(plog.log_start_offset)
-        if pending_markers or snap is None and len(producers):
+        if markers or snap is None and len(producers):
             log.debug(
                 "{topic}-{index}: loaded {n} producer(s) from offset {start}",
                 topic=self.topic,
@@ -290,20 +277,27 @@ class PartitionTransactions:
                     self.producers.bump_epoch(pid, marker[2])
                     self._end_txn(pid, marker[3] == COMMIT, header.base_offset)
                 continue
-            if attributes & _TRANSACTIONAL:
-                self.txns.begin(pid, header.base_offset)
-            if header.base_sequence < 0:
-                self.producers.bump_epoch(pid, header.producer_epoch)
-                continue
-            self.producers.update(
-                pid,
-                header.producer_epoch,
-                header.base_sequence,
-                _last_seq(header),
-                header.base_offset,
-                header.base_offset + header.last_offset_delta,
-                header.max_timestamp if header.timestamp_type else -1,
-            )
+            self._follow_data_header(header, header.max_timestamp if header.timestamp_type else -1)
+
+    def _follow_data_header(self, header, append_time=-1):
+        """A data batch of a producer, stored or read back: its transaction
+        (if transactional) and its idempotence window or epoch."""
+        pid = header.producer_id
+        if header.attributes & _TRANSACTIONAL:
+            self.txns.begin(pid, header.base_offset)
+        if header.base_sequence < 0:
+            # The broker's own transactional batches carry no sequence.
+            self.producers.bump_epoch(pid, header.producer_epoch)
+            return
+        self.producers.update(
+            pid,
+            header.producer_epoch,
+            header.base_sequence,
+            _last_seq(header),
+            header.base_offset,
+            header.base_offset + header.last_offset_delta,
+            append_time,
+        )
 
     def _end_txn(self, producer_id, commit, marker_offset):
         """A marker was appended (here or by the leader): the transaction

@@ -91,9 +91,32 @@ class OffsetOperations:
             if retention_time_ms is not None and retention_time_ms > 0
             else -1
         )
-        codes = {}
-        entries = []
-        staged = {}
+        codes, staged, entries = self.stage_offsets(group_id, topics, now, expire)
+
+        def answer(code):
+            for key in staged:
+                codes[key] = code
+            if group.is_empty_shell() and self.groups.get(group_id) is group:
+                del self.groups[group_id]
+            return _topic_results(topics, lambda name, p: codes[(name, p["partition_index"])])
+
+        if not entries:
+            return defer.succeed(answer(NONE))
+
+        def stored(_):
+            if self.groups.get(group_id) is group and group.state != DEAD:
+                group.offsets.update(staged)
+            return NONE
+
+        d = self.store.append(group_id, entries)
+        d.addCallbacks(stored, _store_error)
+        return d.addCallback(answer)
+
+    def stage_offsets(self, group_id, topics, now, expire):
+        """Check an offset commit's partitions: ``(codes, staged, entries)``,
+        the error of each refused partition, the OffsetAndMetadata of each
+        accepted one and the records to append for them."""
+        codes, staged, entries = {}, {}, []
         # Cluster metadata, not this broker's partitions: in a cluster the
         # coordinator takes commits for partitions other brokers host.
         cluster = self.broker.coordinator.topics()
@@ -117,25 +140,7 @@ class OffsetOperations:
                     )
                     staged[(name, index)] = om
                     entries.append((offset_key(group_id, name, index), offset_value(om)))
-
-        def answer(code):
-            for key in staged:
-                codes[key] = code
-            if group.is_empty_shell() and self.groups.get(group_id) is group:
-                del self.groups[group_id]
-            return _topic_results(topics, lambda name, p: codes[(name, p["partition_index"])])
-
-        if not entries:
-            return defer.succeed(answer(NONE))
-
-        def stored(_):
-            if self.groups.get(group_id) is group and group.state != DEAD:
-                group.offsets.update(staged)
-            return NONE
-
-        d = self.store.append(group_id, entries)
-        d.addCallbacks(stored, _store_error)
-        return d.addCallback(answer)
+        return codes, staged, entries
 
     def _commit_error(self, group, generation_id, member_id, instance_id):
         if group.state == DEAD:

@@ -46,6 +46,22 @@ from pluglog.group.store import OFFSETS_TOPIC
 log = Logger()
 
 
+def leader_endpoint(broker, topic, index):
+    """``(node_id, host, port)`` of the live leader of ``topic``-``index`` in
+    the cluster's view (Kafka's metadata cache), or None: the coordinator a
+    FindCoordinator names, for groups and for transactional ids."""
+    cluster = broker.coordinator
+    state = cluster.partition_state(topic, index)
+    if state is None or state.leader == NO_LEADER:
+        return None
+    if state.leader == broker.node_id:
+        return (broker.node_id, *broker.advertised)
+    for node_id, host, port, _rack in cluster.brokers():
+        if node_id == state.leader:
+            return node_id, host, port
+    return None
+
+
 class OwnedPartition:
     """One offsets partition this broker leads, in one leader epoch."""
 
@@ -122,16 +138,7 @@ class PartitionOwnership:
     def coordinator_node(self, group_id):
         """``(node_id, host, port)`` of the broker leading the group's offsets
         partition, or None while it has no (live) leader."""
-        cluster = self.broker.coordinator
-        state = cluster.partition_state(OFFSETS_TOPIC, self.store.partition_of(group_id))
-        if state is None or state.leader == NO_LEADER:
-            return None
-        if state.leader == self.broker.node_id:
-            return (self.broker.node_id, *self.broker.advertised)
-        for node_id, host, port, _rack in cluster.brokers():
-            if node_id == state.leader:
-                return node_id, host, port
-        return None
+        return leader_endpoint(self.broker, OFFSETS_TOPIC, self.store.partition_of(group_id))
 
     # -- loading -------------------------------------------------------------------
 

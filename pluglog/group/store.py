@@ -331,6 +331,46 @@ def check_acknowledged(code, part):
         raise UnacknowledgedWriteError(code, f"{part.topic}-{part.index}: write not acknowledged")
 
 
+class InternalTopic:
+    """Creates one internal topic on first need; callers meanwhile share
+    the one creation (``__consumer_offsets``, ``__transaction_state``)."""
+
+    def __init__(self, broker, name):
+        self.broker = broker
+        self.name = name
+        self._waiters = []
+
+    def ensure(self, spec):
+        """A Deferred that fires once the topic exists; ``spec()`` gives
+        ``(partitions, replication factor, configs)`` when it must be made."""
+        if self.broker.num_partitions(self.name) is not None:
+            return defer.succeed(None)
+        waiter = defer.Deferred()
+        self._waiters.append(waiter)
+        if len(self._waiters) == 1:
+            count, factor, configs = spec()
+            self.broker.create_topic(self.name, count, factor, configs, internal=True).addBoth(
+                self._created
+            )
+        return waiter
+
+    def _created(self, result):
+        waiters, self._waiters = self._waiters, []
+        # Losing a creation race to another broker is success too, even
+        # before this broker's cache has seen the winner's topic: callers
+        # answer a retriable COORDINATOR_NOT_AVAILABLE until it has.
+        failed = (
+            isinstance(result, Failure)
+            and not result.check(TopicExistsError)
+            and self.broker.num_partitions(self.name) is None
+        )
+        for waiter in waiters:
+            if failed:
+                waiter.errback(result)
+            else:
+                waiter.callback(None)
+
+
 class OffsetStore:
     """Appends key/value records for groups and reads a partition back."""
 
@@ -338,7 +378,7 @@ class OffsetStore:
         self.broker = broker
         self.num_partitions = broker.config.offsets_topic_num_partitions
         self.commit_timeout_s = broker.config.offsets_commit_timeout_ms / 1000.0
-        self._waiters = []
+        self._topic = InternalTopic(broker, OFFSETS_TOPIC)
 
     def topic_exists(self):
         return self.broker.num_partitions(OFFSETS_TOPIC) is not None
@@ -351,39 +391,14 @@ class OffsetStore:
 
     def ensure_topic(self):
         """A Deferred that fires once ``__consumer_offsets`` exists."""
-        if self.topic_exists():
-            return defer.succeed(None)
-        waiter = defer.Deferred()
-        self._waiters.append(waiter)
-        if len(self._waiters) == 1:
-            configs = dict(OFFSETS_TOPIC_CONFIGS)
-            # Kafka's offsets.topic.segment.bytes: small segments let the
-            # cleaner compact the topic early, so loading stays short.
-            configs["segment.bytes"] = str(self.broker.config.offsets_topic_segment_bytes)
-            self.broker.create_topic(
-                OFFSETS_TOPIC,
-                self.num_partitions,
-                self.replication_factor(),
-                configs,
-                internal=True,
-            ).addBoth(self._created)
-        return waiter
+        return self._topic.ensure(self._topic_spec)
 
-    def _created(self, result):
-        waiters, self._waiters = self._waiters, []
-        # Losing a creation race to another broker is success too, even
-        # before this broker's cache has seen the winner's topic: callers
-        # answer a retriable COORDINATOR_NOT_AVAILABLE until it has.
-        failed = (
-            isinstance(result, Failure)
-            and not result.check(TopicExistsError)
-            and not self.topic_exists()
-        )
-        for waiter in waiters:
-            if failed:
-                waiter.errback(result)
-            else:
-                waiter.callback(None)
+    def _topic_spec(self):
+        configs = dict(OFFSETS_TOPIC_CONFIGS)
+        # Kafka's offsets.topic.segment.bytes: small segments let the
+        # cleaner compact the topic early, so loading stays short.
+        configs["segment.bytes"] = str(self.broker.config.offsets_topic_segment_bytes)
+        return self.num_partitions, self.replication_factor(), configs
 
     def partition_of(self, group_id, count=None):
         # The topic's real partition count wins over the config: a broker

@@ -25,14 +25,11 @@ from pluglog.errors import (
     ILLEGAL_GENERATION,
     INVALID_PRODUCER_EPOCH,
     NONE,
-    OFFSET_METADATA_TOO_LARGE,
     UNKNOWN_MEMBER_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
     KafkaError,
 )
-from pluglog.group.model import DEAD, Group, OffsetAndMetadata
-from pluglog.group.offsets import OFFSET_METADATA_MAX_BYTES
-from pluglog.group.store import coordinator_error, offset_key, offset_value
+from pluglog.group.model import DEAD, Group
+from pluglog.group.store import coordinator_error
 
 
 def _results(topics, code_of):
@@ -69,29 +66,7 @@ class TxnOffsetOperations:
             error = self._txn_commit_error(group, generation_id, member_id, instance_id)
         if error != NONE:
             return defer.succeed(_results(topics, lambda *_: error))
-        now = self.now_ms()
-        codes, staged, entries = {}, {}, []
-        cluster = self.broker.coordinator.topics()
-        for topic in topics:
-            name = topic["name"]
-            meta = cluster.get(name)
-            for p in topic["partitions"]:
-                index = p["partition_index"]
-                metadata = p.get("committed_metadata") or ""
-                if meta is None or not 0 <= index < meta.num_partitions:
-                    codes[(name, index)] = UNKNOWN_TOPIC_OR_PARTITION
-                elif len(metadata.encode("utf-8")) > OFFSET_METADATA_MAX_BYTES:
-                    codes[(name, index)] = OFFSET_METADATA_TOO_LARGE
-                else:
-                    om = OffsetAndMetadata(
-                        p["committed_offset"],
-                        p.get("committed_leader_epoch", -1),
-                        metadata,
-                        now,
-                        -1,
-                    )
-                    staged[(name, index)] = om
-                    entries.append((offset_key(group_id, name, index), offset_value(om)))
+        codes, staged, entries = self.stage_offsets(group_id, topics, self.now_ms(), -1)
 
         def answer(code):
             for key in staged:

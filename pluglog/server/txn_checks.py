@@ -24,6 +24,7 @@ from pluglog.errors import (
 from pluglog.security.acls import CLUSTER, CLUSTER_NAME, DESCRIBE, GROUP, READ, TOPIC, WRITE
 from pluglog.server.authorization import allowed
 from pluglog.server.checks import CLUSTER_ACTION, TRANSACTIONAL_ID, _then
+from pluglog.server.handlers.txn import describe_entry
 
 _TXN_DENIED = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
@@ -136,18 +137,7 @@ def _describe_transactions(ctx, request, handler):
 
     def fix(body):
         for txn_id in denied:
-            body["transaction_states"].append(
-                {
-                    "error_code": _TXN_DENIED,
-                    "transactional_id": txn_id,
-                    "transaction_state": "",
-                    "transaction_timeout_ms": 0,
-                    "transaction_start_time_ms": -1,
-                    "producer_id": -1,
-                    "producer_epoch": -1,
-                    "topics": [],
-                }
-            )
+            body["transaction_states"].append(describe_entry(txn_id, _TXN_DENIED))
         return body
 
     return _then(handler(ctx, request), fix)

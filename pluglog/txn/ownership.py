@@ -17,7 +17,6 @@ epoch the markers carry.
 
 from twisted.logger import Logger
 
-from pluglog.coordination.state import NO_LEADER
 from pluglog.errors import (
     COORDINATOR_LOAD_IN_PROGRESS,
     COORDINATOR_NOT_AVAILABLE,
@@ -25,6 +24,7 @@ from pluglog.errors import (
     NONE,
     NOT_COORDINATOR,
 )
+from pluglog.group.ownership import leader_endpoint
 from pluglog.txn.model import PREPARE_ABORT, PREPARE_COMMIT, TXN_TOPIC
 from pluglog.txn.store import TxnStore
 
@@ -116,16 +116,7 @@ class TxnOwnership:
     def coordinator_node(self, txn_id):
         """``(node_id, host, port)`` of the transaction coordinator of
         ``txn_id``, or None while its partition has no leader."""
-        cluster = self.broker.coordinator
-        state = cluster.partition_state(TXN_TOPIC, self.store.partition_of(txn_id))
-        if state is None or state.leader == NO_LEADER:
-            return None
-        if state.leader == self.broker.node_id:
-            return (self.broker.node_id, *self.broker.advertised)
-        for node_id, host, port, _rack in cluster.brokers():
-            if node_id == state.leader:
-                return node_id, host, port
-        return None
+        return leader_endpoint(self.broker, TXN_TOPIC, self.store.partition_of(txn_id))
 
     def _ensure_owned(self, part):
         owned = self.owned.get(part.index)

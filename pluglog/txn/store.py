@@ -17,10 +17,8 @@ Runs on the reactor thread.
 """
 
 from twisted.internet import defer, task
-from twisted.python.failure import Failure
 
-from pluglog.errors import TopicExistsError
-from pluglog.group.store import OffsetStore, check_acknowledged, partition_for
+from pluglog.group.store import InternalTopic, OffsetStore, check_acknowledged, partition_for
 from pluglog.protocol import records as batches
 from pluglog.txn.model import TXN_TOPIC, TXN_TOPIC_CONFIGS, parse_key, parse_value
 
@@ -32,7 +30,7 @@ class TxnStore:
         self.broker = broker
         self.num_partitions = broker.config.transaction_state_log_num_partitions
         self.write_timeout_s = broker.config.offsets_commit_timeout_ms / 1000.0
-        self._waiters = []
+        self._topic = InternalTopic(broker, TXN_TOPIC)
 
     def topic_exists(self):
         return self.broker.num_partitions(TXN_TOPIC) is not None
@@ -43,34 +41,16 @@ class TxnStore:
 
     def ensure_topic(self):
         """A Deferred that fires once ``__transaction_state`` exists."""
-        if self.topic_exists():
-            return defer.succeed(None)
-        waiter = defer.Deferred()
-        self._waiters.append(waiter)
-        if len(self._waiters) == 1:
-            config = self.broker.config
-            live = len(self.broker.coordinator.brokers())
-            factor = max(1, min(config.transaction_state_log_replication_factor, live))
-            configs = dict(TXN_TOPIC_CONFIGS)
-            configs["segment.bytes"] = str(config.transaction_state_log_segment_bytes)
-            configs["min.insync.replicas"] = str(min(config.transaction_state_log_min_isr, factor))
-            self.broker.create_topic(
-                TXN_TOPIC, self.num_partitions, factor, configs, internal=True
-            ).addBoth(self._created)
-        return waiter
+        return self._topic.ensure(self._topic_spec)
 
-    def _created(self, result):
-        waiters, self._waiters = self._waiters, []
-        failed = (
-            isinstance(result, Failure)
-            and not result.check(TopicExistsError)
-            and not self.topic_exists()
-        )
-        for waiter in waiters:
-            if failed:
-                waiter.errback(result)
-            else:
-                waiter.callback(None)
+    def _topic_spec(self):
+        config = self.broker.config
+        live = len(self.broker.coordinator.brokers())
+        factor = max(1, min(config.transaction_state_log_replication_factor, live))
+        configs = dict(TXN_TOPIC_CONFIGS)
+        configs["segment.bytes"] = str(config.transaction_state_log_segment_bytes)
+        configs["min.insync.replicas"] = str(min(config.transaction_state_log_min_isr, factor))
+        return self.num_partitions, factor, configs
 
     def append(self, part, key, value):
         """Append one record to ``part`` (a led ``__transaction_state``

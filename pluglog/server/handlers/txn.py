@@ -144,24 +144,28 @@ def handle_txn_offset_commit(ctx, request):
     return d.addCallback(lambda topics: {"throttle_time_ms": 0, "topics": topics})
 
 
+def describe_entry(txn_id, code):
+    """A DescribeTransactions entry that carries only ``code``."""
+    return {
+        "error_code": code,
+        "transactional_id": txn_id,
+        "transaction_state": "",
+        "transaction_timeout_ms": 0,
+        "transaction_start_time_ms": -1,
+        "producer_id": -1,
+        "producer_epoch": -1,
+        "topics": [],
+    }
+
+
 def handle_describe_transactions(ctx, request):
     tc = _txn_coordinator(ctx.broker)
     states = []
     for txn_id in request["transactional_ids"]:
-        entry = {
-            "error_code": COORDINATOR_NOT_AVAILABLE if tc is None else NONE,
-            "transactional_id": txn_id,
-            "transaction_state": "",
-            "transaction_timeout_ms": 0,
-            "transaction_start_time_ms": -1,
-            "producer_id": -1,
-            "producer_epoch": -1,
-            "topics": [],
-        }
+        entry = describe_entry(txn_id, COORDINATOR_NOT_AVAILABLE if tc is None else NONE)
+        if tc is not None:
+            entry.update(tc.describe(txn_id))
         states.append(entry)
-        if tc is None:
-            continue
-        entry.update(tc.describe(txn_id))
     return {"throttle_time_ms": 0, "transaction_states": states}
 
 
