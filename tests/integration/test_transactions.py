@@ -14,6 +14,7 @@ import pytest
 from pluglog import errors
 from pluglog import protocol as codec
 from pluglog.client.blocking import BlockingClient
+from pluglog.protocol.records import Record, build_batch
 from tests.broker_process import BrokerProcess
 from tests.integration.clients import create_topic
 
@@ -349,3 +350,72 @@ def test_compaction_drops_aborted_records_and_keeps_the_committed_value(tmp_path
         assert sorted(read_all(bs, "ckeys", 1, "read_committed")) == ["committed"] * 51
     finally:
         broker.stop()
+
+
+def test_transactional_produce_outside_a_transaction_and_describe_producers(txn_broker):
+    bs = txn_broker.bootstrap
+    create_topic(bs, "outside", partitions=1)
+    host, port = bs.split(":")
+    with BlockingClient(host, int(port)) as client:
+        assert (
+            client.request(codec.FIND_COORDINATOR, 1, {"key": "out-1", "key_type": 1})[
+                "error_code"
+            ]
+            == errors.NONE
+        )
+        deadline = time.monotonic() + 20
+        while True:  # the coordinator loads __transaction_state first
+            init = client.request(
+                codec.INIT_PRODUCER_ID,
+                1,
+                {"transactional_id": "out-1", "transaction_timeout_ms": 60000},
+            )
+            if init["error_code"] == errors.NONE or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        pid, epoch = init["producer_id"], init["producer_epoch"]
+
+        def produce(txn_id, seq):
+            batch = build_batch(
+                [Record(None, b"v", (), 0)],
+                producer_id=pid,
+                producer_epoch=epoch,
+                base_sequence=seq,
+                is_transactional=True,
+            )
+            topic = {"name": "outside", "partition_data": [{"index": 0, "records": batch}]}
+            body = {"transactional_id": txn_id, "acks": -1, "timeout_ms": 5000}
+            out = client.request(codec.PRODUCE, 7, dict(body, topic_data=[topic]))
+            return out["responses"][0]["partition_responses"][0]["error_code"]
+
+        # The partition was never added to a transaction of this id.
+        assert produce("out-1", 0) == errors.INVALID_TXN_STATE
+        added = client.request(
+            codec.ADD_PARTITIONS_TO_TXN,
+            1,
+            {
+                "v3_and_below_transactional_id": "out-1",
+                "v3_and_below_producer_id": pid,
+                "v3_and_below_producer_epoch": epoch,
+                "v3_and_below_topics": [{"name": "outside", "partitions": [0]}],
+            },
+        )
+        assert (
+            added["results_by_topic_v3_and_below"][0]["results_by_partition"][0][
+                "partition_error_code"
+            ]
+            == errors.NONE
+        )
+        assert produce("out-1", 0) == errors.NONE
+        producers = client.request(
+            codec.DESCRIBE_PRODUCERS,
+            0,
+            {"topics": [{"name": "outside", "partition_indexes": [0]}]},
+        )
+        (state,) = producers["topics"][0]["partitions"][0]["active_producers"]
+        assert (state["producer_id"], state["producer_epoch"], state["last_sequence"]) == (
+            pid,
+            epoch,
+            0,
+        )
+        assert state["current_txn_start_offset"] == 0  # the open transaction's first offset
