@@ -283,7 +283,9 @@ class PartitionTransactions:
         """A data batch of a producer, stored or read back: its transaction
         (if transactional) and its idempotence window or epoch."""
         pid = header.producer_id
-        if header.attributes & _TRANSACTIONAL:
+        if header.attributes & _TRANSACTIONAL and header.records_count:
+            # (An empty batch, left by the cleaner for producer state, has
+            # nothing to hide and its marker may be gone.)
             self.txns.begin(pid, header.base_offset)
         if header.base_sequence < 0:
             # The broker's own transactional batches carry no sequence.

@@ -261,7 +261,8 @@ def _last_producer_batches(job, fds, end):
         if source.base_offset >= end:
             break
         for header in iter_file_headers(fds[source.base_offset], source.size):
-            if header.producer_id >= 0:
+            # Markers carry no sequence: the producer's state is its last data batch.
+            if header.producer_id >= 0 and not header.is_control:
                 last[header.producer_id] = header.base_offset
     return set(last.values())
 
@@ -368,11 +369,12 @@ def clean(job):
         result.end_offset = end
         retained = _last_producer_batches(job, fds, end)
         sources = [s for s in job.segments if s.next_offset <= end]
+        live = {}  # producer id -> its open transaction still has records here
         for group in _groups(
             sources, job.segment_bytes, job.max_index_bytes, job.index_interval_bytes
         ):
             result.groups.append(
-                _clean_group(job, fds, group, offsets, retained, throttle, result)
+                _clean_group(job, fds, group, offsets, retained, throttle, result, live)
             )
     finally:
         for fd in fds.values():
@@ -381,7 +383,7 @@ def clean(job):
     return result
 
 
-def _clean_group(job, fds, group, offsets, retained, throttle, result):
+def _clean_group(job, fds, group, offsets, retained, throttle, result, live):
     aborted = aborted_index(job.aborted)
     base = group[0].base_offset
     dirty = group[0].cleaned_ms < 0
@@ -417,8 +419,22 @@ def _clean_group(job, fds, group, offsets, retained, throttle, result):
                 keep_empty = header.base_offset in retained or (
                     last_in_group and i == len(batches) - 1
                 )
-                new, _kept, removed = filter_batch(batch, keep, keep_empty)
+                if header.is_control and header.producer_id >= 0:
+                    # A marker whose transaction has no record left goes like
+                    # a tombstone, delete.retention.ms after it was first
+                    # cleaned (Kafka's rule); until then it stays.
+                    if not live.pop(header.producer_id, False) and not keep_empty:
+                        if tombstones_expire:
+                            continue
+                        if horizon is None:
+                            horizon = cleaned_ms + job.delete_retention_ms
+                new, kept, removed = filter_batch(batch, keep, keep_empty)
                 result.records_removed += removed
+                if kept and header.is_transactional and not header.is_control:
+                    # Records left: the marker saying whether they count stays.
+                    # (A batch emptied but kept for producer state opens no
+                    # transaction when read back: it has nothing to hide.)
+                    live[header.producer_id] = True
                 if new is None:
                     continue
                 if horizon is None and _has_tombstone(new):

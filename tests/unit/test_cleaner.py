@@ -390,3 +390,30 @@ def test_aborted_transactions_are_dropped_and_their_index_carried(tmp_path):
     assert values == {b"k0": b"committed"}
     assert h.log.aborted_txns() == [(7, 1, info.first_offset, info.first_offset + 1)]
     assert any(s.txn_index.entries for s in h.log.segments)
+
+
+def test_a_marker_goes_once_its_transaction_has_no_record_left(tmp_path):
+    h = Harness(tmp_path)
+    # Transaction 1 (producer 7) writes k0 and commits; transaction 2
+    # (producer 8) writes k1 and commits; later plain writes supersede k0 only.
+    h.append(keyed("k0", "t1", producer_id=7, producer_epoch=0, is_transactional=True))
+    h.append(marker_batch(7, 0, True, 0, 1000))
+    h.append(keyed("k1", "t2", producer_id=8, producer_epoch=0, is_transactional=True))
+    h.append(marker_batch(8, 0, True, 0, 1000))
+    h.append(keyed("k0", "later"))
+    for i in range(40):
+        h.append(keyed(f"f{i}", "x" * 100))
+
+    def markers():
+        return sorted(b.producer_id for b in h.batches() if b.is_control)
+
+    h.clock.advance(1)
+    h.clean()
+    assert markers() == [7, 8]  # within delete.retention.ms of the first cleaning
+    h.clock.advance(COMPACT.delete_retention_ms / 1000 + 1)
+    h.append(keyed("f0", "y"))
+    h.clean()
+    # Producer 7's transaction has no record left: its marker went; producer
+    # 8's k1 is still there, so its marker stays.
+    assert markers() == [8]
+    assert {k: v for _o, k, v in h.records()}[b"k1"] == b"t2"
