@@ -83,16 +83,14 @@ def transform_round(bootstrap, deadline, kill=None):
     commits = 0
     try:
         producer.init_transactions(20)
-        consumer.assign([confluent_kafka.TopicPartition("in", p) for p in range(PARTITIONS)])
-        idle = 0
+        partitions = [confluent_kafka.TopicPartition("in", p) for p in range(PARTITIONS)]
+        consumer.assign(partitions)
         while time.monotonic() < deadline:
             msgs = [m for m in consumer.consume(500, 0.5) if not m.error()]
             if not msgs:
-                idle += 1
-                if idle > 6:
-                    return commits, True  # drained: nothing left to read
+                if _drained(consumer, partitions):
+                    return commits, True
                 continue
-            idle = 0
             producer.begin_transaction()
             last = {}
             for m in msgs:
@@ -115,11 +113,29 @@ def transform_round(bootstrap, deadline, kill=None):
             commits += 1
             if phase == "between":
                 kill[2].kill()
+            if phase is not None:
+                # The round ends with the transaction the kill hit: on a
+                # cluster the client may carry on against the new leaders,
+                # and the next kill needs input left to work on.
+                return commits, False
         return commits, False
-    except confluent_kafka.KafkaException:
+    except confluent_kafka.KafkaException as exc:
+        # Expected after a kill; said, because a round that ends for another
+        # reason is what a failing run needs explained.
+        print(f"round ended after {commits} commit(s): {exc}", file=sys.stderr, flush=True)
         return commits, False
     finally:
         consumer.close()
+
+
+def _drained(consumer, partitions):
+    """Every input partition read to its end (not merely a quiet moment: a
+    cluster may still be electing or loading the group's offsets)."""
+    for tp, position in zip(partitions, consumer.position(partitions), strict=True):
+        _low, high = consumer.get_watermark_offsets(tp, timeout=5, cached=False)
+        if position.offset < 0 or position.offset < high:
+            return False
+    return True
 
 
 def read_output(bootstrap, isolation):
