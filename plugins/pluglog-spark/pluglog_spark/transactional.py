@@ -137,3 +137,15 @@ def write_transaction(
         raise
     finally:
         consumer.close()
+        _close(producer)
+
+
+def _close(producer):
+    """Release librdkafka's threads now rather than when the last reference
+    (perhaps a traceback Spark keeps) goes; nothing is left to deliver."""
+    try:
+        producer.purge()
+        if hasattr(producer, "close"):  # confluent-kafka >= 2.13
+            producer.close()
+    except Exception as exc:  # a fenced producer may refuse; it is gone either way
+        log.debug("pluglog: closing a transactional producer: %s", exc)
