@@ -32,7 +32,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from pluglog_spark import executor, transactional
+from pluglog_spark import executor, transactional, worker_input
 from pluglog_spark.options import OptionError, SinkOptions, check_write_schema
 
 log = logging.getLogger("pluglog_spark")
@@ -139,8 +139,24 @@ def write_task(opts, batches, write_key, batch_id):
     partition_id = context.partitionId() if context else 0
     txn_id = transactional.transactional_id(opts.transactional_id_prefix, write_key, partition_id)
     return transactional.write_transaction(
-        opts.bootstrap, opts.kafka, batches, opts.topic, txn_id, batch_id
+        opts.bootstrap,
+        opts.kafka,
+        batches,
+        opts.topic,
+        txn_id,
+        batch_id,
+        cut_off=_cut_off_or_warn,
     )
+
+
+def _cut_off_or_warn():
+    cut = worker_input.input_cut_off()
+    if cut is None:
+        log.warning(
+            "pluglog: cannot tell whether Spark cut this task's input off (unknown PySpark "
+            "worker); committing: a failure upstream of the write could commit part of it"
+        )
+    return bool(cut)
 
 
 class PluglogWriter(DataSourceArrowWriter):

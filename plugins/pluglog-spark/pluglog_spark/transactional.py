@@ -85,14 +85,22 @@ def batches_done(consumer, ck, topic, timeout=TIMEOUT_S):
 
 
 def write_transaction(
-    bootstrap, extra_config, batches, default_topic, txn_id, batch_id, timeout=TIMEOUT_S
+    bootstrap,
+    extra_config,
+    batches,
+    default_topic,
+    txn_id,
+    batch_id,
+    timeout=TIMEOUT_S,
+    cut_off=None,
 ):
     """Write ``batches`` in one transaction as ``txn_id``; return ``(rows, skipped)``.
 
     ``skipped`` is true when the marker shows batch ``batch_id`` of this
     partition committed by an earlier attempt: nothing is produced then.
-    Raises (after aborting) when any record or the commit fails, so Spark
-    retries the task.
+    Raises (after aborting) when any record or the commit fails, or when
+    ``cut_off()`` says the input ended early (see :mod:`.worker_input`), so
+    Spark retries the task.
     """
     import confluent_kafka as ck
 
@@ -119,6 +127,11 @@ def write_transaction(
         rows = produce_rows(producer, itertools.chain([first], rest), default_topic, errors)
         if errors:
             raise RuntimeError(f"pluglog: {len(errors)} records were not written: {errors[0]}")
+        if cut_off is not None and cut_off():
+            raise RuntimeError(
+                f"pluglog: Spark cut off the input of {txn_id} after {rows} rows (a stage "
+                "feeding the write failed); its transaction is aborted"
+            )
         info = json.dumps({"batchId": batch_id, "rows": rows}, separators=(",", ":"))
         producer.send_offsets_to_transaction(
             [ck.TopicPartition(marker, 0, batch_id + 1, metadata=info)],
