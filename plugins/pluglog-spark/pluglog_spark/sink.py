@@ -2,22 +2,27 @@
 
 Rows map to records like Spark's Kafka sink: ``value`` (binary or string),
 optional ``key``, ``topic`` (or the ``topic`` option), ``partition`` and
-``headers``; other columns are ignored. Each task produces its rows with
-confluent-kafka (acks=all, idempotent producer) and fails if any record is not
-acknowledged, so a failed task is retried by Spark: at-least-once.
+``headers``; other columns are ignored. With ``exactlyOnce`` (the default)
+each task writes its rows in one Kafka transaction keyed by the query (or
+write) and the partition, with the batch id recorded inside it
+(:mod:`pluglog_spark.transactional`), so a retried or speculative attempt and
+a replayed micro-batch do not duplicate rows for read_committed readers.
+Without it each task produces with the idempotent producer and a failed task
+is retried by Spark: at-least-once.
 
-Streaming writes skip micro-batches that were already committed. Spark can
-run a batch id twice: when the driver dies after the sink committed batch N
-but before Spark wrote ``commits/N`` in the checkpoint, the restarted query
-replays batch N with the same id and the same input. To make that replay a
-no-op, :meth:`PluglogStreamWriter.commit` (driver side, after every task of
-the batch succeeded) writes a marker file ``<commitLog>/<queryId>/<batchId>``.
-The commit log defaults to ``<checkpointLocation>/pluglog-commits`` so it
-lives and dies with the checkpoint. The writer loads the markers when Spark
-builds it at query start, before it is pickled to executors; each task reads
-its query id and batch id from Spark's task-local properties and, if the
-pair is marked, returns without producing. A batch that failed half way is
-not marked and is written again in full (at-least-once for that batch).
+Streaming writes also skip micro-batches that were already committed as a
+whole. Spark can run a batch id twice: when the driver dies after the sink
+committed batch N but before Spark wrote ``commits/N`` in the checkpoint,
+the restarted query replays batch N with the same id and the same input. To
+make that replay a no-op, :meth:`PluglogStreamWriter.commit` (driver side,
+after every task of the batch succeeded) writes a marker file
+``<commitLog>/<queryId>/<batchId>``. The commit log defaults to
+``<checkpointLocation>/pluglog-commits`` so it lives and dies with the
+checkpoint. The writer loads the markers when Spark builds it at query
+start, before it is pickled to executors; each task reads its query id and
+batch id from Spark's task-local properties and, if the pair is marked,
+returns without producing. docs/spark.rst ("Exactly-once writes") has the
+guarantee and its limits.
 """
 
 import json
