@@ -46,12 +46,14 @@ def _int(opts, key, minimum=None):
     return value
 
 
-def _bool(opts, key, default):
+def _bool(opts, name, default):
+    """``name`` as documented (camelCase); Spark hands it over lower-cased."""
+    key = name.lower()
     if key not in opts:
         return default
     value = opts[key].strip().lower()
     if value not in ("true", "false"):
-        raise OptionError(f"option {key}: expected true or false, got {opts[key]!r}")
+        raise OptionError(f"option {name}: expected true or false, got {opts[key]!r}")
     return value == "true"
 
 
@@ -187,7 +189,7 @@ class SourceOptions:
             ending=ending,
             max_offsets_per_trigger=max_rows,
             min_partitions=_int(opts, "minpartitions", minimum=1),
-            fail_on_data_loss=_bool(opts, "failondataloss", True),
+            fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
             poll_timeout_ms=_int(opts, "kafkaconsumer.polltimeoutms", minimum=1) or 120000,
             isolation_level=isolation_of(opts),
             kafka=kafka_config(opts),
@@ -246,7 +248,7 @@ class SinkOptions:
         commit_log = opts.get("commitlog")
         if not commit_log and opts.get("checkpointlocation"):
             commit_log = opts["checkpointlocation"].rstrip("/") + "/pluglog-commits"
-        exactly_once = _bool(opts, "exactlyonce", True)
+        exactly_once = _bool(opts, "exactlyOnce", True)
         if "kafka.transactional.id" in opts:
             raise OptionError(
                 "option kafka.transactional.id: the writer derives one per task; "
