@@ -9,8 +9,10 @@ measures, on one local[2] SparkSession:
 * batch read: ``spark.read.format("pluglog")`` of N records in 2 partitions
   into the ``noop`` sink (twice: the first run includes Python worker start);
 * stream read: ``readStream`` with ``Trigger.AvailableNow`` into ``noop``;
-* batch write: N DataFrame rows ``write.format("pluglog")``;
-* stream write: ``readStream`` of the topic -> ``writeStream.format("pluglog")``.
+* batch write: N DataFrame rows ``write.format("pluglog")``, with
+  ``exactlyOnce`` (one transaction per task, the default) and without;
+* stream write: ``readStream`` of the topic -> ``writeStream.format("pluglog")``,
+  both ways; then a read_committed batch read of the batch-written topic.
 
 Usage: ``python3 bench/spark_bench.py [--records 1000000] [--value-size 100]``
 (needs pyspark 4.x, pyarrow, confluent-kafka, Java 17 and pluglog-spark).
@@ -149,7 +151,7 @@ def bench_spark(bootstrap, count, value_size, scratch):
     timed("spark batch read -> noop (first run)", count, batch_read)
     timed("spark batch read -> noop", count, batch_read)
 
-    def stream(target_format, checkpoint, topic=None):
+    def stream(target_format, checkpoint, topic=None, exactly_once="true"):
         writer = (
             spark.readStream.format("pluglog")
             .option("kafka.bootstrap.servers", bootstrap)
@@ -162,30 +164,62 @@ def bench_spark(bootstrap, count, value_size, scratch):
             .trigger(availableNow=True)
         )
         if topic:
-            writer = writer.option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+            writer = (
+                writer.option("kafka.bootstrap.servers", bootstrap)
+                .option("topic", topic)
+                .option("exactlyOnce", exactly_once)
+            )
         query = writer.start()
         query.awaitTermination()
         assert query.exception() is None, query.exception()
 
     timed("spark stream read (availableNow) -> noop", count, lambda: stream("noop", "c1"))
 
-    def batch_write():
+    def batch_write(exactly_once="true"):
         (
             spark.range(count)
             .selectExpr(f"repeat('v', {value_size}) AS value", "cast(id AS string) AS key")
             .write.format("pluglog")
             .option("kafka.bootstrap.servers", bootstrap)
             .option("topic", "written")
+            .option("exactlyOnce", exactly_once)
             .mode("append")
             .save()
         )
 
-    timed("spark batch write (range -> pluglog)", count, batch_write)
+    # Both write modes in the same run: one transaction per task (the default)
+    # against the idempotent producer alone.
+    timed("spark batch write (range -> pluglog), exactlyOnce", count, batch_write)
     timed(
-        "spark stream write (pluglog -> pluglog)",
+        "spark batch write (range -> pluglog), exactlyOnce=false",
+        count,
+        lambda: batch_write("false"),
+    )
+    timed(
+        "spark stream write (pluglog -> pluglog), exactlyOnce",
         count,
         lambda: stream("pluglog", "c2", topic="stream-written"),
     )
+    timed(
+        "spark stream write (pluglog -> pluglog), exactlyOnce=false",
+        count,
+        lambda: stream("pluglog", "c3", topic="stream-written-2", exactly_once="false"),
+    )
+
+    def committed_read():
+        (
+            spark.read.format("pluglog")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", "written")
+            .option("isolationLevel", "read_committed")
+            .load()
+            .write.format("noop")
+            .mode("overwrite")
+            .save()
+        )
+
+    # "written" holds 2 * count rows, half of them in transactions.
+    timed("spark batch read, isolationLevel=read_committed -> noop", 2 * count, committed_read)
     spark.stop()
 
 
