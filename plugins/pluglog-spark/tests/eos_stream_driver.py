@@ -1,11 +1,12 @@
 """A Spark driver for the exactly-once streaming test, run as its own process.
 
-``python eos_stream_driver.py BOOTSTRAP SOURCE TARGET CHECKPOINT [HANG_FILE]``
+``python eos_stream_driver.py BOOTSTRAP SOURCE TARGET CHECKPOINT HANG_FILE``
 copies SOURCE to TARGET with ``readStream.format("pluglog")`` ->
-``writeStream.format("pluglog")`` (availableNow, 2 micro-batches). With
-HANG_FILE, the row at offset :data:`HANG_OFFSET` of source partition 2 (in
-batch 1) makes its task create HANG_FILE and hang, after the task's
-transaction holds rows: the test then SIGKILLs this driver mid-batch.
+``writeStream.format("pluglog")`` (availableNow, 2 micro-batches). The row at
+offset :data:`HANG_OFFSET` of source partition 2 (in batch 1) makes its task
+create HANG_FILE and hang, after the task's transaction holds rows: the test
+then SIGKILLs this driver mid-batch, and restarts the query from the same
+checkpoint in its own session with :func:`start_query`.
 """
 
 import os
@@ -17,15 +18,9 @@ PER_TRIGGER = 4500  # 1500 rows of each of the 3 partitions per micro-batch
 HANG_PARTITION, HANG_OFFSET = 2, 2700  # 1200 rows into batch 1 of partition 2
 
 
-def main(bootstrap, source, target, checkpoint, hang_file=None):
-    from pluglog_spark import local_session
+def start_query(spark, bootstrap, source, target, checkpoint, hang_file=None):
+    """The copy query; with ``hang_file`` its batch-1 task of partition 2 hangs."""
     from pyspark.sql.functions import col, udf
-
-    spark = local_session(
-        # Small Arrow batches, so the writer produces rows before the hang.
-        conf={"spark.sql.execution.arrow.maxRecordsPerBatch": "200"},
-    )
-    spark.sparkContext.setLogLevel("ERROR")
 
     @udf("binary")
     def passthrough(partition, offset, value):
@@ -35,7 +30,7 @@ def main(bootstrap, source, target, checkpoint, hang_file=None):
             time.sleep(3600)
         return value
 
-    query = (
+    return (
         spark.readStream.format("pluglog")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", source)
@@ -46,17 +41,22 @@ def main(bootstrap, source, target, checkpoint, hang_file=None):
         .writeStream.format("pluglog")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", target)
-        .option("checkpointLocation", checkpoint)
+        .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination()
-    if query.exception() is not None:
-        print(f"query failed: {query.exception()}", file=sys.stderr)
-        return 1
-    print("batches", [p["batchId"] for p in query.recentProgress if p["numInputRows"]])
-    spark.stop()
-    return 0
+
+
+def main(bootstrap, source, target, checkpoint, hang_file):
+    from pluglog_spark import local_session
+
+    spark = local_session(
+        # Small Arrow batches, so the writer produces rows before the hang.
+        conf={"spark.sql.execution.arrow.maxRecordsPerBatch": "200"},
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    start_query(spark, bootstrap, source, target, checkpoint, hang_file).awaitTermination()
+    return 1  # not reached: the test kills this process while batch 1 hangs
 
 
 if __name__ == "__main__":
