@@ -36,12 +36,25 @@ from pluglog.client.blocking import BlockingClient  # noqa: E402
 from pluglog.protocol.records import Record, build_batch, iter_batches  # noqa: E402
 from tests.broker_process import BrokerProcess  # noqa: E402
 
+BROKER_PID = None  # set by main(): timed() then adds the broker's CPU per row
+
+
+def cpu_seconds(pid):
+    """utime + stime of process ``pid`` from /proc (Linux)."""
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
 
 def timed(label, rows, function):
+    cpu = cpu_seconds(BROKER_PID) if BROKER_PID else None
     start = time.perf_counter()
     function()
     took = time.perf_counter() - start
-    print(f"{label:<44} {rows:>9,} rows {took:7.2f} s {rows / took:>11,.0f} rows/s", flush=True)
+    line = f"{label:<44} {rows:>9,} rows {took:7.2f} s {rows / took:>11,.0f} rows/s"
+    if cpu is not None:
+        line += f"  broker {(cpu_seconds(BROKER_PID) - cpu) / rows * 1e6:.2f} µs CPU/row"
+    print(line, flush=True)
     return rows / took
 
 
@@ -175,9 +188,9 @@ def bench_spark(bootstrap, count, value_size, scratch):
 
     timed("spark stream read (availableNow) -> noop", count, lambda: stream("noop", "c1"))
 
-    def batch_write(exactly_once="true"):
+    def batch_write(exactly_once="true", rows=count):
         (
-            spark.range(count)
+            spark.range(rows)
             .selectExpr(f"repeat('v', {value_size}) AS value", "cast(id AS string) AS key")
             .write.format("pluglog")
             .option("kafka.bootstrap.servers", bootstrap)
@@ -187,16 +200,18 @@ def bench_spark(bootstrap, count, value_size, scratch):
             .save()
         )
 
-    # Both write modes in the same run: one transaction per task (the default)
-    # against the idempotent producer alone.
-    timed("spark batch write (range -> pluglog), exactlyOnce", count, batch_write)
+    # Both write modes in the same run, after an untimed warm-up write (the
+    # writers' first Python workers and the topic), in alternating order:
+    # one transaction per task (the default) against the idempotent producer.
+    batch_write("false", 10_000)
+    for mode in ("true", "false", "false", "true"):
+        timed(
+            f"spark batch write (range -> pluglog), exactlyOnce={mode}",
+            count,
+            lambda mode=mode: batch_write(mode),
+        )
     timed(
-        "spark batch write (range -> pluglog), exactlyOnce=false",
-        count,
-        lambda: batch_write("false"),
-    )
-    timed(
-        "spark stream write (pluglog -> pluglog), exactlyOnce",
+        "spark stream write (pluglog -> pluglog), exactlyOnce=true",
         count,
         lambda: stream("pluglog", "c2", topic="stream-written"),
     )
@@ -218,8 +233,8 @@ def bench_spark(bootstrap, count, value_size, scratch):
             .save()
         )
 
-    # "written" holds 2 * count rows, half of them in transactions.
-    timed("spark batch read, isolationLevel=read_committed -> noop", 2 * count, committed_read)
+    # "written" holds 4 * count rows (+ the warm-up), half of them in transactions.
+    timed("spark batch read, isolationLevel=read_committed -> noop", 4 * count, committed_read)
     spark.stop()
 
 
@@ -233,6 +248,8 @@ def main():
         broker = BrokerProcess(
             os.path.join(scratch, "data"), settings={"num.partitions": "2"}
         ).start()
+        global BROKER_PID
+        BROKER_PID = broker.proc.pid
         try:
             print(
                 f"broker {broker.bootstrap}; {args.records:,} records of "
