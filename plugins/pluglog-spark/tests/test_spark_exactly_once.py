@@ -9,6 +9,7 @@ attempt really had written rows (so the check could fail).
 """
 
 import collections
+import json
 import os
 import signal
 import subprocess
@@ -212,6 +213,19 @@ def open_transaction_rows(bootstrap, topic, partitions):
     return sum(high[tp] - stable[tp] for tp in tps)
 
 
+def batches_done(bootstrap, txn_prefix, marker_topic):
+    """The batch marker of each of 3 write partitions: batches committed."""
+    out = {}
+    for partition in range(3):
+        consumer = confluent_kafka.Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": f"{txn_prefix}-{partition}"}
+        )
+        (tp,) = consumer.committed([confluent_kafka.TopicPartition(marker_topic, 0)], 30)
+        consumer.close()
+        out[partition] = max(tp.offset, 0)
+    return out
+
+
 def run_driver(tmp_path, name, *args):
     driver = os.path.join(HERE, "eos_stream_driver.py")
     log = open(tmp_path / f"{name}.log", "wb")
@@ -244,19 +258,34 @@ def test_stream_driver_killed_mid_batch_and_restarted_writes_each_row_once(
     first = run_driver(tmp_path, "first", broker.bootstrap, source, target, checkpoint, hang_file)
     hung_pid = None
     try:
-        wait_for(hang_file.exists, 180, "the task of batch 1 to hang")
+        wait_for(
+            lambda: hang_file.exists() or first.poll() is not None,
+            180,
+            "the task of batch 1 to hang",
+        )
+        assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
         wait_for(
             lambda: open_transaction_rows(broker.bootstrap, target, 3) > 0,
             60,
             "the hanging task's transaction to hold rows",
         )
         hung_pid = int(hang_file.read_text() or 0)
+        # The two other tasks of batch 1 finish on the free slot and commit.
+        query_id = json.loads((checkpoint / "metadata").read_text())["id"]
+        prefix = f"pluglog-spark-{query_id}"
+        wait_for(
+            lambda: batches_done(broker.bootstrap, prefix, target) == {0: 2, 1: 2, 2: 1},
+            60,
+            "partitions 0 and 1 to commit batch 1",
+        )
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(60)
-    # Killed mid-batch: Spark planned batch 1 but never recorded it as done.
+    # Killed mid-batch: Spark planned batch 1 but never recorded it as done;
+    # partitions 0 and 1 had committed it, the hung partition 2 had not.
     assert (checkpoint / "offsets" / "1").exists()
     assert not (checkpoint / "commits" / "1").exists()
+    assert batches_done(broker.bootstrap, prefix, target) == {0: 2, 1: 2, 2: 1}
 
     # Restarted from the checkpoint by another driver: this test's session.
     query = driver.start_query(spark, broker.bootstrap, source, target, checkpoint)
