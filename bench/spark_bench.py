@@ -9,8 +9,10 @@ measures, on one local[2] SparkSession:
 * batch read: ``spark.read.format("pluglog")`` of N records in 2 partitions
   into the ``noop`` sink (twice: the first run includes Python worker start);
 * stream read: ``readStream`` with ``Trigger.AvailableNow`` into ``noop``;
-* batch write: N DataFrame rows ``write.format("pluglog")``;
-* stream write: ``readStream`` of the topic -> ``writeStream.format("pluglog")``.
+* batch write: N DataFrame rows ``write.format("pluglog")``, with
+  ``exactlyOnce`` (one transaction per task, the default) and without;
+* stream write: ``readStream`` of the topic -> ``writeStream.format("pluglog")``,
+  both ways; then a read_committed batch read of the batch-written topic.
 
 Usage: ``python3 bench/spark_bench.py [--records 1000000] [--value-size 100]``
 (needs pyspark 4.x, pyarrow, confluent-kafka, Java 17 and pluglog-spark).
@@ -34,12 +36,25 @@ from pluglog.client.blocking import BlockingClient  # noqa: E402
 from pluglog.protocol.records import Record, build_batch, iter_batches  # noqa: E402
 from tests.broker_process import BrokerProcess  # noqa: E402
 
+BROKER_PID = None  # set by main(): timed() then adds the broker's CPU per row
+
+
+def cpu_seconds(pid):
+    """utime + stime of process ``pid`` from /proc (Linux)."""
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
 
 def timed(label, rows, function):
+    cpu = cpu_seconds(BROKER_PID) if BROKER_PID else None
     start = time.perf_counter()
     function()
     took = time.perf_counter() - start
-    print(f"{label:<44} {rows:>9,} rows {took:7.2f} s {rows / took:>11,.0f} rows/s", flush=True)
+    line = f"{label:<44} {rows:>9,} rows {took:7.2f} s {rows / took:>11,.0f} rows/s"
+    if cpu is not None:
+        line += f"  broker {(cpu_seconds(BROKER_PID) - cpu) / rows * 1e6:.2f} µs CPU/row"
+    print(line, flush=True)
     return rows / took
 
 
@@ -149,7 +164,7 @@ def bench_spark(bootstrap, count, value_size, scratch):
     timed("spark batch read -> noop (first run)", count, batch_read)
     timed("spark batch read -> noop", count, batch_read)
 
-    def stream(target_format, checkpoint, topic=None):
+    def stream(target_format, checkpoint, topic=None, exactly_once="true"):
         writer = (
             spark.readStream.format("pluglog")
             .option("kafka.bootstrap.servers", bootstrap)
@@ -162,30 +177,64 @@ def bench_spark(bootstrap, count, value_size, scratch):
             .trigger(availableNow=True)
         )
         if topic:
-            writer = writer.option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+            writer = (
+                writer.option("kafka.bootstrap.servers", bootstrap)
+                .option("topic", topic)
+                .option("exactlyOnce", exactly_once)
+            )
         query = writer.start()
         query.awaitTermination()
         assert query.exception() is None, query.exception()
 
     timed("spark stream read (availableNow) -> noop", count, lambda: stream("noop", "c1"))
 
-    def batch_write():
+    def batch_write(exactly_once="true", rows=count):
         (
-            spark.range(count)
+            spark.range(rows)
             .selectExpr(f"repeat('v', {value_size}) AS value", "cast(id AS string) AS key")
             .write.format("pluglog")
             .option("kafka.bootstrap.servers", bootstrap)
             .option("topic", "written")
+            .option("exactlyOnce", exactly_once)
             .mode("append")
             .save()
         )
 
-    timed("spark batch write (range -> pluglog)", count, batch_write)
+    # Both write modes in the same run, after an untimed warm-up write (the
+    # writers' first Python workers and the topic), in alternating order:
+    # one transaction per task (the default) against the idempotent producer.
+    batch_write("false", 10_000)
+    for mode in ("true", "false", "false", "true"):
+        timed(
+            f"spark batch write (range -> pluglog), exactlyOnce={mode}",
+            count,
+            lambda mode=mode: batch_write(mode),
+        )
     timed(
-        "spark stream write (pluglog -> pluglog)",
+        "spark stream write (pluglog -> pluglog), exactlyOnce=true",
         count,
         lambda: stream("pluglog", "c2", topic="stream-written"),
     )
+    timed(
+        "spark stream write (pluglog -> pluglog), exactlyOnce=false",
+        count,
+        lambda: stream("pluglog", "c3", topic="stream-written-2", exactly_once="false"),
+    )
+
+    def committed_read():
+        (
+            spark.read.format("pluglog")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", "written")
+            .option("isolationLevel", "read_committed")
+            .load()
+            .write.format("noop")
+            .mode("overwrite")
+            .save()
+        )
+
+    # "written" holds 4 * count rows (+ the warm-up), half of them in transactions.
+    timed("spark batch read, isolationLevel=read_committed -> noop", 4 * count, committed_read)
     spark.stop()
 
 
@@ -199,6 +248,8 @@ def main():
         broker = BrokerProcess(
             os.path.join(scratch, "data"), settings={"num.partitions": "2"}
         ).start()
+        global BROKER_PID
+        BROKER_PID = broker.proc.pid
         try:
             print(
                 f"broker {broker.bootstrap}; {args.records:,} records of "

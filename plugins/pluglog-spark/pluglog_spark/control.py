@@ -36,8 +36,12 @@ class ClusterView:
     spreads leaders over its brokers; a stale leader is retried after a
     metadata refresh)."""
 
-    def __init__(self, bootstrap, timeout=30.0, connect_retries=20):
+    def __init__(self, bootstrap, timeout=30.0, connect_retries=20, read_committed=False):
         self.bootstrap = [s.strip() for s in bootstrap.split(",") if s.strip()]
+        #: "latest" is the last stable offset (LSO) for read_committed readers:
+        #: records past it may still be aborted, and a read_committed consumer
+        #: cannot reach them yet (Spark's Kafka source does the same).
+        self.isolation_level = 1 if read_committed else 0
         self.timeout = timeout
         self.connect_retries = connect_retries
         self._client = None
@@ -140,7 +144,8 @@ class ClusterView:
     def list_offsets(self, timestamps):
         """``{(topic, partition): ts}`` -> ``{(topic, partition): offset}``.
 
-        ``ts`` is -2 (earliest), -1 (latest, i.e. the high watermark) or a
+        ``ts`` is -2 (earliest), -1 (latest: the high watermark, or the LSO
+        for read_committed) or a
         time in ms; a time after the last record gives -1.
         """
         out = {}
@@ -179,7 +184,7 @@ class ClusterView:
             by_topic.setdefault(topic, []).append({"partition_index": partition, "timestamp": ts})
         body = {
             "replica_id": -1,
-            "isolation_level": 0,
+            "isolation_level": self.isolation_level,
             "topics": [{"name": t, "partitions": ps} for t, ps in sorted(by_topic.items())],
         }
         resp = self._request(codec.LIST_OFFSETS, 5, body, node)

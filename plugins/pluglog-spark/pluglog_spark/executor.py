@@ -207,16 +207,10 @@ def _column(batch, name):
     return batch.column(index).to_pylist()
 
 
-def write_batches(bootstrap, extra_config, batches, default_topic):
-    """Produce every row of the Arrow ``batches``; return the number written.
-
-    Raises when any record was not acknowledged, so Spark fails (and retries)
-    the task instead of losing rows silently.
-    """
-    import confluent_kafka as ck
-
-    producer = ck.Producer(producer_config(bootstrap, extra_config))
-    errors = []
+def produce_rows(producer, batches, default_topic, errors):
+    """Hand every row of the Arrow ``batches`` to ``producer``; return the
+    number of rows. Delivery errors land in ``errors``; producing stops at
+    the first one."""
 
     def delivered(err, _msg):
         if err is not None:
@@ -259,6 +253,20 @@ def write_batches(bootstrap, extra_config, batches, default_topic):
         producer.poll(0)
         if errors:
             break
+    return rows
+
+
+def write_batches(bootstrap, extra_config, batches, default_topic):
+    """Produce every row of the Arrow ``batches``; return the number written.
+
+    Raises when any record was not acknowledged, so Spark fails (and retries)
+    the task instead of losing rows silently.
+    """
+    import confluent_kafka as ck
+
+    producer = ck.Producer(producer_config(bootstrap, extra_config))
+    errors = []
+    rows = produce_rows(producer, batches, default_topic, errors)
     remaining = producer.flush(120)
     if errors:
         raise RuntimeError(f"pluglog: {len(errors)} records were not written: {errors[0]}")

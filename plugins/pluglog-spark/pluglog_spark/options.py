@@ -5,8 +5,10 @@ knowledge carry over: ``kafka.bootstrap.servers`` (or ``bootstrap.servers``),
 ``subscribe`` / ``subscribePattern`` / ``assign``, ``startingOffsets`` /
 ``endingOffsets`` ("earliest", "latest" or JSON per partition),
 ``startingTimestamp`` / ``startingOffsetsByTimestamp``,
-``maxOffsetsPerTrigger``, ``minPartitions``, ``failOnDataLoss`` and ``topic``
-for writes. Other ``kafka.``-prefixed options pass through to librdkafka.
+``maxOffsetsPerTrigger``, ``minPartitions``, ``failOnDataLoss``,
+``isolationLevel`` (also as ``kafka.isolation.level``), and for writes
+``topic``, ``exactlyOnce`` and ``transactionalIdPrefix``. Other
+``kafka.``-prefixed options pass through to librdkafka.
 
 Spark hands options over case-insensitively, so every key is lower-cased
 here first. Errors are :class:`OptionError` (a ValueError) naming the option
@@ -19,6 +21,9 @@ from dataclasses import dataclass, field
 
 EARLIEST = -2
 LATEST = -1
+DEFAULT_TXN_PREFIX = "pluglog-spark"
+_TXN_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,100}")
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 
 class OptionError(ValueError):
@@ -41,12 +46,14 @@ def _int(opts, key, minimum=None):
     return value
 
 
-def _bool(opts, key, default):
+def _bool(opts, name, default):
+    """``name`` as documented (camelCase); Spark hands it over lower-cased."""
+    key = name.lower()
     if key not in opts:
         return default
     value = opts[key].strip().lower()
     if value not in ("true", "false"):
-        raise OptionError(f"option {key}: expected true or false, got {opts[key]!r}")
+        raise OptionError(f"option {name}: expected true or false, got {opts[key]!r}")
     return value == "true"
 
 
@@ -105,6 +112,7 @@ class SourceOptions:
     min_partitions: int | None = None
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = 120000
+    isolation_level: str = "read_uncommitted"
     kafka: dict = field(default_factory=dict)
     value_format: str = "binary"
     schema_registry_url: str | None = None
@@ -181,11 +189,34 @@ class SourceOptions:
             ending=ending,
             max_offsets_per_trigger=max_rows,
             min_partitions=_int(opts, "minpartitions", minimum=1),
-            fail_on_data_loss=_bool(opts, "failondataloss", True),
+            fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
             poll_timeout_ms=_int(opts, "kafkaconsumer.polltimeoutms", minimum=1) or 120000,
+            isolation_level=isolation_of(opts),
             kafka=kafka_config(opts),
             **value_format_options(opts, subscribe),
         )
+
+
+def isolation_of(opts):
+    """``isolationLevel`` (or Spark's ``kafka.isolation.level``): read_uncommitted
+    (the default, as in Spark's Kafka source) or read_committed."""
+    given = {
+        key: opts[key].strip().lower()
+        for key in ("isolationlevel", "kafka.isolation.level")
+        if key in opts
+    }
+    for key, value in given.items():
+        if value not in ISOLATION_LEVELS:
+            name = "isolationLevel" if key == "isolationlevel" else key
+            raise OptionError(
+                f"option {name}: expected read_uncommitted or read_committed, got {opts[key]!r}"
+            )
+    if len(set(given.values())) > 1:
+        raise OptionError(
+            "options isolationLevel and kafka.isolation.level disagree: "
+            f"{opts['isolationlevel']!r} and {opts['kafka.isolation.level']!r}"
+        )
+    return next(iter(given.values()), "read_uncommitted")
 
 
 def _bound(opts, key, default):
@@ -208,6 +239,8 @@ class SinkOptions:
     value_format: str = "binary"
     schema_registry_url: str | None = None
     value_subject: str | None = None
+    exactly_once: bool = True
+    transactional_id_prefix: str = DEFAULT_TXN_PREFIX
 
     @classmethod
     def parse(cls, options):
@@ -215,11 +248,25 @@ class SinkOptions:
         commit_log = opts.get("commitlog")
         if not commit_log and opts.get("checkpointlocation"):
             commit_log = opts["checkpointlocation"].rstrip("/") + "/pluglog-commits"
+        exactly_once = _bool(opts, "exactlyOnce", True)
+        if "kafka.transactional.id" in opts:
+            raise OptionError(
+                "option kafka.transactional.id: the writer derives one per task; "
+                "set transactionalIdPrefix instead"
+            )
+        prefix = opts.get("transactionalidprefix", DEFAULT_TXN_PREFIX).strip()
+        if not _TXN_PREFIX.fullmatch(prefix):
+            raise OptionError(
+                "option transactionalIdPrefix: expected 1-100 letters, digits, '.', '_' "
+                f"or '-', got {opts.get('transactionalidprefix')!r}"
+            )
         return cls(
             bootstrap=bootstrap_of(opts),
             topic=opts.get("topic") or None,
             commit_log=commit_log,
             kafka=kafka_config(opts),
+            exactly_once=exactly_once,
+            transactional_id_prefix=prefix,
             **value_format_options(opts, (opts["topic"],) if opts.get("topic") else ()),
         )
 

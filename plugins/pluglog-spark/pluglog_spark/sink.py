@@ -2,27 +2,33 @@
 
 Rows map to records like Spark's Kafka sink: ``value`` (binary or string),
 optional ``key``, ``topic`` (or the ``topic`` option), ``partition`` and
-``headers``; other columns are ignored. Each task produces its rows with
-confluent-kafka (acks=all, idempotent producer) and fails if any record is not
-acknowledged, so a failed task is retried by Spark: at-least-once.
+``headers``; other columns are ignored. With ``exactlyOnce`` (the default)
+each task writes its rows in one Kafka transaction keyed by the query (or
+write) and the partition, with the batch id recorded inside it
+(:mod:`pluglog_spark.transactional`), so a retried or speculative attempt and
+a replayed micro-batch do not duplicate rows for read_committed readers.
+Without it each task produces with the idempotent producer and a failed task
+is retried by Spark: at-least-once.
 
-Streaming writes skip micro-batches that were already committed. Spark can
-run a batch id twice: when the driver dies after the sink committed batch N
-but before Spark wrote ``commits/N`` in the checkpoint, the restarted query
-replays batch N with the same id and the same input. To make that replay a
-no-op, :meth:`PluglogStreamWriter.commit` (driver side, after every task of
-the batch succeeded) writes a marker file ``<commitLog>/<queryId>/<batchId>``.
-The commit log defaults to ``<checkpointLocation>/pluglog-commits`` so it
-lives and dies with the checkpoint. The writer loads the markers when Spark
-builds it at query start, before it is pickled to executors; each task reads
-its query id and batch id from Spark's task-local properties and, if the
-pair is marked, returns without producing. A batch that failed half way is
-not marked and is written again in full (at-least-once for that batch).
+Streaming writes also skip micro-batches that were already committed as a
+whole. Spark can run a batch id twice: when the driver dies after the sink
+committed batch N but before Spark wrote ``commits/N`` in the checkpoint,
+the restarted query replays batch N with the same id and the same input. To
+make that replay a no-op, :meth:`PluglogStreamWriter.commit` (driver side,
+after every task of the batch succeeded) writes a marker file
+``<commitLog>/<queryId>/<batchId>``. The commit log defaults to
+``<checkpointLocation>/pluglog-commits`` so it lives and dies with the
+checkpoint. The writer loads the markers when Spark builds it at query
+start, before it is pickled to executors; each task reads its query id and
+batch id from Spark's task-local properties and, if the pair is marked,
+returns without producing. docs/spark.rst ("Exactly-once writes") has the
+guarantee and its limits.
 """
 
 import json
 import logging
 import os
+import uuid
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import (
@@ -31,7 +37,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from pluglog_spark import executor
+from pluglog_spark import executor, transactional, worker_input
 from pluglog_spark.options import OptionError, SinkOptions, check_write_schema
 
 log = logging.getLogger("pluglog_spark")
@@ -122,8 +128,45 @@ def encode_batches(batches, avro):
         yield pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
 
 
+def _task_context():
+    from pyspark import TaskContext
+
+    return TaskContext.get()
+
+
+def write_task(opts, batches, write_key, batch_id):
+    """One write task: in a transaction keyed by ``write_key`` and the task's
+    partition id with exactlyOnce, else with the idempotent producer.
+    Returns ``(rows, skipped)``."""
+    if not opts.exactly_once:
+        return executor.write_batches(opts.bootstrap, opts.kafka, batches, opts.topic), False
+    context = _task_context()
+    partition_id = context.partitionId() if context else 0
+    txn_id = transactional.transactional_id(opts.transactional_id_prefix, write_key, partition_id)
+    return transactional.write_transaction(
+        opts.bootstrap,
+        opts.kafka,
+        batches,
+        opts.topic,
+        txn_id,
+        batch_id,
+        cut_off=_cut_off_or_warn,
+    )
+
+
+def _cut_off_or_warn():
+    cut = worker_input.input_cut_off()
+    if cut is None:
+        log.warning(
+            "pluglog: cannot tell whether Spark cut this task's input off (unknown PySpark "
+            "worker); committing: a failure upstream of the write could commit part of it"
+        )
+    return bool(cut)
+
+
 class PluglogWriter(DataSourceArrowWriter):
-    """Batch write: every task produces its rows; at-least-once on task retry."""
+    """Batch write: one transaction per task (exactlyOnce), keyed by a write id
+    the driver draws once, so retried and speculative attempts fence each other."""
 
     def __init__(self, options, schema, overwrite):
         if overwrite:
@@ -131,12 +174,13 @@ class PluglogWriter(DataSourceArrowWriter):
         self.opts = SinkOptions.parse(options)
         check_write_schema(schema, self.opts.topic, self.opts.value_format)
         self.avro = avro_columns(self.opts)
+        # Built on the driver once per df.write and pickled to every task attempt.
+        self.write_key = uuid.uuid4().hex
 
     def write(self, iterator):
-        opts = self.opts
         batches = encode_batches(iterator, self.avro)
-        rows = executor.write_batches(opts.bootstrap, opts.kafka, batches, opts.topic)
-        return WriteResult(rows)
+        rows, skipped = write_task(self.opts, batches, self.write_key, 0)
+        return WriteResult(rows, skipped=skipped)
 
     def commit(self, messages):
         rows = sum(m.rows for m in messages if m is not None)
@@ -144,7 +188,15 @@ class PluglogWriter(DataSourceArrowWriter):
 
     def abort(self, messages):
         rows = sum(m.rows for m in messages if m is not None)
-        log.warning("pluglog: batch write aborted; %d rows were already produced", rows)
+        if self.opts.exactly_once:
+            log.warning(
+                "pluglog: batch write %s aborted; %d rows of the tasks that succeeded are "
+                "committed and stay in the topic (one transaction per task)",
+                self.write_key,
+                rows,
+            )
+        else:
+            log.warning("pluglog: batch write aborted; %d rows were already produced", rows)
 
 
 class PluglogStreamWriter(DataSourceStreamArrowWriter):
@@ -155,38 +207,44 @@ class PluglogStreamWriter(DataSourceStreamArrowWriter):
         check_write_schema(schema, self.opts.topic, self.opts.value_format)
         self.avro = avro_columns(self.opts)
         self.commit_log = CommitLog(self.opts.commit_log) if self.opts.commit_log else None
-        if self.commit_log is None:
+        if self.commit_log is None and not self.opts.exactly_once:
             log.warning(
                 "pluglog: no checkpointLocation or commitLog option: a replayed "
                 "micro-batch will be written again (at-least-once)"
             )
         self.committed = self.commit_log.load() if self.commit_log else {}
+        self.fallback_key = uuid.uuid4().hex
 
     def write(self, iterator):
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
+        context = _task_context()
         query_id = context.getLocalProperty(QUERY_ID_PROPERTY) if context else None
         batch_id = context.getLocalProperty(BATCH_ID_PROPERTY) if context else None
-        if query_id and batch_id is not None and int(batch_id) in self.committed.get(query_id, ()):
+        batch_id = int(batch_id) if batch_id is not None else 0
+        if query_id and batch_id in self.committed.get(query_id, ()):
             return WriteResult(0, query_id, skipped=True)
-        opts = self.opts
         batches = encode_batches(iterator, self.avro)
-        rows = executor.write_batches(opts.bootstrap, opts.kafka, batches, opts.topic)
-        return WriteResult(rows, query_id)
+        rows, skipped = write_task(self.opts, batches, query_id or self.fallback_key, batch_id)
+        return WriteResult(rows, query_id, skipped=skipped)
 
     def commit(self, messages, batch_id):
         messages = [m for m in messages if m is not None]
         rows = sum(m.rows for m in messages)
         if messages and all(m.skipped for m in messages):
             log.info("pluglog: micro-batch %d was committed before; not written again", batch_id)
-            return
         query_ids = {m.query_id for m in messages if m.query_id}
         if self.commit_log is not None and len(query_ids) == 1:
             self.commit_log.mark(query_ids.pop(), batch_id, {"batchId": batch_id, "rows": rows})
 
     def abort(self, messages, batch_id):
         rows = sum(m.rows for m in messages if m is not None)
+        if self.opts.exactly_once:
+            log.warning(
+                "pluglog: micro-batch %d aborted; %d rows of the tasks that succeeded are "
+                "committed and are not written again when Spark retries the batch",
+                batch_id,
+                rows,
+            )
+            return
         log.warning(
             "pluglog: micro-batch %d aborted after %d rows were produced; Spark will "
             "retry it (at-least-once for this batch)",

@@ -68,7 +68,10 @@ class _Planner:
     @property
     def cluster(self):
         if self._cluster is None:
-            self._cluster = ClusterView(self.opts.bootstrap)
+            self._cluster = ClusterView(
+                self.opts.bootstrap,
+                read_committed=self.opts.isolation_level == "read_committed",
+            )
         return self._cluster
 
     def __getstate__(self):
@@ -141,7 +144,7 @@ class _Planner:
         opts = self.opts
         batches = executor.read_range(
             opts.bootstrap,
-            opts.kafka,
+            {**opts.kafka, "isolation.level": opts.isolation_level},
             partition.topic,
             partition.partition,
             partition.start,

@@ -14,8 +14,16 @@ import pytest
 ROOT = os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 )
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+PLUGIN = os.path.join(ROOT, "plugins", "pluglog-spark")
+# This checkout's pluglog_spark, not an installed (editable) copy elsewhere,
+# in this process, in Spark's Python workers and in child drivers alike.
+for path in (PLUGIN, ROOT):
+    if path in sys.path:
+        sys.path.remove(path)
+    sys.path.insert(0, path)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [PLUGIN, ROOT, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+)
 
 from tests.broker_process import BrokerProcess  # noqa: E402
 
@@ -24,7 +32,9 @@ from tests.broker_process import BrokerProcess  # noqa: E402
 def spark():
     from pluglog_spark import local_session
 
-    session = local_session(app_name="pluglog-spark-tests")
+    # local[2,2]: two threads, and a failed task is retried once as on a
+    # cluster (plain local[N] never retries), which the exactly-once tests need.
+    session = local_session(master="local[2,2]", app_name="pluglog-spark-tests")
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -69,7 +69,7 @@ def produce(bootstrap, topic, records, partitions):
     assert not failures, failures[:3]
 
 
-def consume_all(bootstrap, topic, partitions):
+def consume_all(bootstrap, topic, partitions, isolation="read_committed"):
     """Every record of ``topic`` as (partition, offset, key, value, headers)."""
     consumer = confluent_kafka.Consumer(
         {
@@ -78,6 +78,7 @@ def consume_all(bootstrap, topic, partitions):
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
+            "isolation.level": isolation,
         }
     )
     consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(partitions)])

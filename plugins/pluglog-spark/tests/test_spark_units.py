@@ -65,6 +65,36 @@ def test_bad_source_options_are_named(options, streaming, message):
         SourceOptions.parse(options, streaming)
 
 
+def test_isolation_level_option_and_its_spark_alias():
+    parse = SourceOptions.parse
+    assert parse({**BOOT, "subscribe": "a"}, False).isolation_level == "read_uncommitted"
+    assert (
+        parse(
+            {**BOOT, "subscribe": "a", "isolationLevel": "READ_COMMITTED"}, False
+        ).isolation_level
+        == "read_committed"
+    )
+    spark_style = {**BOOT, "subscribe": "a", "kafka.isolation.level": "read_committed"}
+    assert parse(spark_style, True).isolation_level == "read_committed"
+    with pytest.raises(OptionError, match="isolationLevel: expected read_uncommitted or"):
+        parse({**BOOT, "subscribe": "a", "isolationLevel": "committed"}, False)
+    with pytest.raises(OptionError, match="disagree"):
+        parse({**spark_style, "isolationLevel": "read_uncommitted"}, False)
+
+
+def test_exactly_once_options():
+    opts = SinkOptions.parse({**BOOT, "topic": "t"})
+    assert (opts.exactly_once, opts.transactional_id_prefix) == (True, "pluglog-spark")
+    opts = SinkOptions.parse({**BOOT, "exactlyOnce": "false", "transactionalIdPrefix": "etl.a"})
+    assert (opts.exactly_once, opts.transactional_id_prefix) == (False, "etl.a")
+    with pytest.raises(OptionError, match="exactlyOnce: expected true or false, got 'yes'"):
+        SinkOptions.parse({**BOOT, "exactlyOnce": "yes"})
+    with pytest.raises(OptionError, match="transactionalIdPrefix: .*got 'a b'"):
+        SinkOptions.parse({**BOOT, "transactionalIdPrefix": "a b"})
+    with pytest.raises(OptionError, match="kafka.transactional.id: the writer derives one"):
+        SinkOptions.parse({**BOOT, "kafka.transactional.id": "mine"})
+
+
 def test_sink_options_default_commit_log_under_checkpoint():
     opts = SinkOptions.parse({**BOOT, "checkpointLocation": "/tmp/ck/", "topic": "t"})
     assert opts.commit_log == "/tmp/ck/pluglog-commits"
