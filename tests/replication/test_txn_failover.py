@@ -25,6 +25,7 @@ from tests.chaos import create_topic
 pytestmark = pytest.mark.cluster
 
 TXN_PARTITIONS = 3
+TXN_TIMEOUT_S = 10  # bench/txn_crash.py's transaction.timeout.ms
 SETTINGS = {
     "transaction.state.log.num.partitions": str(TXN_PARTITIONS),
     "transaction.state.log.replication.factor": "3",
@@ -43,7 +44,31 @@ class NodeKiller:
 
     def kill(self):
         self.killed = self.cluster.leader(self.topic, self.index)
+        self.killed_at = time.monotonic()
         self.cluster.kill(self.killed)
+
+
+def describe(cluster, coordinator):
+    """``ctp-0``'s state on its coordinator now, or None while there is none."""
+    try:
+        node = cluster.leader(*coordinator)
+        host, port = cluster.brokers[node].bootstrap.split(":")
+        with BlockingClient(host, int(port), timeout=5) as client:
+            out = client.request(codec.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": ["ctp-0"]})
+    except Exception:  # no leader yet, a broker going down: ask again
+        return None
+    (state,) = out["transaction_states"]
+    return state["transaction_state"] if state["error_code"] == 0 else None
+
+
+def wait_until_ended(cluster, coordinator, timeout=60):
+    """When ``ctp-0`` has no transaction open or prepared (time.monotonic())."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if describe(cluster, coordinator) in ("Empty", "CompleteCommit", "CompleteAbort"):
+            return time.monotonic()
+        time.sleep(0.2)
+    raise AssertionError(f"ctp-0 still {describe(cluster, coordinator)} after {timeout} s")
 
 
 def test_exactly_once_through_coordinator_and_leader_kills(cluster):
@@ -58,6 +83,15 @@ def test_exactly_once_through_coordinator_and_leader_kills(cluster):
         killer = NodeKiller(c, topic, index)
         commits, _drained = transform_round(c.bootstrap, deadline, (2, "mid", killer))
         assert killer.killed is not None, f"the round ended after {commits} commit(s)"
+        # The transaction the kill hit ends (committed by the client against
+        # the new leaders, or aborted on its timeout) within
+        # transaction.timeout.ms of the failure, plus the coordinator's
+        # failover (two ZooKeeper sessions) and one timeout check.
+        ended = wait_until_ended(c, coordinator)
+        print(
+            f"\n{topic}-{index} leader killed: transaction ended {ended - killer.killed_at:.1f} s later"
+        )
+        assert took < TXN_TIMEOUT_S + 8 + 0.5, took
         c.restart(killer.killed)
         c.wait_for_isr("out", 3, 3, timeout=60)
     drained = False
