@@ -88,9 +88,8 @@ def test_exactly_once_through_coordinator_and_leader_kills(cluster):
         # transaction.timeout.ms of the failure, plus the coordinator's
         # failover (two ZooKeeper sessions) and one timeout check.
         ended = wait_until_ended(c, coordinator)
-        print(
-            f"\n{topic}-{index} leader killed: transaction ended {ended - killer.killed_at:.1f} s later"
-        )
+        took = ended - killer.killed_at
+        print(f"\n{topic}-{index} leader killed: the transaction ended {took:.1f} s later")
         assert took < TXN_TIMEOUT_S + 8 + 0.5, took
         c.restart(killer.killed)
         c.wait_for_isr("out", 3, 3, timeout=60)
