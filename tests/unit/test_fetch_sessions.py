@@ -179,3 +179,49 @@ def test_rotation_keeps_a_byte_limited_session_fair():
     read(ctx, {("t", 0): answer(0, records=b"xxxx")})
     ctx = cache.context(request(sid, 2, {}), 11, 2)
     assert [w["partition"] for w in ctx.request["topics"][0]["partitions"]] == [1, 2, 3, 0]
+
+
+def test_follower_client_and_cache_agree():
+    from pluglog.replication.fetch_session import FetchSessionClient
+
+    cache = FetchSessionCache(10)
+    client = FetchSessionClient()
+
+    def exchange(offsets, answers=None, version=11):
+        wanted = {("t", i): want(i, offset=o) for i, o in offsets.items()}
+        sid, epoch, topics, forgotten = client.build(wanted)
+        req = {
+            "replica_id": 1,
+            "max_bytes": 1 << 20,
+            "session_id": sid,
+            "session_epoch": epoch,
+            "topics": topics,
+            "forgotten_topics_data": forgotten,
+        }
+        sent = sorted((t["topic"], w["partition"]) for t in topics for w in t["partitions"])
+        ctx = cache.context(req, version, 0)
+        if isinstance(ctx, int):
+            client.handle_response({"error_code": ctx, "session_id": 0, "responses": []})
+            return sent, None
+        session_id, out = read(ctx, answers or {})
+        client.handle_response({"error_code": 0, "session_id": session_id, "responses": out})
+        return sent, listed(out)
+
+    assert exchange({0: 0, 1: 0}) == ([("t", 0), ("t", 1)], [("t", 0), ("t", 1)])
+    assert client.session_id and client.epoch == 1
+    assert cache.sessions[client.session_id].privileged
+    # Idle: nothing listed either way.
+    assert exchange({0: 0, 1: 0}) == ([], [])
+    # Partition 0 moved on, 1 dropped, 2 added.
+    assert exchange({0: 5, 2: 0}) == ([("t", 0), ("t", 2)], [("t", 2)])
+    assert sorted(cache.sessions[client.session_id].entries) == [("t", 0), ("t", 2)]
+    # The leader lost the session (restart): one error, then a full fetch.
+    cache.sessions.clear()
+    assert exchange({0: 5, 2: 0}) == ([], None)
+    assert (client.session_id, client.epoch) == (0, 0)
+    assert exchange({0: 5, 2: 0}) == ([("t", 0), ("t", 2)], [("t", 0), ("t", 2)])
+    # A lost answer: the next fetch is full again and replaces the session.
+    old = client.session_id
+    client.request_failed()
+    assert exchange({0: 5, 2: 0})[0] == [("t", 0), ("t", 2)]
+    assert old not in cache.sessions and client.session_id in cache.sessions
