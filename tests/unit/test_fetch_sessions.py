@@ -57,7 +57,9 @@ def listed(topics):
 
 
 def new_session(cache, parts=3, replica_id=-1, now=0):
-    ctx = cache.context(request(0, 0, {"t": [want(i) for i in range(parts)]}, (), replica_id), 11, now)
+    ctx = cache.context(
+        request(0, 0, {"t": [want(i) for i in range(parts)]}, (), replica_id), 11, now
+    )
     assert isinstance(ctx, _Full)
     session_id, topics = read(ctx, {})
     assert len(listed(topics)) == parts  # a full answer lists everything

@@ -152,7 +152,12 @@ def _leader_throttle(broker, part, replica_id):
 def _response(session, topics, total):
     """The answer, through the fetch session's context: called once per answer."""
     session_id, topics = session.respond(topics, total)
-    return {"throttle_time_ms": 0, "error_code": NONE, "session_id": session_id, "responses": topics}
+    return {
+        "throttle_time_ms": 0,
+        "error_code": NONE,
+        "session_id": session_id,
+        "responses": topics,
+    }
 
 
 def handle_fetch(ctx, request):
