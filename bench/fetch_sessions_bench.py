@@ -20,7 +20,8 @@ per second and per Fetch request for idle (the Fetch count is the broker's
 ``pluglog_requests_total{api="Fetch"}`` from its ``/metrics``). The median
 of ``--runs`` runs is printed.
 
-Usage: ``python3 bench/fetch_sessions_bench.py [--partitions 10000] [--records 200000] [--runs 3]``.
+Usage: ``python3 bench/fetch_sessions_bench.py [--partitions 10000] [--records 200000]
+[--live 20000] [--runs 3]``.
 """
 
 import argparse
@@ -128,7 +129,9 @@ def run_mode(mode, args, work):
     try:
         loaded = load(broker, args.partitions, args.records)
         pid = broker.proc.pid
-        consumer = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
+        consumer = kafka.KafkaConsumer(
+            bootstrap_servers=broker.bootstrap, enable_auto_commit=False
+        )
         tps = [kafka.TopicPartition(TOPIC, p) for p in range(args.partitions)]
         consumer.assign(tps)
         consumer.seek_to_beginning(*tps)
@@ -175,7 +178,6 @@ def main():
     for phase in ("catch-up", "live", "idle"):
         for mode in MODES:
             rows = [r[phase] for r in results[mode]]
-            seconds = statistics.median(s for _n, s, _c in rows)
             if phase == "idle":
                 cpu = statistics.median(c / s for _n, s, c in rows)
                 rate = statistics.median(n / s for n, s, _c in rows)

@@ -78,7 +78,9 @@ class Broker:
         self.replicas = None
         self.quotas = ClientQuotas(config)
         #: incremental fetch sessions (KIP-227) of consumers and followers
-        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
+        self.fetch_sessions = FetchSessionCache(
+            config.max_incremental_fetch_session_cache_slots, config.fetch_max_bytes
+        )
         #: The built-in schema registry once the --http listener loaded it.
         self.schema_registry = None
         #: The built-in log cleaner once its service is made (its ``stats``

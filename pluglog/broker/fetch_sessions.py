@@ -192,10 +192,12 @@ class _Full:
 class _Incremental:
     """A known session at the right epoch: only what changed goes back."""
 
-    def __init__(self, session, request):
+    def __init__(self, session, request, max_bytes):
         self.session = session
         self.topics = session.topics
         self.request = dict(request, topics=session.topics)
+        #: the answer's byte limit (the request's, capped by fetch.max.bytes)
+        self.max_bytes = max_bytes
 
     def respond(self, topics, total):
         out = []
@@ -209,8 +211,7 @@ class _Incremental:
                         served.append(entry)
             if keep:
                 out.append({"topic": got_topic["topic"], "partitions": keep})
-        max_bytes = self.request.get("max_bytes", 0x7FFFFFFF)
-        if served and len(served) < len(self.session) and total * 2 >= max_bytes > 0:
+        if served and len(served) < len(self.session) and total * 2 >= self.max_bytes:
             # Near the response's byte limit: the partitions further on may
             # have been left out for lack of room.
             self.session.rotate(served)
@@ -220,8 +221,9 @@ class _Incremental:
 class FetchSessionCache:
     """The broker's sessions by id, bounded by ``slots``."""
 
-    def __init__(self, slots, eviction_ms=EVICTION_MS, rng=None):
+    def __init__(self, slots, fetch_max_bytes=0x7FFFFFFF, eviction_ms=EVICTION_MS, rng=None):
         self.slots = slots
+        self.fetch_max_bytes = fetch_max_bytes
         self.eviction_ms = eviction_ms
         self.sessions = {}
         #: sessions opened and evicted since start (metrics read them)
@@ -252,7 +254,10 @@ class FetchSessionCache:
         session.update(request["topics"], request.get("forgotten_topics_data", ()))
         session.epoch = next_epoch(epoch)
         session.last_used_ms = now_ms
-        return _Incremental(session, request)
+        max_bytes = request.get("max_bytes", 0x7FFFFFFF)
+        if max_bytes <= 0:
+            max_bytes = 0x7FFFFFFF
+        return _Incremental(session, request, min(max_bytes, self.fetch_max_bytes))
 
     def create(self, privileged, order, now_ms):
         """A new session over ``order``, or None when no slot can be had."""

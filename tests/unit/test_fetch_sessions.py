@@ -174,10 +174,9 @@ def test_eviction_stale_then_smaller_then_follower_priority():
 
 
 def test_rotation_keeps_a_byte_limited_session_fair():
-    cache = FetchSessionCache(10)
+    cache = FetchSessionCache(10, fetch_max_bytes=1 << 20)
     sid = new_session(cache, parts=4)
-    ctx = cache.context(request(sid, 1, {}), 11, 1)
-    ctx.request["max_bytes"] = 4
+    ctx = cache.context(dict(request(sid, 1, {}), max_bytes=4), 11, 1)
     read(ctx, {("t", 0): answer(0, records=b"xxxx")})
     ctx = cache.context(request(sid, 2, {}), 11, 2)
     assert [w["partition"] for w in ctx.request["topics"][0]["partitions"]] == [1, 2, 3, 0]
@@ -227,3 +226,15 @@ def test_follower_client_and_cache_agree():
     client.request_failed()
     assert exchange({0: 5, 2: 0})[0] == [("t", 0), ("t", 2)]
     assert old not in cache.sessions and client.session_id in cache.sessions
+
+
+def test_no_rotation_when_the_answer_was_far_from_its_limit():
+    cache = FetchSessionCache(10, fetch_max_bytes=10)  # caps the request's 1 MiB
+    sid = new_session(cache, parts=3)
+    ctx = cache.context(request(sid, 1, {}), 11, 1)
+    read(ctx, {("t", 0): answer(0, records=b"xx")})
+    ctx = cache.context(request(sid, 2, {}), 11, 2)
+    assert [w["partition"] for w in ctx.request["topics"][0]["partitions"]] == [0, 1, 2]
+    read(ctx, {("t", 0): answer(0, records=b"xxxxxx")})  # over half of fetch.max.bytes
+    ctx = cache.context(request(sid, 3, {}), 11, 3)
+    assert [w["partition"] for w in ctx.request["topics"][0]["partitions"]] == [1, 2, 0]
