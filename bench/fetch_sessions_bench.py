@@ -12,6 +12,11 @@ every partition:
   consumer reads them as they come;
 * ``idle``: the consumer polls for 5 s with nothing new.
 
+First, in process (no sockets, no client), the broker's work per Fetch of
+``--partitions`` partitions: decode, handler, encode, for a sessionless
+fetch of every partition and for incremental fetches (idle; 1 % of the
+partitions with a new batch). ``--in-process`` stops there.
+
 Modes: ``sessionless`` (``max.incremental.fetch.session.cache.slots=0``:
 every fetch lists and answers every partition, pluglog's behaviour before
 KIP-227) and ``sessions`` (the default). Modes alternate within each run.
@@ -161,6 +166,103 @@ def run_mode(mode, args, work):
     return out
 
 
+def in_process(partitions, rounds=20):
+    """The broker's work per Fetch, in process (no sockets, no client):
+    decoding the request, the handler, encoding the answer. A sessionless
+    fetch of every partition against an incremental one listing nothing
+    (idle) and one listing 1 % of the partitions, each with one new batch."""
+    import tempfile
+    from types import SimpleNamespace
+
+    from twisted.internet.task import Clock
+
+    from pluglog.broker.core import Broker
+    from pluglog.config import BrokerConfig
+    from pluglog.plugins import make_plugin_manager
+    from pluglog.registry import Registry
+    from pluglog.server.handlers.common import RequestContext
+    from pluglog.server.handlers.fetch import handle_fetch
+
+    work = tempfile.mkdtemp(prefix="pluglog-fsess-")
+    clock = Clock()
+    clock.advance(1_700_000_000)
+    config = BrokerConfig(data_dir=work, storage="memory", advertised_port=9092)
+    broker = Broker(config, Registry(make_plugin_manager(autoload=False)), clock)
+    broker.start()
+    broker.create_topic(TOPIC, partitions)
+    ctx = RequestContext(broker, SimpleNamespace(api_version=11), "bench")
+    batch = build_batch([Record(value=os.urandom(200)) for _ in range(10)], base_timestamp=1)
+    offsets = dict.fromkeys(range(partitions), 0)
+
+    def body(session_id, epoch, listed):
+        wants = [
+            {
+                "partition": p,
+                "current_leader_epoch": -1,
+                "fetch_offset": offsets[p],
+                "log_start_offset": -1,
+                "partition_max_bytes": 1 << 20,
+            }
+            for p in listed
+        ]
+        return {
+            "replica_id": -1,
+            "max_wait_ms": 0,
+            "min_bytes": 1,
+            "max_bytes": 1 << 26,
+            "isolation_level": 0,
+            "session_id": session_id,
+            "session_epoch": epoch,
+            "topics": [{"topic": TOPIC, "partitions": wants}] if wants else [],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        }
+
+    def one(request):
+        frame = memoryview(codec.encode_request(codec.FETCH, 11, 1, "bench", request))[4:]
+        t0 = time.perf_counter()
+        header = codec.parse_request_header(frame)
+        response = handle_fetch(ctx, codec.decode_request(header, frame))
+        b"".join(bytes(p) for p in codec.encode_response(codec.FETCH, 11, 1, response))
+        return time.perf_counter() - t0
+
+    changed = list(range(0, partitions, 100))
+
+    def append():
+        for p in changed:
+            broker.partitions[(TOPIC, p)].append(batch, broker.now_ms())
+
+    results = {}
+    times = []
+    for _ in range(rounds):
+        append()
+        times.append(one(body(0, -1, range(partitions))))
+        for p in changed:
+            offsets[p] += 10
+    results["sessionless, every partition"] = statistics.median(times)
+    session_id = handle_fetch(ctx, body(0, 0, range(partitions)))["session_id"]
+    epoch = 1
+    for label, listed, new_data in (
+        ("incremental, idle", (), False),
+        ("incremental, 1 % with data", changed, True),
+    ):
+        times = []
+        for _ in range(rounds):
+            if new_data:
+                append()
+            times.append(one(body(session_id, epoch, listed)))
+            epoch += 1
+            if new_data:
+                for p in changed:
+                    offsets[p] += 10
+        results[label] = statistics.median(times)
+    shutil.rmtree(work, ignore_errors=True)
+    for label, seconds in results.items():
+        print(
+            f"in process, {partitions} partitions, {label:30s} {seconds * 1000:7.2f} ms per fetch"
+        )
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--partitions", type=int, default=10000)
@@ -168,7 +270,11 @@ def main():
     parser.add_argument("--live", type=int, default=20000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--work", default="/tmp/pluglog-bench")
+    parser.add_argument("--in-process", action="store_true", help="only the in-process figures")
     args = parser.parse_args()
+    in_process(args.partitions)
+    if args.in_process:
+        return
     os.makedirs(args.work, exist_ok=True)
     results = {mode: [] for mode in MODES}
     for run in range(args.runs):
