@@ -96,3 +96,44 @@ def test_kafka_python_reads_many_partitions_through_a_session(metered):
     got = consume_confluent(broker.bootstrap, topic, PARTITIONS, len(out))
     assert by_partition(got) == by_partition(first + later)
     assert scrape(url)[("pluglog_fetch_sessions_created_total", ())] == created
+
+
+def test_kafka_python_pause_and_resume_forget_and_re_add_partitions(metered):
+    """Pausing partitions makes kafka-python forget them in its session
+    (forgotten_topics_data); records written to them meanwhile arrive only
+    after resume, when they are added back."""
+    broker, url = metered
+    topic = "paused"
+    create_topic(broker.bootstrap, topic, 20)
+    consumer = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
+    tps = [kafka.TopicPartition(topic, p) for p in range(20)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+
+    def read(expected, timeout=30):
+        out = []
+        deadline = time.monotonic() + timeout
+        while len(out) < expected and time.monotonic() < deadline:
+            for tp_records in consumer.poll(timeout_ms=300).values():
+                out.extend((m.partition, m.value) for m in tp_records)
+        return out
+
+    try:
+        first = [(p, None, f"a{p}".encode(), []) for p in range(20)]
+        produce_confluent(broker.bootstrap, topic, first)
+        assert sorted(read(20)) == sorted((p, v) for p, _k, v, _h in first)
+        consumer.pause(*tps[:10])
+        read(0, timeout=1)  # a fetch or two that forget the paused partitions
+        second = [(p, None, f"b{p}".encode(), []) for p in range(20)]
+        produce_confluent(broker.bootstrap, topic, second)
+        got = read(10)
+        assert sorted(got) == [(p, f"b{p}".encode()) for p in range(10, 20)]
+        assert read(1, timeout=2) == []  # nothing from the paused ones
+        found = scrape(url)
+        assert found[("pluglog_fetch_session_partitions", ())] == 10
+        consumer.resume(*tps[:10])
+        assert sorted(read(10)) == [(p, f"b{p}".encode()) for p in range(10)]
+        assert scrape(url)[("pluglog_fetch_session_partitions", ())] == 20
+        assert scrape(url)[("pluglog_fetch_sessions_created_total", ())] == 1
+    finally:
+        consumer.close()
