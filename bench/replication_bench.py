@@ -63,6 +63,16 @@ def produce(bootstrap, topic, n, acks, size=200):
     return n / elapsed
 
 
+def cluster_cpu(cluster):
+    """CPU seconds of all broker processes (/proc)."""
+    total = 0.0
+    for broker in cluster.brokers.values():
+        with open(f"/proc/{broker.proc.pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def dir_size(path):
     return sum(f.stat().st_size for f in Path(path).glob("*.log")) if Path(path).exists() else 0
 
@@ -101,23 +111,36 @@ def main():
     parser.add_argument("--n", type=int, default=200_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker setting, e.g. max.incremental.fetch.session.cache.slots=0 (no sessions)",
+    )
     args = parser.parse_args()
+    settings = dict(item.split("=", 1) for item in args.set)
     rates = {"rf1_acks1": [], "rf3_acksall": []}
+    cpus = {"rf1_acks1": [], "rf3_acksall": []}
     lags = []
     with tempfile.TemporaryDirectory(prefix="pluglog-repl-bench-") as tmp:
         root = Path(tmp)
         zk = ZooKeeperProcess(root / "zk").start()
-        cluster = Cluster(root, zk.connect_string("/bench")).start()
+        cluster = Cluster(root, zk.connect_string("/bench"), settings=settings).start()
         try:
             for run in range(args.runs):
                 rf1, rf3 = f"rf1-{run}", f"rf3-{run}"
                 create_topic(cluster.bootstrap, rf1, args.partitions, rf=1, min_isr=1)
                 create_topic(cluster.bootstrap, rf3, args.partitions, rf=3, min_isr=2)
                 cluster.wait_for_isr(rf3, args.partitions, 3)
+                c0 = cluster_cpu(cluster)
                 rates["rf1_acks1"].append(produce(cluster.bootstrap, rf1, args.n, "1"))
+                cpus["rf1_acks1"].append((cluster_cpu(cluster) - c0) / args.n)
                 sampler = LagSampler(cluster, rf3, args.partitions)
                 sampler.start()
+                c0 = cluster_cpu(cluster)
                 rates["rf3_acksall"].append(produce(cluster.bootstrap, rf3, args.n, "all"))
+                cpus["rf3_acksall"].append((cluster_cpu(cluster) - c0) / args.n)
                 sampler.stop()
                 lags.extend(sampler.samples)
                 print(
@@ -134,6 +157,9 @@ def main():
     print(f"RF=1 acks=1   median {rf1:,.0f} msgs/s ({rf1 * 200 / 1e6:.1f} MB/s)")
     print(f"RF=3 acks=all median {rf3:,.0f} msgs/s ({rf3 * 200 / 1e6:.1f} MB/s)")
     print(f"ratio RF=3/RF=1: {rf3 / rf1:.2f}")
+    for key, label in (("rf1_acks1", "RF=1 acks=1"), ("rf3_acksall", "RF=3 acks=all")):
+        per = statistics.median(cpus[key]) * 1e6
+        print(f"{label}: CPU of all three brokers {per:.2f} us per message (median)")
     if lags:
         print(
             "follower lag behind leader (bytes): "

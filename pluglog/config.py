@@ -135,6 +135,8 @@ class BrokerConfig:
     offsets_retention_minutes: int = 10080
     cluster_id: str = ""
     fetch_max_bytes: int = 57671680
+    #: Incremental fetch sessions (KIP-227) the broker keeps; 0 declines them.
+    max_incremental_fetch_session_cache_slots: int = 1000
     zookeeper_connect: str = ""
     zookeeper_session_timeout_ms: int = 18000
     #: How long start-up retries an unreachable ZooKeeper; 0 means the session timeout.

@@ -40,6 +40,10 @@ CONFIG_DOCS = {
     "offsets.retention.minutes": (_I, "Committed offsets of an empty group expire after this."),
     "cluster.id": (_S, "The cluster id reported in Metadata (generated when not set)."),
     "fetch.max.bytes": (_I, "Cap on the record bytes of one fetch response."),
+    "max.incremental.fetch.session.cache.slots": (
+        _I,
+        "Incremental fetch sessions (KIP-227) the broker keeps at once; 0 declines them.",
+    ),
     "zookeeper.connect": (_S, "HOST:PORT[,...][/chroot] of ZooKeeper; empty for a single node."),
     "zookeeper.session.timeout.ms": (_I, "ZooKeeper session timeout."),
     "zookeeper.connection.timeout.ms": (

@@ -260,6 +260,10 @@ BROKER_KEYS = {
     "offsets.retention.minutes": ("offsets_retention_minutes", int_parser(1)),
     "cluster.id": ("cluster_id", _string),
     "fetch.max.bytes": ("fetch_max_bytes", int_parser(0)),
+    "max.incremental.fetch.session.cache.slots": (
+        "max_incremental_fetch_session_cache_slots",
+        int_parser(0),
+    ),
     # Cluster (ZooKeeper coordinator and replication), Kafka's names and defaults.
     "zookeeper.connect": ("zookeeper_connect", _string),
     "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", int_parser(1000)),

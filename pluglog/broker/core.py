@@ -11,6 +11,7 @@ from twisted.logger import Logger
 
 from pluglog.broker import dynamic_config, limits
 from pluglog.broker.capabilities import StorageChecks
+from pluglog.broker.fetch_sessions import FetchSessionCache
 from pluglog.broker.partition import Partition
 from pluglog.broker.producer_ids import ProducerIdAllocator
 from pluglog.broker.quotas import ClientQuotas
@@ -76,6 +77,10 @@ class Broker:
         self._producer_ids = None
         self.replicas = None
         self.quotas = ClientQuotas(config)
+        #: incremental fetch sessions (KIP-227) of consumers and followers
+        self.fetch_sessions = FetchSessionCache(
+            config.max_incremental_fetch_session_cache_slots, config.fetch_max_bytes
+        )
         #: The built-in schema registry once the --http listener loaded it.
         self.schema_registry = None
         #: The built-in log cleaner once its service is made (its ``stats``

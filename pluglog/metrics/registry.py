@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 
 from pluglog.metrics.state import (
     CleanerCollector,
+    FetchSessionCollector,
     GroupCollector,
     PartitionCollector,
     ReplicationCollector,
@@ -25,6 +26,7 @@ def broker_registry(broker, metrics):
     registry.register(ReplicationCollector(broker))
     registry.register(GroupCollector(broker))
     registry.register(CleanerCollector(broker))
+    registry.register(FetchSessionCollector(broker))
     # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds, ...
     ProcessCollector(registry=registry)
     return registry

@@ -12,6 +12,8 @@ scrape reports is one consistent moment.
   their leader, as Kafka's), offline partitions (by the controller), offline
   local replicas, ISR shrinks and expands, the controller flag and the
   ZooKeeper session state.
+* :class:`FetchSessionCollector`: incremental fetch sessions (KIP-227) held,
+  opened and evicted.
 * :class:`GroupCollector`: committed offset and lag per group and partition
   for the groups this broker coordinates.
 """
@@ -201,3 +203,35 @@ class CleanerCollector:
             ),
         ):
             yield CounterMetricFamily(name, doc, value=stats.get(key, 0))
+
+
+class FetchSessionCollector:
+    """The incremental fetch session cache (Kafka's NumIncrementalFetchSessions)."""
+
+    def __init__(self, broker):
+        self.broker = broker
+
+    def collect(self):
+        cache = self.broker.fetch_sessions
+        privileged = sum(1 for s in cache.sessions.values() if s.privileged)
+        held = GaugeMetricFamily(
+            "pluglog_fetch_sessions",
+            "Incremental fetch sessions held, by kind (consumer or follower).",
+            labels=["kind"],
+        )
+        held.add_metric(["consumer"], len(cache) - privileged)
+        held.add_metric(["follower"], privileged)
+        yield held
+        yield GaugeMetricFamily(
+            "pluglog_fetch_session_partitions",
+            "Partitions in all incremental fetch sessions (NumIncrementalFetchPartitionsCached).",
+            value=sum(len(s) for s in cache.sessions.values()),
+        )
+        yield CounterMetricFamily(
+            "pluglog_fetch_sessions_created", "Fetch sessions opened.", value=cache.created
+        )
+        yield CounterMetricFamily(
+            "pluglog_fetch_sessions_evicted",
+            "Fetch sessions that lost their slot to a new one.",
+            value=cache.evicted,
+        )

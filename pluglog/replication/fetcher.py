@@ -8,7 +8,10 @@ then truncation to the smaller of the two end offsets for that epoch, as
 KIP-101/KIP-279 do), then fetches in a loop with ``replica_id`` = this
 broker's id and the partition's current leader epoch, appending what comes
 back unchanged (offsets and leader epochs kept) and following the leader's
-high watermark. The leader parks a caught-up fetch for
+high watermark. Fetches use an incremental fetch session (KIP-227,
+replication/fetch_session.py): after the first, only partitions whose
+offsets changed are listed, and only those with news come back. The leader
+parks a caught-up fetch for
 ``replica.fetch.wait.max.ms``; its next append answers it at once, so the
 loop costs nothing while idle and reacts within a round trip under load.
 
@@ -33,6 +36,7 @@ from pluglog.errors import (
 )
 from pluglog.replication import peer
 from pluglog.replication.epochs import UNDEFINED
+from pluglog.replication.fetch_session import FetchSessionClient
 
 log = Logger()
 
@@ -54,6 +58,8 @@ class LeaderFetcher:
         self.conn = None
         self.running = False
         self._address = None
+        #: the incremental fetch session with the leader (KIP-227)
+        self.session = FetchSessionClient()
 
     def add(self, part):
         key = (part.topic, part.index)
@@ -217,27 +223,42 @@ class LeaderFetcher:
             if not keys:
                 return False  # wait a backoff for the quota window to move on
         max_bytes = self.config.replica_fetch_max_bytes
-
-        def fields(part):
-            return {
+        wanted = {}
+        for key in keys:
+            part = self.partitions[key][0]
+            wanted[key] = {
+                "partition": key[1],
+                "current_leader_epoch": part.leader_epoch,
                 "fetch_offset": part.log.log_end_offset,
                 "log_start_offset": part.log.log_start_offset,
                 "partition_max_bytes": max_bytes,
             }
-
+        # KIP-227: only partitions whose state changed are listed.
+        session_id, epoch, topics, forgotten = self.session.build(wanted)
         body = {
             "replica_id": self.broker.node_id,
             "max_wait_ms": self.config.replica_fetch_wait_max_ms,
             "min_bytes": 1,
             "max_bytes": max(self.config.replica_fetch_max_bytes, 1 << 20) * 10,
             "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": self._topics(keys, fields),
-            "forgotten_topics_data": [],
+            "session_id": session_id,
+            "session_epoch": epoch,
+            "topics": topics,
+            "forgotten_topics_data": forgotten,
             "rack_id": "",
         }
-        response = yield conn.request(codec.FETCH, FETCH_VERSION, body)
+        try:
+            response = yield conn.request(codec.FETCH, FETCH_VERSION, body)
+        except Exception:
+            self.session.request_failed()
+            raise
+        if not self.session.handle_response(response):
+            log.info(
+                "fetch session with broker {id}: error {code}; fetching in full",
+                id=self.leader_id,
+                code=response["error_code"],
+            )
+            return True  # the next fetch, a full one, goes at once
         ok = True
         now = self.broker.now_ms()
         for topic in response["responses"]:

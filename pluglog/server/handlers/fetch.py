@@ -1,7 +1,9 @@
 """Fetch (with long polling), ListOffsets and OffsetForLeaderEpoch.
 
-Fetch is sessionless (SessionId 0 refuses incremental sessions) and answers
-every requested partition. Record data is returned as the storage's file
+Fetch v7+ keeps incremental fetch sessions (KIP-227,
+pluglog.broker.fetch_sessions): the session's context says which partitions
+to read and turns each answer into the response (all partitions for a full
+fetch, only the changed ones for an incremental one). Record data is returned as the storage's file
 range, untouched. Long polls: when the first pass has fewer than MinBytes,
 one waiter per partition and one timer per request are registered; the
 first append that brings the total to MinBytes, or MaxWaitMs, answers.
@@ -147,27 +149,43 @@ def _leader_throttle(broker, part, replica_id):
     return None
 
 
-def _response(topics):
-    return {"throttle_time_ms": 0, "error_code": NONE, "session_id": 0, "responses": topics}
+def _response(session, topics, total):
+    """The answer, through the fetch session's context: called once per answer."""
+    session_id, topics = session.respond(topics, total)
+    return {
+        "throttle_time_ms": 0,
+        "error_code": NONE,
+        "session_id": session_id,
+        "responses": topics,
+    }
 
 
 def handle_fetch(ctx, request):
     broker = ctx.broker
+    session = broker.fetch_sessions.context(request, ctx.version, broker.now_ms())
+    if isinstance(session, int):  # an unknown session id or a wrong epoch
+        return {"throttle_time_ms": 0, "error_code": session, "session_id": 0, "responses": []}
+    # An incremental fetch reads every partition of its session.
+    request = session.request
     topics, total = _read_all(broker, request)
     min_bytes = request["min_bytes"]
     max_wait = request["max_wait_ms"]
     has_error = any(p["error_code"] for t in topics for p in t["partitions"])
     if total >= min_bytes or max_wait <= 0 or has_error or total > 0 and min_bytes <= 1:
-        return _response(topics)
-    return _LongPoll(broker, request, max_wait).deferred
+        return _response(session, topics, total)
+    return _LongPoll(broker, session, max_wait).deferred
 
 
 class _LongPoll:
-    """A fetch parked until enough data arrives or MaxWaitMs passes."""
+    """A fetch parked until enough data arrives or MaxWaitMs passes.
 
-    def __init__(self, broker, request, max_wait_ms):
+    Re-reads are plain reads; only the pass that answers goes through the
+    session's context, so a session remembers what was actually sent."""
+
+    def __init__(self, broker, session, max_wait_ms):
         self.broker = broker
-        self.request = request
+        self.session = session
+        self.request = request = session.request
         self.deferred = defer.Deferred(self._cancel)
         self.partitions = []
         for topic in request["topics"]:
@@ -191,7 +209,7 @@ class _LongPoll:
         topics, total = _read_all(self.broker, self.request, first_pass=False)
         if total >= self.request["min_bytes"]:
             self._detach()
-            self.deferred.callback(_response(topics))
+            self.deferred.callback(_response(self.session, topics, total))
         else:
             part.add_waiter(self._wake)
 
@@ -199,8 +217,8 @@ class _LongPoll:
         if self.deferred.called:
             return
         self._detach()
-        topics, _total = _read_all(self.broker, self.request, first_pass=False)
-        self.deferred.callback(_response(topics))
+        topics, total = _read_all(self.broker, self.request, first_pass=False)
+        self.deferred.callback(_response(self.session, topics, total))
 
     def _cancel(self, _deferred):
         self._detach()

@@ -1,0 +1,306 @@
+"""One kafka-python consumer of a 10,000-partition topic, with and without fetch sessions.
+
+Per run and mode a fresh broker (tests/broker_process.py) gets a topic of
+``--partitions`` partitions and ``--records`` records of 200 B spread evenly
+(loaded with multi-partition Produce requests from pluglog's blocking
+client, so loading is cheap). Then one kafka-python consumer, assigned
+every partition:
+
+* ``catch-up``: reads everything from offset 0;
+* ``live``: while caught up, a producer thread writes ``--live`` more
+  records, one batch of 10 to a random partition every 2 ms, and the
+  consumer reads them as they come;
+* ``idle``: the consumer polls for 5 s with nothing new.
+
+First, in process (no sockets, no client), the broker's work per Fetch of
+``--partitions`` partitions: decode, handler, encode, for a sessionless
+fetch of every partition and for incremental fetches (idle; 1 % of the
+partitions with a new batch). ``--in-process`` stops there.
+
+Modes: ``sessionless`` (``max.incremental.fetch.session.cache.slots=0``:
+every fetch lists and answers every partition, pluglog's behaviour before
+KIP-227) and ``sessions`` (the default). Modes alternate within each run.
+Broker CPU comes from /proc/<pid>/stat; per message for catch-up and live,
+per second and per Fetch request for idle (the Fetch count is the broker's
+``pluglog_requests_total{api="Fetch"}`` from its ``/metrics``). The median
+of ``--runs`` runs is printed.
+
+Usage: ``python3 bench/fetch_sessions_bench.py [--partitions 10000] [--records 200000]
+[--live 20000] [--runs 3]``.
+"""
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import sys
+import threading
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from pluglog import protocol as codec  # noqa: E402
+from pluglog.client.blocking import BlockingClient  # noqa: E402
+from pluglog.protocol.records import Record, build_batch  # noqa: E402
+from tests.broker_process import BrokerProcess, free_port  # noqa: E402
+
+TOPIC = "many"
+MODES = {"sessionless": {"max.incremental.fetch.session.cache.slots": "0"}, "sessions": {}}
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def fetches(url):
+    """Fetch requests the broker has answered (its /metrics)."""
+    with urllib.request.urlopen(url, timeout=30) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith('pluglog_requests_total{api="Fetch"}'):
+                return float(line.split()[-1])
+    return 0.0
+
+
+def produce(client, batches):
+    """``batches``: [(partition, batch bytes)], sent 500 partitions per request."""
+    for start in range(0, len(batches), 500):
+        body = {
+            "transactional_id": None,
+            "acks": 1,
+            "timeout_ms": 30000,
+            "topic_data": [
+                {
+                    "name": TOPIC,
+                    "partition_data": [
+                        {"index": p, "records": b} for p, b in batches[start : start + 500]
+                    ],
+                }
+            ],
+        }
+        response = client.request(codec.PRODUCE, 8, body)
+        for part in response["responses"][0]["partition_responses"]:
+            if part["error_code"]:
+                raise RuntimeError(f"produce failed with error {part['error_code']}")
+
+
+def load(broker, partitions, records):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, partitions, 1)])[TOPIC].result(300)
+    per = max(1, records // partitions)
+    batch = build_batch([Record(value=os.urandom(200)) for _ in range(per)], base_timestamp=1)
+    with BlockingClient.from_bootstrap(broker.bootstrap, timeout=120) as client:
+        produce(client, [(p, batch) for p in range(partitions)])
+    return per * partitions
+
+
+def live_producer(broker, partitions, count, stop):
+    batch = build_batch([Record(value=os.urandom(200)) for _ in range(10)], base_timestamp=1)
+    rng = random.Random(1)
+    with BlockingClient.from_bootstrap(broker.bootstrap) as client:
+        for _ in range(count // 10):
+            if stop.is_set():
+                return
+            produce(client, [(rng.randrange(partitions), batch)])
+            time.sleep(0.002)
+
+
+def consume(consumer, expected, timeout=600):
+    got = 0
+    deadline = time.monotonic() + timeout
+    while got < expected and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=500, max_records=100000).values():
+            got += len(records)
+    return got
+
+
+def run_mode(mode, args, work):
+    import kafka
+
+    data = os.path.join(work, f"sessions-{mode}")
+    shutil.rmtree(data, ignore_errors=True)
+    http = free_port()
+    broker = BrokerProcess(
+        data, settings=MODES[mode], extra_args=["--http", f"tcp:{http}:interface=127.0.0.1"]
+    ).start(timeout=120)
+    url = f"http://127.0.0.1:{http}/metrics"
+    out = {}
+    try:
+        loaded = load(broker, args.partitions, args.records)
+        pid = broker.proc.pid
+        consumer = kafka.KafkaConsumer(
+            bootstrap_servers=broker.bootstrap, enable_auto_commit=False
+        )
+        tps = [kafka.TopicPartition(TOPIC, p) for p in range(args.partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        c0, t0 = cpu_seconds(pid), time.perf_counter()
+        got = consume(consumer, loaded)
+        out["catch-up"] = (got, time.perf_counter() - t0, cpu_seconds(pid) - c0)
+        stop = threading.Event()
+        producer = threading.Thread(
+            target=live_producer, args=(broker, args.partitions, args.live, stop)
+        )
+        c0, t0 = cpu_seconds(pid), time.perf_counter()
+        producer.start()
+        got = consume(consumer, args.live, timeout=300)
+        stop.set()
+        producer.join()
+        out["live"] = (got, time.perf_counter() - t0, cpu_seconds(pid) - c0)
+        f0, c0, t0 = fetches(url), cpu_seconds(pid), time.perf_counter()
+        while time.perf_counter() - t0 < 5:
+            consumer.poll(timeout_ms=500)
+        cpu, seconds = cpu_seconds(pid) - c0, time.perf_counter() - t0
+        # the scrape itself is not counted in the CPU: read after it
+        out["idle"] = (fetches(url) - f0, seconds, cpu)
+        consumer.close()
+    finally:
+        broker.stop()
+        shutil.rmtree(data, ignore_errors=True)
+    return out
+
+
+def in_process(partitions, rounds=20):
+    """The broker's work per Fetch, in process (no sockets, no client):
+    decoding the request, the handler, encoding the answer. A sessionless
+    fetch of every partition against an incremental one listing nothing
+    (idle) and one listing 1 % of the partitions, each with one new batch."""
+    import tempfile
+    from types import SimpleNamespace
+
+    from twisted.internet.task import Clock
+
+    from pluglog.broker.core import Broker
+    from pluglog.config import BrokerConfig
+    from pluglog.plugins import make_plugin_manager
+    from pluglog.registry import Registry
+    from pluglog.server.handlers.common import RequestContext
+    from pluglog.server.handlers.fetch import handle_fetch
+
+    work = tempfile.mkdtemp(prefix="pluglog-fsess-")
+    clock = Clock()
+    clock.advance(1_700_000_000)
+    config = BrokerConfig(data_dir=work, storage="memory", advertised_port=9092)
+    broker = Broker(config, Registry(make_plugin_manager(autoload=False)), clock)
+    broker.start()
+    broker.create_topic(TOPIC, partitions)
+    ctx = RequestContext(broker, SimpleNamespace(api_version=11), "bench")
+    batch = build_batch([Record(value=os.urandom(200)) for _ in range(10)], base_timestamp=1)
+    offsets = dict.fromkeys(range(partitions), 0)
+
+    def body(session_id, epoch, listed):
+        wants = [
+            {
+                "partition": p,
+                "current_leader_epoch": -1,
+                "fetch_offset": offsets[p],
+                "log_start_offset": -1,
+                "partition_max_bytes": 1 << 20,
+            }
+            for p in listed
+        ]
+        return {
+            "replica_id": -1,
+            "max_wait_ms": 0,
+            "min_bytes": 1,
+            "max_bytes": 1 << 26,
+            "isolation_level": 0,
+            "session_id": session_id,
+            "session_epoch": epoch,
+            "topics": [{"topic": TOPIC, "partitions": wants}] if wants else [],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        }
+
+    def one(request):
+        frame = memoryview(codec.encode_request(codec.FETCH, 11, 1, "bench", request))[4:]
+        t0 = time.perf_counter()
+        header = codec.parse_request_header(frame)
+        response = handle_fetch(ctx, codec.decode_request(header, frame))
+        b"".join(bytes(p) for p in codec.encode_response(codec.FETCH, 11, 1, response))
+        return time.perf_counter() - t0
+
+    changed = list(range(0, partitions, 100))
+
+    def append():
+        for p in changed:
+            broker.partitions[(TOPIC, p)].append(batch, broker.now_ms())
+
+    results = {}
+    times = []
+    for _ in range(rounds):
+        append()
+        times.append(one(body(0, -1, range(partitions))))
+        for p in changed:
+            offsets[p] += 10
+    results["sessionless, every partition"] = statistics.median(times)
+    session_id = handle_fetch(ctx, body(0, 0, range(partitions)))["session_id"]
+    epoch = 1
+    for label, listed, new_data in (
+        ("incremental, idle", (), False),
+        ("incremental, 1 % with data", changed, True),
+    ):
+        times = []
+        for _ in range(rounds):
+            if new_data:
+                append()
+            times.append(one(body(session_id, epoch, listed)))
+            epoch += 1
+            if new_data:
+                for p in changed:
+                    offsets[p] += 10
+        results[label] = statistics.median(times)
+    shutil.rmtree(work, ignore_errors=True)
+    for label, seconds in results.items():
+        print(
+            f"in process, {partitions} partitions, {label:30s} {seconds * 1000:7.2f} ms per fetch"
+        )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--partitions", type=int, default=10000)
+    parser.add_argument("--records", type=int, default=200000)
+    parser.add_argument("--live", type=int, default=20000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--work", default="/tmp/pluglog-bench")
+    parser.add_argument("--in-process", action="store_true", help="only the in-process figures")
+    args = parser.parse_args()
+    in_process(args.partitions)
+    if args.in_process:
+        return
+    os.makedirs(args.work, exist_ok=True)
+    results = {mode: [] for mode in MODES}
+    for run in range(args.runs):
+        for mode in MODES if run % 2 == 0 else reversed(list(MODES)):
+            results[mode].append(run_mode(mode, args, args.work))
+            print(f"run {run} {mode}: {results[mode][-1]}", flush=True)
+    for phase in ("catch-up", "live", "idle"):
+        for mode in MODES:
+            rows = [r[phase] for r in results[mode]]
+            if phase == "idle":
+                cpu = statistics.median(c / s for _n, s, c in rows)
+                rate = statistics.median(n / s for n, s, _c in rows)
+                per = statistics.median(c / n * 1000 for n, _s, c in rows if n)
+                print(
+                    f"{phase:8s} {mode:11s} {rate:5.1f} fetches/s, broker CPU "
+                    f"{cpu * 1000:6.1f} ms/s, {per:6.2f} ms per fetch"
+                )
+                continue
+            rate = statistics.median(n / s for n, s, _c in rows)
+            per = statistics.median(c / n * 1e6 for n, _s, c in rows if n)
+            got = min(n for n, _s, _c in rows)
+            print(
+                f"{phase:8s} {mode:11s} {got} msgs, {rate:9.0f} msgs/s, "
+                f"broker CPU {per:6.2f} us/msg (median of {len(rows)})"
+            )
+
+
+if __name__ == "__main__":
+    main()
