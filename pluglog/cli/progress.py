@@ -3,7 +3,8 @@
 ``Progress(verb)`` rewrites one stderr line (``\\r``) at most every 0.2 s:
 records so far, records/s and MB/s since the start. When stderr is not a
 terminal (a pipe, a file, a test) it writes nothing, so scripted output stays
-clean; :meth:`Progress.done` ends the line.
+clean; :meth:`Progress.done` ends the line (and draws it for a run that
+moved records faster than one interval).
 """
 
 import sys
@@ -46,7 +47,9 @@ class Progress:
         self.drawn = True
 
     def done(self):
-        if self.enabled and self.drawn:
+        # The final line also for a run shorter than one interval: on a
+        # terminal the rate of what was moved is always worth a line.
+        if self.enabled and (self.drawn or self.records):
             self._draw(self.clock())
             self.stream.write("\n")
             self.stream.flush()

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import threading
 
 from tests.broker_process import ROOT
 
@@ -263,17 +264,26 @@ def _on_a_terminal(broker, *args, data=None):
         cwd=ROOT,
     )
     os.close(slave)
+    # Read while the CLI runs: Linux may drop what is left in a pty's buffer
+    # once its last writer exits (the read then fails with EIO at once).
+    chunks = []
+
+    def drain():
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the terminal's other side is closed
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
     proc.communicate(data, timeout=60)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the terminal's other side is closed
-            break
-        if not chunk:
-            break
-        out += chunk
+    reader.join(10)
     os.close(master)
+    out = b"".join(chunks)
     assert proc.returncode == 0, out
     return out.decode()
 

@@ -62,3 +62,13 @@ def test_no_broker_is_one_line_and_exit_1(capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith(f"pluglog: cannot reach 127.0.0.1:{port}")
+
+
+def test_a_run_shorter_than_one_interval_still_ends_with_its_line():
+    out = FakeTTY()
+    now = [0.0]
+    progress = Progress("consumed", stream=out, clock=lambda: now[0], interval=0.2)
+    progress.add(1000, 200_000)
+    now[0] = 0.1
+    progress.done()
+    assert "consumed 1,000 records" in out.getvalue() and "MB/s" in out.getvalue()
