@@ -346,12 +346,14 @@ class Broker:
         self.storage.flush_all()
         self.replicas.checkpoint_hw()
         # After the flush: a snapshot never names data that is not on disk.
+        self._snapshot_producers()
+
+    def _snapshot_producers(self):
         for part in list(self.partitions.values()):
-            if not part.log_offline:
-                try:
-                    part.snapshot_producers()
-                except OSError as exc:
-                    log.warn("producer snapshot of {p} failed: {e}", p=part.log, e=exc)
+            try:
+                part.snapshot_producers()
+            except OSError as exc:
+                log.warn("producer snapshot of {p} failed: {e}", p=part.log, e=exc)
 
     def controlled_shutdown(self):
         """Ask the coordinator to move leadership away before stopping."""
@@ -363,12 +365,7 @@ class Broker:
     def stop(self):
         if self.txn_coordinator is not None:
             yield self.txn_coordinator.stop()
-        for part in self.partitions.values():
-            if not part.log_offline:
-                try:
-                    part.snapshot_producers()
-                except OSError as exc:
-                    log.warn("producer snapshot of {p} failed: {e}", p=part.log, e=exc)
+        self._snapshot_producers()
         if self.group_coordinator is not None:
             yield self.group_coordinator.stop()
         if self.replicas is not None:

@@ -60,7 +60,11 @@ class PartitionTransactions:
 
     # -- load -----------------------------------------------------------------
 
+    #: log end offset of the newest snapshot this partition wrote
+    _snapshot_offset = -1
+
     def _reset_producers(self):
+        self._snapshot_offset = -1
         self.producers = ProducerStateTable()
         self.txns = PartitionTxns()
         self._producers_loaded = False
@@ -76,6 +80,7 @@ class PartitionTransactions:
                 txns.add_aborted(AbortedTxn(*entry))
         snap = self._read_snapshot(plog.log_end_offset)
         if snap is not None:
+            self._snapshot_offset = snap["offset"]
             start = max(start, snap["offset"])
             self._apply_snapshot(snap)
         markers = 0
@@ -161,9 +166,9 @@ class PartitionTransactions:
         if directory is None or not self._producers_loaded or self.log_offline:
             return
         offset = self.log.log_end_offset
+        if offset == self._snapshot_offset:
+            return  # nothing appended since the last one: no directory listing
         files = _snapshot_files(directory)
-        if files and files[-1][0] == offset:
-            return  # nothing appended since the last one
         txns = self.txns
         txns.drop_before(self.log.log_start_offset)
         snap = {
@@ -179,6 +184,7 @@ class PartitionTransactions:
         }
         path = os.path.join(directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
         atomic_write(path, json.dumps(snap, separators=(",", ":")).encode("utf-8"))
+        self._snapshot_offset = offset
         for _offset, old in files[: max(0, len(files) + 1 - _KEEP_SNAPSHOTS)]:
             _unlink(old)
 

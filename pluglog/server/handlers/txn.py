@@ -92,39 +92,27 @@ def handle_add_partitions_to_txn(ctx, request):
     return d.addCallback(answer)
 
 
-def _simple(ctx, d):
-    def answer(code):
-        return {"throttle_time_ms": 0, "error_code": _fenced(code, ctx.version, 2)}
-
-    if d is None:
-        return answer(COORDINATOR_NOT_AVAILABLE)
-    return d.addCallback(answer)
+def _coordinator_code(ctx, method, *args):
+    """Call the transaction coordinator's ``method``; answer its error code."""
+    tc = _txn_coordinator(ctx.broker)
+    if tc is None:
+        return {"throttle_time_ms": 0, "error_code": COORDINATOR_NOT_AVAILABLE}
+    d = getattr(tc, method)(*args)
+    return d.addCallback(
+        lambda code: {"throttle_time_ms": 0, "error_code": _fenced(code, ctx.version, 2)}
+    )
 
 
 def handle_add_offsets_to_txn(ctx, request):
-    tc = _txn_coordinator(ctx.broker)
-    d = None
-    if tc is not None:
-        d = tc.add_offsets(
-            request["transactional_id"],
-            request["producer_id"],
-            request["producer_epoch"],
-            request["group_id"],
-        )
-    return _simple(ctx, d)
+    r = request
+    args = (r["transactional_id"], r["producer_id"], r["producer_epoch"], r["group_id"])
+    return _coordinator_code(ctx, "add_offsets", *args)
 
 
 def handle_end_txn(ctx, request):
-    tc = _txn_coordinator(ctx.broker)
-    d = None
-    if tc is not None:
-        d = tc.end_txn(
-            request["transactional_id"],
-            request["producer_id"],
-            request["producer_epoch"],
-            request["committed"],
-        )
-    return _simple(ctx, d)
+    r = request
+    args = (r["transactional_id"], r["producer_id"], r["producer_epoch"], r["committed"])
+    return _coordinator_code(ctx, "end_txn", *args)
 
 
 def handle_write_txn_markers(ctx, request):
