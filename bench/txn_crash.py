@@ -133,7 +133,8 @@ def _drained(consumer, partitions):
     cluster may still be electing or loading the group's offsets)."""
     for tp, position in zip(partitions, consumer.position(partitions), strict=True):
         _low, high = consumer.get_watermark_offsets(tp, timeout=5, cached=False)
-        if position.offset < 0 or position.offset < high:
+        # A negative end is "unknown" (a leader moving), never "read to it".
+        if position.offset < 0 or high < 0 or position.offset < high:
             return False
     return True
 
