@@ -23,7 +23,7 @@ request znodes: :mod:`pluglog.coordination.adminznodes`; reassignment:
 
 import dataclasses
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 from kazoo.protocol.states import EventType
 from twisted.logger import Logger
 
@@ -238,8 +238,14 @@ class Controller(AdminZnodesMixin, ReassignmentMixin):
     # -- fenced writes ---------------------------------------------------------
 
     def _commit(self, tx):
+        """Commit ``tx``, whose first op checks the controller epoch; the
+        other ops' results. A multi that fails returns an error for every
+        op: the check's own error (BadVersion) means a newer controller, but
+        RolledBack only means a later op failed (a leader's ISR write got in
+        between, a znode already there), which the caller retries."""
         results = tx.commit()
-        if isinstance(results[0], Exception):
+        fence = results[0]
+        if isinstance(fence, Exception) and not isinstance(fence, RolledBackError):
             self.stepped_down("controller epoch moved on")
             self.co.io.post(self.co.refresh_controller)
             raise ControllerMovedError(f"controller {self.broker_id} epoch {self.epoch} is stale")

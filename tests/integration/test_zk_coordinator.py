@@ -1,6 +1,7 @@
 """The zookeeper coordinator against a real ZooKeeper: several brokers' coordinators
 in this process (each its own kazoo session), on a private reactor thread."""
 
+import dataclasses
 import json
 import os
 import time
@@ -183,6 +184,41 @@ def test_controller_session_expiry_fences_stale_writes(rt, cluster, zk, zk_conne
         rt.call(lambda: ctl.worker.submit(ctl.write_state, "fenced", 0, forged, state.version))
     assert zk.get(z.state_path("fenced", 0))[0] == before
     assert not ctl.active
+
+
+def test_a_racing_isr_write_does_not_unseat_the_controller(rt, cluster, zk):
+    """A leader's ISR write landing between the controller's read and its
+    fenced write fails the controller's multi with RolledBack on the epoch
+    check: that is a conflict to retry, not a newer controller. (Taken for
+    one, the controller stepped down while holding /controller, and a
+    killed broker's partitions were never given new leaders.)"""
+    nodes = cluster(1, 2, 3)
+    nodes[0].call("create_topic", "race", 1, 3, {})
+    ctl_node = controller_of(rt, nodes)
+    ctl = ctl_node.co.controller
+    raw, stat = zk.get(z.state_path("race", 0))
+    seen = z.state_from_znode(raw, stat)
+    # The leader's ISR shrink gets in first: the controller's version is old.
+    zk.set(z.state_path("race", 0), raw, version=stat.version)
+    wanted = type(seen)(seen.leader, seen.leader_epoch + 1, seen.isr, ctl.epoch)
+    ok, _ = rt.call(lambda: ctl.worker.submit(ctl.write_state, "race", 0, wanted, seen.version))
+    assert not ok  # refused as a conflict ...
+    assert ctl.active  # ... and the controller is still the controller
+    # update() retries with the state as it is now, and its write lands.
+    final = rt.call(
+        lambda: ctl.worker.submit(
+            ctl.update,
+            "race",
+            0,
+            seen.isr,
+            seen,
+            lambda _r, s: dataclasses.replace(s, leader_epoch=s.leader_epoch + 1),
+        )
+    )
+    assert final.leader_epoch == seen.leader_epoch + 1
+    raw, stat = zk.get(z.state_path("race", 0))
+    assert z.state_from_znode(raw, stat).leader_epoch == seen.leader_epoch + 1
+    assert zget(zk, "/controller")[0]["brokerid"] == ctl_node.broker_id
 
 
 def test_topic_creation_states_and_errors(rt, cluster, zk):
