@@ -138,6 +138,10 @@ class BrokerService(service.MultiService):
         if self.config.fsync != "never":
             self._every(self.config.checkpoint_interval_ms, broker.checkpoint)
         self._every(self.config.retention_check_interval_ms, broker.run_retention)
+        if self.request_metrics is not None:
+            # Latency samples are appended per request and bucketed in bulk:
+            # once a second bounds what waits for a scrape.
+            self._every(1000, self.request_metrics.fold)
         for service_ in self._sink_services(registry, broker):
             service_.setServiceParent(self)
         for extra in self.plugin_manager.hook.pluglog_add_services(broker=broker):

@@ -90,6 +90,7 @@ class TrafficCollector:
             labels=["api"],
         )
         bounds = [repr(float(b)) for b in LATENCY_BOUNDS_S] + ["+Inf"]
+        metrics.fold()
         for stats in metrics.apis:
             total = stats.count
             if not total:
@@ -101,7 +102,7 @@ class TrafficCollector:
             for bound, count in zip(bounds, stats.buckets):
                 running += count
                 cumulative.append((bound, running))
-            latency.add_metric([name], cumulative, stats.sum_ns / 1e9)
+            latency.add_metric([name], cumulative, stats.sum_s)
         yield requests
         yield latency
         errors_ = CounterMetricFamily(
