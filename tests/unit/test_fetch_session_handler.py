@@ -118,3 +118,45 @@ class FetchSessionHandlerTests(SynchronousTestCase):
         response = self.successResultOf(self.fetch(body(0, -1, {0: 0, 1: 0})))
         self.assertEqual((response["session_id"], sorted(answered(response))), (0, [0, 1]))
         self.assertEqual(len(self.broker.fetch_sessions), 0)
+
+
+class HighWatermarkTrailingTests(SynchronousTestCase):
+    """A new leader's high watermark can trail the log end (and the old
+    leader's HW) until its followers fetch again: a consumer already past
+    it waits, it is not told its offset is out of range."""
+
+    storage = "segments"
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="pluglog-hw-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.broker = make_broker(self.dir, self.storage)
+        self.ctx = RequestContext(self.broker, SimpleNamespace(api_version=11), "peer")
+        part = self.part = self.broker.partitions[("t", 0)]
+        for _ in range(5):
+            part.append(batch([b"v"]), self.broker.now_ms())
+        part.high_watermark = 2  # log end 5
+
+    def answer(self, offset, isolation_level=0):
+        request = body(0, -1, {0: offset})
+        request["isolation_level"] = isolation_level
+        out = handle_fetch(self.ctx, request)
+        (entry,) = out["responses"][0]["partitions"]
+        return entry["error_code"], entry["high_watermark"], len(entry["records"] or b"")
+
+    def test_between_the_high_watermark_and_the_log_end_is_empty_not_out_of_range(self):
+        # read_committed (librdkafka's default) stops at the LSO, which trails
+        # with the HW: that branch judged the range by the HW.
+        for isolation_level in (0, 1):
+            for offset in (2, 3, 5):
+                self.assertEqual(self.answer(offset, isolation_level), (0, 2, 0))
+
+    def test_below_the_high_watermark_reads_and_past_the_log_end_is_out_of_range(self):
+        code, hw, size = self.answer(0)
+        self.assertEqual((code, hw), (0, 2))
+        self.assertGreater(size, 0)
+        self.assertEqual(self.answer(6)[0], 1)  # OFFSET_OUT_OF_RANGE
+
+
+class HighWatermarkTrailingMemoryTests(HighWatermarkTrailingTests):
+    storage = "memory"

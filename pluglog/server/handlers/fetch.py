@@ -93,7 +93,12 @@ def _read_all(broker, request, first_pass=True):
                 max_offset = lso
             limit = min(want["partition_max_bytes"], remaining)
             if offset == end or committed and offset >= max_offset or limit <= 0 and total:
-                if offset < plog.log_start_offset or offset > end:
+                # Out of range is judged against the log end, as Kafka does:
+                # a new leader's HW (and LSO) can trail the old leader's for
+                # a moment, and a consumer already past it must get an empty
+                # answer, not OFFSET_OUT_OF_RANGE (which resets it by
+                # auto.offset.reset: records read twice or skipped).
+                if offset < plog.log_start_offset or offset > plog.log_end_offset:
                     code = OFFSET_OUT_OF_RANGE
                 out.append(
                     _partition_data(
