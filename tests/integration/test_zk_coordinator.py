@@ -481,8 +481,10 @@ def test_watches_follow_changes_after_a_zookeeper_restart(rt, cluster, zk, zooke
     them again when the same session reconnects: the brokers must, or they
     follow a dead leader forever (issue 21, defect 1)."""
     # A session long enough to outlive a ZooKeeper restart on a loaded CI
-    # machine: this test is about the same session reconnecting.
-    nodes = cluster(1, 2, zookeeper_session_timeout_ms=20000)
+    # machine: this test is about the same session reconnecting. 20 s was
+    # not (at load ~9 the JVM took longer to serve again and the sessions
+    # expired); the test server allows up to maxSessionTimeout=60000.
+    nodes = cluster(1, 2, zookeeper_session_timeout_ms=45000)
     nodes[0].call("create_topic", "watched", 2, 2, {})
     rt.wait(lambda: all(n.co.partition_state("watched", p) for n in nodes for p in (0, 1)))
     sessions = [n.co.client.client_id[0] for n in nodes]
