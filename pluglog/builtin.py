@@ -24,6 +24,13 @@ def pluglog_register_partitioners():
 
 
 @hookimpl
+def pluglog_register_replica_selectors():
+    from pluglog.broker.replica_selection import make_leader_selector, make_rack_aware_selector
+
+    return {"leader": make_leader_selector, "rack-aware": make_rack_aware_selector}
+
+
+@hookimpl
 def pluglog_register_retention_policies():
     from pluglog.retention import make_delete_policy
 

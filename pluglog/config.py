@@ -142,6 +142,8 @@ class BrokerConfig:
     #: How long start-up retries an unreachable ZooKeeper; 0 means the session timeout.
     zookeeper_connection_timeout_ms: int = 0
     broker_rack: str = ""
+    #: IReplicaSelector for consumers' fetches (KIP-392); "" reads from the leader
+    replica_selector_class: str = ""
     replica_lag_time_max_ms: int = 30000
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_max_bytes: int = 1048576

@@ -51,6 +51,11 @@ CONFIG_DOCS = {
         "How long start-up waits for ZooKeeper (0: the session timeout).",
     ),
     "broker.rack": (_S, "Rack of this broker, for rack-aware replica assignment."),
+    "replica.selector.class": (
+        CLASS,
+        "Which replica a consumer with client.rack reads from: leader (default) or "
+        "rack-aware (Kafka's RackAwareReplicaSelector class name is accepted).",
+    ),
     "replica.lag.time.max.ms": (_L, "A follower this far behind leaves the ISR."),
     "replica.fetch.wait.max.ms": (_I, "Longest wait of a follower's fetch for new data."),
     "replica.fetch.max.bytes": (_I, "Bytes per partition a follower fetches at once."),

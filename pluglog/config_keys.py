@@ -73,6 +73,22 @@ def _provider_name(key, value):
     return text
 
 
+#: Kafka's class names for the built-in replica selectors (pluglog.broker.replica_selection).
+REPLICA_SELECTOR_CLASSES = {
+    "org.apache.kafka.common.replica.LeaderSelector": "leader",
+    "org.apache.kafka.common.replica.RackAwareReplicaSelector": "rack-aware",
+}
+
+
+def _replica_selector(key, value):
+    """``replica.selector.class``: a selector's name, Kafka's class name for
+    a built-in one (LeaderSelector, RackAwareReplicaSelector), or empty."""
+    text = str(value).strip()
+    if not text:
+        return ""
+    return REPLICA_SELECTOR_CLASSES.get(text) or _provider_name(key, text)
+
+
 def _ratio(key, value):
     try:
         number = float(str(value).strip())
@@ -269,6 +285,7 @@ BROKER_KEYS = {
     "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", int_parser(1000)),
     "zookeeper.connection.timeout.ms": ("zookeeper_connection_timeout_ms", int_parser(1)),
     "broker.rack": ("broker_rack", _string),
+    "replica.selector.class": ("replica_selector_class", _replica_selector),
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", int_parser(1)),
     "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", int_parser(0)),
     "replica.fetch.max.bytes": ("replica_fetch_max_bytes", int_parser(1)),

@@ -25,6 +25,11 @@ def pluglog_register_partitioners():
 
 
 @hookspec
+def pluglog_register_replica_selectors():
+    """Return ``{name: factory}`` of IReplicaSelector providers."""
+
+
+@hookspec
 def pluglog_register_retention_policies():
     """Return ``{name: factory}`` of IRetentionPolicy providers."""
 

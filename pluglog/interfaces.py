@@ -271,6 +271,22 @@ class IPartitioner(Interface):
         """Return a partition number in ``range(num_partitions)``."""
 
 
+class IReplicaSelector(Interface):
+    """Chooses the replica a consumer should fetch from (KIP-392).
+
+    Chosen by name: ``replica.selector.class`` (built-in: ``leader``, the
+    default, and ``rack-aware``; Kafka's class names for both are accepted).
+    The leader calls it for a consumer's Fetch v11+ that names its rack
+    (``client.rack``), per partition, when no preferred replica is cached."""
+
+    def select(topic, partition, client_rack, leader, candidates):
+        """Return the broker id the consumer should read from, or ``None``
+        for the leader. ``leader`` and each of ``candidates`` (the leader
+        first, then the followers that are alive, caught up and hold the
+        fetch offset) is a :class:`pluglog.broker.replica_selection.ReplicaView`
+        with ``broker_id``, ``rack`` and ``log_end_offset``."""
+
+
 class IRetentionPolicy(Interface):
     """Decides which old segments of a log may be deleted.
 

@@ -18,6 +18,7 @@ KINDS = {
     "storage": ("pluglog_register_storage", interfaces.ILogStorage),
     "partitioner": ("pluglog_register_partitioners", interfaces.IPartitioner),
     "retention": ("pluglog_register_retention_policies", interfaces.IRetentionPolicy),
+    "replica_selector": ("pluglog_register_replica_selectors", interfaces.IReplicaSelector),
     "serializer": ("pluglog_register_serializers", interfaces.ISerializer),
     "schema_registry": (
         "pluglog_register_schema_registries",

@@ -65,6 +65,12 @@ class Broker:
             self.retention_policies = {}
             self._missing_policies = set()
             self.retention = self.retention_policy(config.topic_defaults.retention_policy)
+            #: IReplicaSelector (``replica.selector.class``), None: consumers read the leader
+            self.replica_selector = None
+            if config.replica_selector_class:
+                self.replica_selector = registry.build(
+                    "replica_selector", config.replica_selector_class, config, reactor
+                )
         except BaseException:
             self.data_dir_lock.release()
             raise

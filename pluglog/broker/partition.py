@@ -371,7 +371,11 @@ class Partition(PartitionTransactions):
                 if header.partition_leader_epoch > epochs.latest_epoch():
                     epochs.assign(header.partition_leader_epoch, header.base_offset)
             self._replicated_producer_headers(records, headers)
+        hw = self.high_watermark
         self._set_high_watermark(min(leader_hw, self.log.log_end_offset))
+        if self.high_watermark > hw and self._waiters:
+            # Consumers parked here read from this follower (KIP-392).
+            self._wake()
         return info
 
     def truncate_to(self, offset):

@@ -69,6 +69,17 @@ def leader_error(broker, topic, part, want, index):
     return _epoch_error(part, want.get("current_leader_epoch", -1))
 
 
+def follower_error(broker, part, want):
+    """For a consumer's read from a follower (KIP-392, Fetch v11+): NONE when
+    this broker holds a live follower replica of the partition in the
+    requested leader epoch, else the error the consumer should act on."""
+    if part.log_offline:
+        return KAFKA_STORAGE_ERROR
+    if part.offline or part.is_leader or broker.node_id not in part.replicas:
+        return NOT_LEADER_OR_FOLLOWER
+    return _epoch_error(part, want.get("current_leader_epoch", -1))
+
+
 def per_partition(broker, topics, answer, topic_key="name", partition_key="partition_index"):
     """Answer every requested partition of a topics/partitions request.
 

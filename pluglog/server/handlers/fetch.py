@@ -15,6 +15,7 @@ progress.
 from twisted.internet import defer
 
 from pluglog import protocol as codec
+from pluglog.broker.replica_selection import preferred_read_replica
 from pluglog.broker.timestamps import offset_for_timestamp
 from pluglog.errors import (
     NONE,
@@ -24,7 +25,7 @@ from pluglog.errors import (
     KafkaError,
     OffsetOutOfRangeError,
 )
-from pluglog.server.handlers.common import error_code, leader_error, per_partition
+from pluglog.server.handlers.common import error_code, follower_error, leader_error, per_partition
 
 LATEST = -1
 EARLIEST = -2
@@ -43,12 +44,17 @@ def _partition_data(index, code, hw=-1, log_start=-1, records=b"", lso=None, abo
     }
 
 
-def _read_all(broker, request, first_pass=True):
+def _read_all(broker, request, first_pass=True, version=0):
     """One pass over the requested partitions; returns (response topics, bytes).
 
     Consumers read below the high watermark. A follower (``replica_id`` >= 0)
     reads up to the log end, and its fetch offset tells the leader how far
-    its log reaches (on the first pass; a parked fetch re-reads later)."""
+    its log reaches (on the first pass; a parked fetch re-reads later).
+
+    KIP-392: a consumer's v11+ fetch may be served by a follower replica
+    here (below this broker's own HW, learnt from the leader), and on the
+    leader it may be answered with no records and a ``preferred_read_replica``
+    when ``replica.selector.class`` picks another broker for its rack."""
     max_bytes = request.get("max_bytes", 0x7FFFFFFF)
     if max_bytes <= 0:
         max_bytes = 0x7FFFFFFF
@@ -59,6 +65,9 @@ def _read_all(broker, request, first_pass=True):
     # learn which transactions in that range were aborted.
     committed = request.get("isolation_level", 0) == 1 and replica_id < 0
     now = broker.now_ms() if replica_id >= 0 and first_pass else 0
+    # Fetch from followers (KIP-392) is for consumers' v11+ fetches only.
+    from_any_replica = replica_id < 0 and version >= 11
+    client_rack = request.get("rack_id") or "" if from_any_replica else ""
     remaining = max_bytes
     total = 0
     topics = []
@@ -69,12 +78,31 @@ def _read_all(broker, request, first_pass=True):
             index = want["partition"]
             part = broker.partitions.get((name, index))
             code = leader_error(broker, name, part, want, index)
+            on_leader = code == NONE
+            if code == NOT_LEADER_OR_FOLLOWER and from_any_replica and part is not None:
+                code = follower_error(broker, part, want)
             if code != NONE:
                 hw, start = (-1, -1) if part is None else (part.high_watermark, -1)
                 out.append(_partition_data(index, code, hw, start))
                 continue
             plog = part.log
             offset = want["fetch_offset"]
+            if client_rack and on_leader:
+                preferred = preferred_read_replica(
+                    broker, part, client_rack, offset, broker.now_ms()
+                )
+                if preferred >= 0:
+                    # No records: the consumer fetches from ``preferred`` next.
+                    entry = _partition_data(
+                        index,
+                        NONE,
+                        part.high_watermark,
+                        plog.log_start_offset,
+                        lso=part.last_stable_offset,
+                    )
+                    entry["preferred_read_replica"] = preferred
+                    out.append(entry)
+                    continue
             throttle = None
             if replica_id >= 0:
                 if now and not part.update_follower(replica_id, offset, now):
@@ -172,13 +200,18 @@ def handle_fetch(ctx, request):
         return {"throttle_time_ms": 0, "error_code": session, "session_id": 0, "responses": []}
     # An incremental fetch reads every partition of its session.
     request = session.request
-    topics, total = _read_all(broker, request)
+    topics, total = _read_all(broker, request, version=ctx.version)
     min_bytes = request["min_bytes"]
     max_wait = request["max_wait_ms"]
-    has_error = any(p["error_code"] for t in topics for p in t["partitions"])
-    if total >= min_bytes or max_wait <= 0 or has_error or total > 0 and min_bytes <= 1:
+    # An error or a preferred read replica is answered at once, as Kafka does.
+    has_news = any(
+        p["error_code"] or p["preferred_read_replica"] >= 0
+        for t in topics
+        for p in t["partitions"]
+    )
+    if total >= min_bytes or max_wait <= 0 or has_news or total > 0 and min_bytes <= 1:
         return _response(session, topics, total)
-    return _LongPoll(broker, session, max_wait).deferred
+    return _LongPoll(broker, session, max_wait, ctx.version).deferred
 
 
 class _LongPoll:
@@ -187,9 +220,10 @@ class _LongPoll:
     Re-reads are plain reads; only the pass that answers goes through the
     session's context, so a session remembers what was actually sent."""
 
-    def __init__(self, broker, session, max_wait_ms):
+    def __init__(self, broker, session, max_wait_ms, version):
         self.broker = broker
         self.session = session
+        self.version = version
         self.request = request = session.request
         self.deferred = defer.Deferred(self._cancel)
         self.partitions = []
@@ -211,7 +245,7 @@ class _LongPoll:
     def _wake(self, part):
         if self.deferred.called:
             return
-        topics, total = _read_all(self.broker, self.request, first_pass=False)
+        topics, total = _read_all(self.broker, self.request, False, self.version)
         if total >= self.request["min_bytes"]:
             self._detach()
             self.deferred.callback(_response(self.session, topics, total))
@@ -222,7 +256,7 @@ class _LongPoll:
         if self.deferred.called:
             return
         self._detach()
-        topics, total = _read_all(self.broker, self.request, first_pass=False)
+        topics, total = _read_all(self.broker, self.request, False, self.version)
         self.deferred.callback(_response(self.session, topics, total))
 
     def _cancel(self, _deferred):
