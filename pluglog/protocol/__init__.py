@@ -82,13 +82,21 @@ def _as_view(buf):
 #: tags twice. Kafka ignores trailing bytes; accept exactly that one.
 _EXTRA_EMPTY_TAGS = frozenset((51,))
 
+#: librdkafka's all-topics Metadata request in a flexible version (v9+,
+#: through 2.16) keeps its array count as the int32 0 it reserved: Kafka
+#: reads the first 0 as a null array (all topics), the next bytes as the
+#: flags and tags, and ignores the 3 bytes left. Accept exactly that.
+_METADATA_ALL_TOPICS_SLACK = 3
 
-def _decode_body(decode, buf, pos, what, extra_tags=False):
+
+def _decode_body(decode, buf, pos, what, extra_tags=False, metadata=False):
     try:
         body, end = decode(buf, pos)
     except _DECODE_FAILURES as exc:
         raise DecodeError(f"malformed {what}: {exc}") from None
     if extra_tags and end == len(buf) - 1 and buf[end] == 0:
+        return body
+    if metadata and body["topics"] is None and len(buf) - end == _METADATA_ALL_TOPICS_SLACK:
         return body
     if end != len(buf):
         # Every version's layout is exact; leftovers mean the frame does not match.
@@ -118,6 +126,7 @@ def decode_request(header, buf):
         header.body_offset,
         _name(header.api_key, "req"),
         header.api_key in _EXTRA_EMPTY_TAGS,
+        header.api_key == 3 and header.api_version >= 9,
     )
 
 
