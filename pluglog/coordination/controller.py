@@ -325,7 +325,9 @@ class Controller(AdminZnodesMixin, ReassignmentMixin):
             if isinstance(result, Exception):
                 continue  # changed meanwhile: its watch brings us back here
             view.version = result.version
-            self.say("topic {t} was given the id {tid}", t=name, tid=z.topic_id_to_zk(view.topic_id))
+            self.say(
+                "topic {t} was given the id {tid}", t=name, tid=z.topic_id_to_zk(view.topic_id)
+            )
 
     def on_brokers_changed(self):
         if not self.active:

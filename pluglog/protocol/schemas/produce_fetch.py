@@ -101,7 +101,9 @@ FETCH = Api(
         # KIP-903 (v15+): the follower's id moves into a tagged struct.
         F(
             "replica_state",
-            Struct([F("replica_id", "int32", default=-1), F("replica_epoch", "int64", default=-1)]),
+            Struct(
+                [F("replica_id", "int32", default=-1), F("replica_epoch", "int64", default=-1)]
+            ),
             "15+",
             tag=1,
             default=None,
@@ -163,7 +165,12 @@ FETCH = Api(
                         # from the leader's at this epoch's end (KIP-595/KIP-320).
                         F(
                             "diverging_epoch",
-                            Struct([F("epoch", "int32", default=-1), F("end_offset", "int64", default=-1)]),
+                            Struct(
+                                [
+                                    F("epoch", "int32", default=-1),
+                                    F("end_offset", "int64", default=-1),
+                                ]
+                            ),
                             "12+",
                             tag=0,
                             default=None,
@@ -171,7 +178,12 @@ FETCH = Api(
                         F("current_leader", _LEADER_ID_AND_EPOCH, "12+", tag=1, default=None),
                         F(
                             "snapshot_id",
-                            Struct([F("end_offset", "int64", default=-1), F("epoch", "int32", default=-1)]),
+                            Struct(
+                                [
+                                    F("end_offset", "int64", default=-1),
+                                    F("epoch", "int32", default=-1),
+                                ]
+                            ),
                             "12+",
                             tag=2,
                             default=None,

@@ -195,7 +195,6 @@ def _read_all(broker, request, first_pass=True, version=0):
     return topics, total
 
 
-
 def _leader_throttle(broker, part, replica_id):
     """The leader's throttle if it applies to this replica's fetch (Kafka's
     leader-side rule: a listed partition, a replica out of the ISR), else None."""
