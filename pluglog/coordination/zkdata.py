@@ -11,8 +11,8 @@ import json
 import re
 import time
 
-from pluglog.coordination.state import PartitionState
 from pluglog import topicids
+from pluglog.coordination.state import PartitionState
 from pluglog.datadir import meta_properties, parse_properties  # noqa: F401 - re-exported
 
 CLUSTER_ID = "/cluster/id"

@@ -24,8 +24,8 @@ from pluglog.server.handlers.common import (
     per_partition,
     resolve_topic_ids,
 )
-from pluglog.topicids import to_base64, to_uuid
 from pluglog.server.handlers.config_sources import SOURCE_DEFAULT, SOURCE_TOPIC
+from pluglog.topicids import to_base64, to_uuid
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
