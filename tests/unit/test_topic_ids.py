@@ -351,3 +351,21 @@ def test_fetch_v12_names_the_current_leader_when_not_leading(broker):
     }
     out = fetch(broker, 16, dict(body, topics=[]))
     assert out["node_endpoints"] is None  # nothing to point at
+
+
+@pytest.mark.parametrize("version", [9, 10, 11, 12, 13])
+def test_librdkafkas_all_topics_metadata_request_reads_as_sent(version):
+    # librdkafka (through 2.16) leaves the reserved int32 0 as the topic
+    # count of an all-topics request in flexible versions; Kafka reads past
+    # it. The flags it sent must come out, and well-formed bodies are unchanged.
+    body = {"topics": None, "allow_auto_topic_creation": True}
+    body["include_topic_authorized_operations"] = True
+    frame = codec.encode_request(codec.METADATA, version, 1, "rdkafka", body)[4:]
+    header = codec.parse_request_header(frame)
+    sent = codec.decode_request(header, memoryview(frame))
+    assert sent["topics"] is None and sent["allow_auto_topic_creation"]
+    quirk = frame[: header.body_offset] + b"\0\0\0" + frame[header.body_offset :]
+    assert codec.decode_request(codec.parse_request_header(quirk), memoryview(quirk)) == sent
+    with pytest.raises(ValueError, match="trailing bytes"):
+        extra = frame + b"\0\0\0"
+        codec.decode_request(codec.parse_request_header(extra), memoryview(extra))
