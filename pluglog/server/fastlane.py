@@ -31,7 +31,7 @@ It is a pure shortcut, never a different behaviour:
   equality on valid, invalid and random frames.
 
 The flexible versions (v9-v11: compact strings and arrays, tag buffers)
-have their own parse, :func:`_flex_produce_shape`, and answer; a request
+have their own parse (:func:`_py_flex_shape`, in C too) and answer; a request
 with any tagged field, in its header or body, is left to the general path.
 librdkafka >= 2.5 sends v10, so this is the shape most producers use.
 """
@@ -90,8 +90,7 @@ def produce_fast(broker, buf, send=None, metrics=None):
 
     The caller has checked that ``buf`` holds api key 0 and a version in 3-11.
     """
-    flexible = len(buf) > 3 and buf[3] >= _FIRST_FLEXIBLE
-    shape = _flex_produce_shape(buf) if flexible else _produce_shape(buf)
+    shape = _produce_shape(buf)
     if shape is None:
         return None
     version, correlation_id, acks, name, name_at, name_end, index, records_at = shape
@@ -165,6 +164,8 @@ def _py_produce_shape(buf):
     name_field_start, name_end, index, records_start)``. The reference for
     (and the fallback of) ``pluglog._recordwalk.produce_shape``."""
     size = len(buf)
+    if size >= 10 and _INT16(buf, 2)[0] >= _FIRST_FLEXIBLE:
+        return _py_flex_shape(buf)
     try:
         _, version, correlation_id, n = _HEADER.unpack_from(buf, 0)
         if n >= 0:
@@ -206,7 +207,7 @@ except ImportError:  # pragma: no cover - a checkout without build_ext
     _produce_shape = _py_produce_shape
 
 
-def _flex_produce_shape(buf):
+def _py_flex_shape(buf):
     """:func:`_py_produce_shape` for the flexible versions (v9+): compact
     strings and arrays, no tagged fields anywhere."""
     size = len(buf)
@@ -245,7 +246,7 @@ def _flex_produce_shape(buf):
             return None
     except (struct.error, UnicodeDecodeError, IndexError, ValueError, codec.DecodeError):
         return None
-    version = buf[3]
+    (version,) = _INT16(buf, 2)
     (correlation_id,) = _CORRELATION.unpack_from(buf, 4)
     return version, correlation_id, acks, name, name_at, end, index, records_at
 
