@@ -202,3 +202,26 @@ def test_describe_topics_restart_and_a_data_dir_from_before_ids(tmp_path):
         )
     finally:
         proc.stop()
+
+
+def test_kafka_python_creates_and_deletes_by_topic_id(broker):
+    # kafka-python 3 sends CreateTopics v7 and DeleteTopics v6, which takes a
+    # topic id in place of a name (KIP-516).
+    import uuid
+
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin import NewTopic as KpNewTopic
+
+    bootstrap = f"127.0.0.1:{broker.port}"
+    client = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        client.create_topics([KpNewTopic("by-id", 2, 1)])
+        hex_id = file_id(broker.data_dir, "by-id", 0)
+        result = client.delete_topics([uuid.UUID(hex_id)])
+        (entry,) = result["topics"]
+        assert (entry["name"], entry["error_code"]) == ("by-id", 0)
+        assert "by-id" not in client.list_topics()
+        missing = client.delete_topics([uuid.UUID(hex_id)], raise_errors=False)
+        assert missing["topics"][0]["error_code"] == 100  # UNKNOWN_TOPIC_ID
+    finally:
+        client.close()
