@@ -13,7 +13,14 @@ import os
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicCollection
+from confluent_kafka import (
+    OFFSET_INVALID,
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pluglog import topicids
@@ -104,10 +111,19 @@ def test_running_clients_notice_a_recreated_topic(broker):
         consumer.subscribe([TOPIC])
         _wait("the old records", lambda: len(consumed) >= 2000, step=poll)
         consumer.commit(asynchronous=False)
+        wanted = ConsumerGroupTopicPartitions(
+            "recreate", [TopicPartition(TOPIC, p) for p in range(10)]
+        )
+        listed = admin.list_consumer_group_offsets([wanted])["recreate"].result(timeout=20)
+        assert {tp.offset for tp in listed.topic_partitions} == {200}
 
         # Deleted and created again with 3 partitions, while both run.
         admin.delete_topics([TOPIC])[TOPIC].result(timeout=20)
         _wait("the deletion", lambda: TOPIC not in admin.list_topics(timeout=10).topics)
+        # The group's committed offsets went with the topic: none of them
+        # can apply to the topic created next under the same name.
+        listed = admin.list_consumer_group_offsets([wanted])["recreate"].result(timeout=20)
+        assert {tp.offset for tp in listed.topic_partitions} == {OFFSET_INVALID}
         admin.create_topics([NewTopic(TOPIC, 3, 1)])[TOPIC].result(timeout=20)
         second = described_id(admin, TOPIC)
         assert second != first and second == file_id(broker.data_dir, TOPIC, 0)
