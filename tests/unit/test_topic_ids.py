@@ -369,3 +369,44 @@ def test_librdkafkas_all_topics_metadata_request_reads_as_sent(version):
     with pytest.raises(ValueError, match="trailing bytes"):
         extra = frame + b"\0\0\0"
         codec.decode_request(codec.parse_request_header(extra), memoryview(extra))
+
+
+def test_fetch_v15_takes_the_follower_id_from_replica_state(broker):
+    produce(broker, "t", 0, 2)
+    body = fetch_body([(topic_id(broker, "t"), [(0, 0, -1)])], version=15)
+    # KIP-903: v15 has no replica_id field; a follower names itself here.
+    body["replica_state"] = {"replica_id": 7, "replica_epoch": 3}
+    entry = fetch(broker, 15, body)["responses"][0]["partitions"][0]
+    # Broker 7 is no replica of t-0: refused as a follower, not read as a consumer.
+    assert entry["error_code"] == errors.NOT_LEADER_OR_FOLLOWER
+    body.pop("replica_state")
+    entry = fetch(broker, 15, body)["responses"][0]["partitions"][0]
+    assert entry["error_code"] == 0 and entry["records"]
+
+
+def test_produce_v10_names_the_leader_when_not_leading(broker):
+    part = broker.partition("t", 1)
+    part.become_follower(1, 0, (0, 1), (0, 1))  # broker 1 leads it now
+    body = {
+        "transactional_id": None,
+        "acks": 1,
+        "timeout_ms": 1000,
+        "topic_data": [
+            {
+                "name": "t",
+                "partition_data": [{"index": 1, "records": build_batch([Record(value=b"x")])}],
+            }
+        ],
+    }
+    out = call(broker, codec.PRODUCE, 10, body)
+    (entry,) = out["responses"][0]["partition_responses"]
+    assert entry["error_code"] == errors.NOT_LEADER_OR_FOLLOWER
+    state = broker.coordinator.partition_state("t", 1)
+    assert entry["current_leader"] == {
+        "leader_id": state.leader,
+        "leader_epoch": state.leader_epoch,
+    }
+    assert [e["node_id"] for e in out["node_endpoints"]] == [state.leader]
+    # v9 has neither field.
+    out = call(broker, codec.PRODUCE, 9, body)
+    assert out["responses"][0]["partition_responses"][0]["current_leader"] is None
