@@ -109,6 +109,8 @@ def _remember(entry, answer):
         # Re-sent once the error clears: the remembered watermark never matches.
         entry["hw"] = -1
         must = True
+    if answer.get("diverging_epoch"):
+        must = True  # KIP-320: the fetcher must learn its log diverged
     return must
 
 

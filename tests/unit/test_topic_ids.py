@@ -335,6 +335,17 @@ def test_fetch_v12_answers_the_diverging_epoch_from_the_epoch_cache(broker):
     assert entry["diverging_epoch"] is None and entry["records"]
     # No last fetched epoch (-1): no check.
     assert ask(4, -1)["diverging_epoch"] is None
+    # An incremental session answers a diverged partition even when nothing
+    # else about it changed.
+    tid = topic_id(broker, "t")
+    body = fetch_body([(tid, [(0, 3, 0)])], epoch=0)
+    sid = fetch(broker, 13, body)["session_id"]
+    body = fetch_body([(tid, [(0, 5, 1)])], session_id=sid, epoch=1)
+    (topic,) = fetch(broker, 13, body)["responses"]
+    assert topic["partitions"][0]["diverging_epoch"] == {"epoch": 0, "end_offset": 3}
+    # Below the log start it is out of range, whatever the epochs say.
+    broker.partition("t", 0).log.delete_records_before(2)
+    assert ask(1, 1)["error_code"] == errors.OFFSET_OUT_OF_RANGE
 
 
 def test_fetch_v12_names_the_current_leader_when_not_leading(broker):

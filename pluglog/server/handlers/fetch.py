@@ -61,8 +61,8 @@ def _diverging(part, want, offset):
     is not a divergence here, where Kafka, whose cache covers the whole log,
     would answer OFFSET_OUT_OF_RANGE."""
     fetched = want.get("last_fetched_epoch", -1)
-    if fetched < 0:
-        return None
+    if fetched < 0 or offset < part.log.log_start_offset:
+        return None  # below the log start: OFFSET_OUT_OF_RANGE whatever the epochs
     epoch, end = part.epochs.end_offset_for(fetched, part.log.log_end_offset)
     if epoch < 0 or end < 0:
         return None
