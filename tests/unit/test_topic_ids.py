@@ -226,7 +226,15 @@ def test_delete_topics_v6_by_id_and_by_name(broker):
     assert "d" not in broker.coordinator.topics()
     assert (missing["name"], missing["error_code"]) == (None, errors.UNKNOWN_TOPIC_ID)
     assert missing["error_message"] == f"no topic has the id {topicids.to_base64(unknown.hex)}"
+    # Named both ways: Kafka refuses the whole request, deleting nothing.
     tid = topic_id(broker, "t")
+    body = {
+        "topics": [{"name": "t", "topic_id": tid}, {"name": "t", "topic_id": uuid.UUID(int=0)}],
+        "timeout_ms": 1000,
+    }
+    both = call(broker, codec.DELETE_TOPICS, 6, body)["responses"]
+    assert [r["error_code"] for r in both] == [errors.INVALID_REQUEST] * 2
+    assert "t" in broker.coordinator.topics()
     body = {"topics": [{"name": "t", "topic_id": uuid.UUID(int=0)}], "timeout_ms": 1000}
     (by_name,) = call(broker, codec.DELETE_TOPICS, 6, body)["responses"]
     assert (by_name["name"], by_name["topic_id"], by_name["error_code"]) == ("t", tid, 0)

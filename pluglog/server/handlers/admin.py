@@ -106,14 +106,21 @@ def handle_create_topics(ctx, request):
     return {"throttle_time_ms": 0, "topics": results}
 
 
+_BOTH = object()  # _deletions' marker: the request named a topic both ways
+
+
 def _deletions(broker, version, request):
     """``[(name or None, topic id hex or None, by id)]`` to delete: v6 names
     each topic by name or by id (KIP-516), older versions by name."""
     if version < 6:
         return [(name, None, False) for name in request.get("topic_names") or ()]
     resolve_topic_ids(broker, codec.DELETE_TOPICS, version, request)
+    topics = request.get("topics") or ()
+    if any(t.get("named") is not None for t in topics):
+        # Kafka refuses the whole request: a topic is named by name or by id.
+        return [(_BOTH, t.get("topic_id").hex, False) for t in topics]
     out = []
-    for topic in request.get("topics") or ():
+    for topic in topics:
         if topic.get("by_id"):
             out.append((topic["name"], topic["topic_id"].hex, True))
         else:
@@ -126,6 +133,16 @@ def handle_delete_topics(ctx, request):
     broker = ctx.broker
     responses = []
     for name, topic_id, by_id in _deletions(broker, ctx.version, request):
+        if name is _BOTH:
+            responses.append(
+                {
+                    "name": None,
+                    "topic_id": to_uuid(topic_id),
+                    "error_code": INVALID_REQUEST,
+                    "error_message": "a topic is named by name or by topic id, not both",
+                }
+            )
+            continue
         entry = {"name": name, "error_code": NONE, "error_message": None}
         meta = broker.coordinator.topics().get(name) if name is not None else None
         entry["topic_id"] = to_uuid(meta.topic_id if meta is not None else topic_id or "")

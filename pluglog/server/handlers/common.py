@@ -68,6 +68,8 @@ def resolve_topic_ids(broker, api_key, version, request):
             topic_id = entry.get("topic_id")
             if topic_id is not None and topic_id.int and "by_id" not in entry:
                 entry["by_id"] = True
+                # What the client named besides the id (DeleteTopics refuses both).
+                entry["named"] = entry.get(name_key)
                 entry[name_key] = name_of(topic_id)
 
 
