@@ -12,6 +12,10 @@ wall time is the broker's latency, which is what a stop-and-wait producer
 (the paper benchmark's batch-50 test) waits for. Give two ``--root``
 checkouts in turn (interleaved runs) to compare commits.
 
+``--second-version 10`` sends the second ``--side-by-side`` broker Produce
+v10, the flexible version librdkafka >= 2.5 sends where the broker serves it
+(the first gets v8): an old checkout that stops at v8 against this one.
+
 ``--side-by-side`` (exactly two ``--root``) runs both brokers at once and
 alternates blocks of ``--block`` requests between them (ABBA), ``--n``
 requests each in all, and reads each broker's CPU per block from
@@ -69,7 +73,10 @@ class Client:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def request(self, api, version, body, correlation_id=1):
-        message = struct.pack(">hhi", api, version, correlation_id) + _string("bench") + body
+        message = struct.pack(">hhi", api, version, correlation_id) + _string("bench")
+        if api == 0 and version >= 9:
+            message += b"\x00"  # a flexible request's (empty) header tags
+        message += body
         self.sock.sendall(struct.pack(">i", len(message)) + message)
         (size,) = struct.unpack(">i", self._read(4))
         return self._read(size)
@@ -121,14 +128,27 @@ def start_broker(root, extra=()):
     return proc, work, port
 
 
-def produce_body(acks):
-    """A Produce v8 body: one batch of 50 x 200-byte records for partition t-0."""
+def produce_body(acks, version=8):
+    """A Produce v``version`` body: one batch of 50 x 200-byte records for
+    partition t-0 (v9+: the flexible layout librdkafka >= 2.5 sends as v10)."""
     batch = build_batch([Record(None, b"x" * 200) for _ in range(50)])
+    if version >= 9:
+        body = b"\x00" + struct.pack(">hi", acks, 5000) + b"\x02\x02t\x02"
+        return body + struct.pack(">i", 0) + _uvarint(len(batch) + 1) + batch + b"\x00" * 3
     body = struct.pack(">hhi", -1, acks, 5000) + struct.pack(">i", 1) + _string("t")
     return body + struct.pack(">iii", 1, 0, len(batch)) + batch
 
 
-def ready_client(port, body):
+def _uvarint(value):
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def ready_client(port, body, version=8):
     """A client of a fresh broker, topic ``t`` created, 500 requests sent."""
     client = Client(port)
     # CreateTopics v0: topic "t", 1 partition, replication factor 1.
@@ -136,7 +156,10 @@ def ready_client(port, body):
     client.request(19, 0, topic + struct.pack(">i", 5000))
     time.sleep(0.5)
     for i in range(500):
-        client.request(0, 8, body, i)
+        answer = client.request(0, version, body, i)
+    error = struct.unpack_from(">h", answer, len(answer) - (35 if version >= 9 else 36))[0]
+    if error:
+        raise SystemExit(f"Produce v{version} answered error {error}")
     return client
 
 
@@ -180,19 +203,22 @@ def quartiles(values):
     return [ordered[int(q * (len(ordered) - 1))] for q in (0.25, 0.5, 0.75)]
 
 
-def side_by_side(roots, n, block, acks, extra):
+def side_by_side(roots, n, block, acks, extra, versions=(8, 8)):
     """Both brokers at once, blocks of requests alternating; see the docstring."""
     started = [start_broker(roots[0]), start_broker(roots[1], extra)]
     try:
-        body = produce_body(acks)
-        clients = [ready_client(port, body) for _, _, port in started]
+        bodies = [produce_body(acks, version) for version in versions]
+        clients = [
+            ready_client(port, body, version)
+            for (_, _, port), body, version in zip(started, bodies, versions)
+        ]
         cpu = ([], [])
         for number in range(max(1, n // block)):
             for side in (0, 1) if number % 2 == 0 else (1, 0):
                 pid = started[side][0].pid
                 before = schedstat_ns(pid)
                 for i in range(block):
-                    clients[side].request(0, 8, body, i)
+                    clients[side].request(0, versions[side], bodies[side], i)
                 cpu[side].append((schedstat_ns(pid) - before) / block / 1000)
     finally:
         for proc, work, _ in started:
@@ -201,6 +227,7 @@ def side_by_side(roots, n, block, acks, extra):
             shutil.rmtree(work, ignore_errors=True)
     for side, root in enumerate(roots):
         label = f"{root} {' '.join(extra)}" if side and extra else root
+        label += f" (Produce v{versions[side]})"
         low, mid, high = quartiles(cpu[side])
         print(
             f"{label}: broker CPU per request (blocks' quartiles) "
@@ -228,6 +255,12 @@ def main():
     parser.add_argument(
         "--block", type=int, default=500, help="requests per block (--side-by-side)"
     )
+    parser.add_argument(
+        "--second-version",
+        type=int,
+        default=8,
+        help="Produce version the second --side-by-side broker is sent (9-11: flexible)",
+    )
     parser.add_argument("extra", nargs="*", help="after --: options for the second broker only")
     parser.add_argument(
         "--metrics-compare",
@@ -239,7 +272,8 @@ def main():
         if len(args.root or ()) != 2:
             parser.error("--side-by-side takes exactly two --root")
         roots = [os.path.abspath(root) for root in args.root]
-        side_by_side(roots, args.n, args.block, args.acks, args.extra)
+        versions = (8, args.second_version)
+        side_by_side(roots, args.n, args.block, args.acks, args.extra, versions)
         return
     variants = ["off", "on"] if args.metrics_compare else [None]
     results = {}

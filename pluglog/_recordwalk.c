@@ -150,7 +150,8 @@ fail:
 
 /* produce_shape(payload): the produce fast lane's request parse
  * (pluglog.server.fastlane._py_produce_shape, which is the reference and the
- * fallback). ``payload`` is a Produce v3-v8 request without its size prefix.
+ * fallback). ``payload`` is a Produce v3-v11 request without its size prefix
+ * (v9+: the flexible layout).
  * Returns None unless it is the fast lane's shape -- a UTF-8 (or null) client
  * id, a null transactional id, acks 1 or -1, one topic with a UTF-8 name, one
  * partition whose records are exactly one v2 batch filling the rest -- else
@@ -168,6 +169,25 @@ be32(const unsigned char *p)
 {
     return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) |
                      p[3]);
+}
+
+/* An unsigned varint of at most 5 bytes at b[*pos] (primitives.read_uvarint);
+ * -1 if truncated or longer. */
+static inline int
+uvarint5(const unsigned char *b, Py_ssize_t size, Py_ssize_t *pos, int64_t *out)
+{
+    int64_t value = 0;
+    for (int shift = 0; shift < 35; shift += 7) {
+        if (*pos >= size)
+            return -1;
+        unsigned char c = b[(*pos)++];
+        value |= (int64_t)(c & 0x7F) << shift;
+        if (!(c & 0x80)) {
+            *out = value;
+            return 0;
+        }
+    }
+    return -1;
 }
 
 static PyObject *
@@ -196,6 +216,41 @@ produce_shape(PyObject *self, PyObject *arg)
         pos = 10;
     } else {
         goto none;
+    }
+    if (version >= 9) {
+        /* Flexible (fastlane._py_flex_shape): empty header tags, a null
+         * compact transactional id, compact arrays of one, no tags. */
+        int64_t length;
+        if (pos + 2 > size || b[pos] != 0 || b[pos + 1] != 0 || pos + 8 > size)
+            goto none;
+        int acks = be16(b + pos + 2);
+        pos += 8;
+        if (pos >= size || b[pos] != 2 || (acks != 1 && acks != -1))
+            goto none;
+        Py_ssize_t name_at = pos + 1;
+        pos = name_at;
+        if (uvarint5(b, size, &pos, &length) < 0 || length == 0 || pos + length - 1 > size)
+            goto none;
+        start = pos;
+        Py_ssize_t end = start + (Py_ssize_t)length - 1;
+        name = PyUnicode_DecodeUTF8((const char *)b + start, end - start, "strict");
+        if (name == NULL)
+            goto bad_utf8;
+        if (end >= size || b[end] != 2 || end + 5 > size)
+            goto none;
+        int32_t index = be32(b + end + 1);
+        pos = end + 5;
+        if (uvarint5(b, size, &pos, &length) < 0 || length == 0)
+            goto none;
+        Py_ssize_t records_end = pos + (Py_ssize_t)length - 1;
+        if (records_end + 3 != size || b[records_end] || b[records_end + 1] || b[records_end + 2])
+            goto none;
+        if (records_end - pos < 61 || (Py_ssize_t)be32(b + pos + 8) + 12 != records_end - pos)
+            goto none;
+        result = Py_BuildValue("(iiiNnnin)", version, correlation_id, acks, name, name_at, end,
+                               index, pos);
+        PyBuffer_Release(&view);
+        return result;
     }
     if (pos + 2 > size || be16(b + pos) != -1)
         goto none; /* transactional: the general path says no */

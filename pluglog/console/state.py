@@ -13,6 +13,7 @@ but no sizes or offsets; a group is shown by the broker that coordinates it
 DescribeGroups would answer.
 """
 
+from pluglog import topicids
 from pluglog.client.assignors import decode_assignment
 
 
@@ -195,7 +196,8 @@ def topic(broker, name):
     ]
     return {
         "name": name,
-        "topic_id": meta.topic_id,
+        # Kafka's spelling (URL-safe base64), as its tools and clients show it.
+        "topic_id": topicids.to_base64(meta.topic_id) if meta.topic_id else "",
         "internal": broker.is_internal(name),
         "partitions": [_partition_view(broker, meta, i, live) for i in range(meta.num_partitions)],
         "configs": configs,

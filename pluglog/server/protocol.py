@@ -30,10 +30,9 @@ from twisted.internet import defer, protocol
 from pluglog import protocol as codec
 from pluglog.errors import UNKNOWN_SERVER_ERROR, KafkaError
 from pluglog.logsafe import SafeLogger
-from pluglog.protocol.hotpath import PRODUCE_VERSIONS
 from pluglog.security.sasl import Session
 from pluglog.server.connections import ConnectionGuard
-from pluglog.server.fastlane import produce_fast
+from pluglog.server.fastlane import FAST_VERSIONS, produce_fast
 from pluglog.server.handlers.common import NO_RESPONSE, CloseConnection, RequestContext
 from pluglog.server.handlers.core import metadata_precheck
 from pluglog.server.handlers.table import HANDLERS
@@ -227,10 +226,10 @@ class KafkaServerProtocol(protocol.Protocol):
             not frame[0]
             and not frame[1]
             and not frame[2]
-            and frame[3] in PRODUCE_VERSIONS
+            and frame[3] in FAST_VERSIONS
             and not self.broker.quotas.enabled
         ):
-            # Produce v3-v8: the fast lane takes the one-partition shape.
+            # Produce v3-v11: the fast lane takes the one-partition shape.
             try:
                 handled = produce_fast(self.broker, frame, self._send_fast, self.metrics)
             except Exception:

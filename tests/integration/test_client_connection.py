@@ -28,7 +28,7 @@ class ConnectionAgainstBroker(unittest.TestCase):
     def test_negotiate_pipeline_and_close(self):
         conn = yield connect(reactor, "127.0.0.1", self.broker.port, client_id="it")
         self.assertEqual(conn.api_versions[API_VERSIONS], SUPPORTED[API_VERSIONS])
-        self.assertEqual(conn.version_for(METADATA, 12), SUPPORTED[METADATA][1])
+        self.assertEqual(conn.version_for(METADATA, 13), SUPPORTED[METADATA][1])
         created = yield conn.request(
             CREATE_TOPICS,
             conn.version_for(CREATE_TOPICS, 4),

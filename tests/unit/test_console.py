@@ -136,6 +136,14 @@ class PageTests(SynchronousTestCase):
         status, text = render(self.resource, "topics", size=10**12)
         self.assertIn(f"page size capped at {MAX_PAGE_SIZE}", text)
 
+    def test_topic_page_shows_the_id_as_kafka_spells_it(self):
+        from pluglog import topicids
+
+        hex_id = self.broker.coordinator.topics()["t"].topic_id
+        status, text = render(self.resource, "topics/t")
+        self.assertEqual(status, 200)
+        self.assertIn(f"Topic id <code>{topicids.to_base64(hex_id)}</code>", text)
+
     def test_partition_not_hosted_or_missing(self):
         status, text = render(self.resource, "topics/t/2")
         self.assertEqual(status, 404)

@@ -120,7 +120,7 @@ class FastLaneEquivalenceTests(SynchronousTestCase):
         assert {k: p.log.log_end_offset for k, p in self.fast.partitions.items()} == before
 
     def test_success_every_version_acks_and_client_id(self):
-        for version in range(3, 9):
+        for version in range(3, 12):
             for acks in (1, -1):
                 for client_id in ("c", None, "", "ĉlïent"):
                     payload = produce_payload(
@@ -128,11 +128,11 @@ class FastLaneEquivalenceTests(SynchronousTestCase):
                     )
                     self.same(payload)
         # The offsets advanced on both brokers alike.
-        assert self.fast.partition("t", 0).log.log_end_offset == 2 * 6 * 2 * 4
+        assert self.fast.partition("t", 0).log.log_end_offset == 2 * 9 * 2 * 4
         # A log start offset above 0 is reported from v5 on.
         for broker in (self.fast, self.general):
             broker.partition("t", 0).log.delete_records_before(5)
-        for version in range(3, 9):
+        for version in range(3, 12):
             got = self.same(produce_payload(version, batch()))
             if version >= 5:
                 assert struct.pack(">q", 5) in got[-30:]
@@ -153,7 +153,7 @@ class FastLaneEquivalenceTests(SynchronousTestCase):
         # both paths alike (v8+; earlier versions have no such field).
         records = [Record(None if i in (1, 4, 7) else b"k%d" % i, b"v") for i in range(9)]
         mixed = build_batch(records, compression=1)
-        for version in (3, 7, 8):
+        for version in (3, 7, 9, 11, 8):
             got = self.same(produce_payload(version, mixed, topic="compacted"))
         _, body = codec.decode_response(codec.PRODUCE, 8, got[4:])
         [part] = body["responses"][0]["partition_responses"]
@@ -182,7 +182,7 @@ class FastLaneEquivalenceTests(SynchronousTestCase):
         assert found[1].records[0].value == b"v" * 50
 
     def test_log_append_time_and_other_topic_names(self):
-        for version in (3, 5, 8):
+        for version in (3, 5, 8, 9, 10):
             self.same(produce_payload(version, batch(), topic="logtime"))
             self.same(produce_payload(version, batch(), topic="u_9.x-y"))
             self.same(produce_payload(version, batch(), topic="ünï"))  # unknown
@@ -196,7 +196,7 @@ class FastLaneEquivalenceTests(SynchronousTestCase):
         control = build_batch([Record(value=b"c")], base_timestamp=1, is_control=True)
         mismatch = bytearray(good)
         mismatch[23:27] = struct.pack(">i", 3)  # lastOffsetDelta != count - 1 (CRC covers it)
-        for version in range(3, 9):
+        for version in range(3, 12):
             self.same(produce_payload(version, good, topic="missing"))  # unknown topic
             self.same(produce_payload(version, good, index=9))  # unknown partition
             self.same(produce_payload(version, bytes(corrupt)))
@@ -211,8 +211,8 @@ class FastLaneEquivalenceTests(SynchronousTestCase):
 
     def test_idempotent_duplicates_and_gaps_match(self):
         pid = 4242
-        for version in (3, 8):
-            base = 0 if version == 3 else 1000
+        for version in (3, 8, 10):
+            base = {3: 0, 8: 1000, 10: 2000}[version]
             first = batch([b"a", b"b"], producer_id=pid, sequence=base)
             self.same(produce_payload(version, first, index=1))
             self.same(produce_payload(version, first, index=1))  # duplicate: same offsets
@@ -255,6 +255,57 @@ class FastLaneEquivalenceTests(SynchronousTestCase):
         # ...and every truncation of a valid frame.
         for cut in range(len(valid)):
             self.declined(valid[:cut])
+
+    def test_flexible_versions_decline_other_shapes_and_mutations_match(self):
+        # v9-v11 (compact fields, tag buffers): what librdkafka >= 2.5 sends.
+        one = batch()
+        for version in (9, 10, 11):
+            valid = produce_payload(version, one, client_id="flex")
+            two_partitions = produce_request(
+                [
+                    {
+                        "name": "t",
+                        "partition_data": [
+                            {"index": 0, "records": one},
+                            {"index": 1, "records": one},
+                        ],
+                    }
+                ],
+                version,
+            )[4:]
+            transactional = produce_request(
+                one_partition(one), version, acks=-1, transactional_id="tx"
+            )[4:]
+            header_tags = bytearray(valid)
+            header_tags[14] = 1  # the header's tag count (after client id "flex")
+            for payload in (
+                two_partitions,
+                transactional,
+                produce_payload(version, one, acks=0),
+                produce_payload(version, None),
+                produce_payload(version, one + one),
+                valid + b"\x00",
+                bytes(header_tags),
+            ):
+                self.declined(payload)
+            for cut in range(len(valid)):
+                self.declined(valid[:cut])
+        rng = random.Random(10)
+        valid = produce_payload(10, batch([b"m" * 20]), client_id="rand")
+        taken = 0
+        for _ in range(2000):
+            payload = bytearray(valid)
+            for _ in range(rng.randint(1, 3)):
+                payload[rng.randrange(4, len(payload))] = rng.randrange(256)
+            expected = general_frame(self.general, bytes(payload))
+            got = produce_fast(self.fast, memoryview(bytes(payload)))
+            if got is None:
+                general_frame(self.fast, bytes(payload))
+                continue
+            taken += 1
+            assert expected != CLOSE, bytes(payload)
+            assert got == expected
+        assert taken > 50
 
     def test_acks_all_on_a_replicated_partition_is_left_to_the_general_path(self):
         # Three replicas, all in sync: acks=all must wait for the followers,

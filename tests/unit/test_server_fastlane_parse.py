@@ -24,7 +24,7 @@ def both(data):
 
 
 def test_the_fast_lane_shape_is_parsed_alike():
-    for version in range(3, 9):
+    for version in range(3, 12):
         for acks in (1, -1):
             got = both(payload(version, acks, client_id="prod-é"))
             assert got is not None
@@ -67,11 +67,25 @@ def test_other_shapes_are_declined_alike():
     declined += [bad_client, surrogate, bad_topic, negative_client, payload() + b"\x00"]
     for data in declined:
         assert both(bytes(data)) is None, data
+    # The flexible versions (v9-v11) alike.
+    flex = [
+        payload(10, acks=0),
+        payload(10, transactional_id="tx"),
+        payload(10, topic_data=one_partition(batch()) * 2),
+        payload(10, topic_data=one_partition(batch() + batch())),
+        payload(11, topic_data=one_partition(None)),
+        payload(9) + b"\x00",
+    ]
+    tagged = bytearray(payload(10, client_id="c"))
+    tagged[11] = 1  # a header tag
+    flex.append(tagged)
+    for data in flex:
+        assert both(bytes(data)) is None, data
 
 
 @settings(max_examples=400, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(
-    st.integers(3, 8),
+    st.integers(3, 11),
     st.sampled_from([1, -1, 0]),
     st.one_of(st.none(), st.text(max_size=6)),
     st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=4),
