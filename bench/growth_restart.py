@@ -15,7 +15,10 @@
      segments after each log's recovery point; the broker log's recovery
      lines are counted).
 
-Usage: ``python3 bench/growth_restart.py [--n 1000000] [--gb 2] [--parts 1,10,100,1000]``.
+Usage: ``python3 bench/growth_restart.py [--n 1000000] [--gb 2] [--parts 1,10,100,1000]``;
+``--only restart --restart-partitions 10000 --batch-records 10 --gb 0.2`` is
+the many-partitions start-up (RSS and open fds are printed after each
+restart).
 """
 
 import argparse
@@ -43,11 +46,18 @@ def proc_stat(pid):
     return cpu, int(status["VmHWM"].split()[0]) // 1024, int(status["VmRSS"].split()[0]) // 1024
 
 
-def create_topic(bootstrap, topic, partitions):
-    from confluent_kafka.admin import AdminClient, NewTopic
+def create_topic(bootstrap, topic, partitions, step=500):
+    """``topic`` with ``partitions``, created ``step`` at a time (CreateTopics,
+    then CreatePartitions): each new partition costs the broker four fsyncs
+    (its partition.metadata and leader-epoch checkpoint, written atomically),
+    ~6 ms here, so one request for 10,000 would outlast a client's timeout."""
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(60)
+    admin.create_topics([NewTopic(topic, min(partitions, step), 1)])[topic].result(120)
+    for count in range(step * 2, partitions + step, step):
+        wanted = NewPartitions(topic, min(count, partitions))
+        admin.create_partitions([wanted])[topic].result(120)
 
 
 def growth(args):
@@ -110,7 +120,7 @@ def _wait_ready(broker, expected):
         assert ends == expected, (ends, expected)
 
 
-def _load(broker, batch, per_partition, parts, ends):
+def _load(broker, batch, per_partition, parts, ends, count):
     with BlockingClient.from_bootstrap(broker.bootstrap) as client:
         for _ in range(per_partition):
             for first in range(0, parts, 10):
@@ -122,7 +132,7 @@ def _load(broker, batch, per_partition, parts, ends):
                 }
                 client.request(codec.PRODUCE, 8, body)
                 for p in range(first, first + 10):
-                    ends[p] += 1000
+                    ends[p] += count
 
 
 def _timed_restart(broker, expected):
@@ -133,18 +143,27 @@ def _timed_restart(broker, expected):
     return listening, time.perf_counter() - t0
 
 
+def _footprint(broker):
+    """``(RSS MiB, open fds)`` of the broker process, from /proc."""
+    pid = broker.proc.pid
+    with open(f"/proc/{pid}/status") as status:
+        rss = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+    return rss / 1024, len(os.listdir(f"/proc/{pid}/fd"))
+
+
 def restart(args):
-    parts = 100
+    parts = args.restart_partitions
     data = os.path.join(args.work, "restart")
     shutil.rmtree(data, ignore_errors=True)
-    batch = build_batch([Record(value=os.urandom(1000)) for _ in range(1000)], base_timestamp=1)
-    per_partition = int(args.gb * 1024**3 / len(batch) / parts)
+    count = args.batch_records
+    batch = build_batch([Record(value=os.urandom(1000)) for _ in range(count)], base_timestamp=1)
+    per_partition = max(1, int(args.gb * 1024**3 / len(batch) / parts))
     ends = dict.fromkeys(range(parts), 0)
     broker = BrokerProcess(data).start()
     try:
         create_topic(broker.bootstrap, "r", parts)
         t0 = time.perf_counter()
-        _load(broker, batch, per_partition, parts, ends)
+        _load(broker, batch, per_partition, parts, ends, count)
         loaded = per_partition * parts * len(batch)
         print(
             f"loaded {loaded / 1e9:.2f} GB in {parts} partitions in "
@@ -154,21 +173,24 @@ def restart(args):
         broker.stop()
         print(f"clean stop took {time.perf_counter() - t0:.2f} s")
         listening, ready = _timed_restart(broker, ends)
+        rss, fds = _footprint(broker)
         print(
             f"restart after clean stop: listening after {listening:.2f} s, "
-            f"all {parts} partitions answered after {ready:.2f} s"
+            f"all {parts} partitions answered after {ready:.2f} s; RSS {rss:.0f} MiB, "
+            f"{fds} open fds"
         )
-        _load(broker, batch, max(1, per_partition // 10), parts, ends)
+        _load(broker, batch, max(1, per_partition // 10), parts, ends, count)
         broker.kill()
         before = broker.log().count("after an unclean shutdown")
         listening, ready = _timed_restart(broker, ends)
         log = broker.log()
         recovered = log.count("after an unclean shutdown") - before
         scanned = sum(int(n) for n in re.findall(r"re-scanned (\d+) segment", log))
+        rss, fds = _footprint(broker)
         print(
             f"restart after SIGKILL: listening after {listening:.2f} s, all partitions "
             f"answered after {ready:.2f} s; {recovered} logs recovered, "
-            f"{scanned} segment(s) re-scanned in total"
+            f"{scanned} segment(s) re-scanned in total; RSS {rss:.0f} MiB, {fds} open fds"
         )
     finally:
         broker.stop()
@@ -182,6 +204,12 @@ def main():
     parser.add_argument("--gb", type=float, default=2.0)
     parser.add_argument("--work", default="/tmp/pluglog-bench")
     parser.add_argument("--only", choices=["growth", "restart"])
+    parser.add_argument(
+        "--restart-partitions", type=int, default=100, help="partitions of the restart test"
+    )
+    parser.add_argument(
+        "--batch-records", type=int, default=1000, help="1 KB records per batch (restart test)"
+    )
     args = parser.parse_args()
     os.makedirs(args.work, exist_ok=True)
     if args.only != "restart":
