@@ -163,12 +163,16 @@ class OffsetOperations:
 
     # -- OffsetFetch -------------------------------------------------------------
 
-    def fetch_offsets(self, group_id, topics):
-        """``topics``: ``[(name, [partition])]`` or None for every committed one.
+    def fetch_offsets(self, group_id, topics, member_id=None, member_epoch=-1):
+        """``topics``: ``[(name, [partition])]`` or None for every committed one;
+        ``member_id``/``member_epoch`` (OffsetFetch v9) are checked for
+        KIP-848 groups only, as Kafka's classic groups ignore them.
 
         Returns ``(error, [(name, [(partition, OffsetAndMetadata or None)])])``.
         """
         error = self.group_error(group_id)
+        if error == NONE:
+            error = self.fetch_member_error(group_id, member_id, member_epoch)
         if error != NONE:
             return error, [(name, [(p, None) for p in parts]) for name, parts in topics or ()]
         group = self.groups.get(group_id)
@@ -297,8 +301,24 @@ class OffsetOperations:
         ]
         return described
 
+    def protocol_of(self, group_id):
+        """A classic group's ``(protocol type, protocol name)``, or None."""
+        group = self.groups.get(group_id)
+        if group is None or group.protocol_type is None:
+            return None
+        return group.protocol_type, group.protocol_name
+
+    def pending_offset(self, group_id, key):
+        """Whether a transaction holds an unpublished offset of ``key``."""
+        group = self.groups.get(group_id)
+        return group is not None and self.has_pending_txn(group, key)
+
+    def fetch_member_error(self, group_id, member_id, member_epoch):
+        """OffsetFetch v9's member check; classic groups have none."""
+        return NONE
+
     def list_groups(self):
-        """Returns ``(error, [(group_id, protocol_type)])``."""
+        """Returns ``(error, [(group_id, protocol_type, state, type)])``."""
         if not self.active:
             return COORDINATOR_NOT_AVAILABLE, []
         self.sweep_ownership()
@@ -306,7 +326,9 @@ class OffsetOperations:
             return COORDINATOR_LOAD_IN_PROGRESS, []
         # Only groups of the offsets partitions this broker leads are loaded.
         return NONE, [
-            (g.group_id, g.protocol_type or "") for g in self.groups.values() if g.state != DEAD
+            (g.group_id, g.protocol_type or "", g.state, "classic")
+            for g in self.groups.values()
+            if g.state != DEAD
         ]
 
     # -- offset expiry -----------------------------------------------------------

@@ -21,15 +21,18 @@ SUPPORTED = {
     1: (4, 11),  # Fetch; v12+ is flexible and v13+ needs topic ids
     2: (1, 5),  # ListOffsets
     3: (0, 8),  # Metadata; v9+ flexible, v10+ topic ids
-    8: (2, 7),  # OffsetCommit
-    9: (1, 5),  # OffsetFetch
-    10: (0, 2),  # FindCoordinator
-    11: (0, 5),  # JoinGroup
-    12: (0, 3),  # Heartbeat
-    13: (0, 3),  # LeaveGroup
-    14: (0, 3),  # SyncGroup
-    15: (0, 4),  # DescribeGroups
-    16: (0, 2),  # ListGroups
+    # The group APIs up to Kafka 4.0's (#26), flexible from the version in
+    # brackets; the low minima keep old librdkafka's feature gates and
+    # aiokafka's structs. JoinGroup v9 makes kafka-python infer Kafka 3.2.
+    8: (2, 9),  # OffsetCommit [8]; v9 carries KIP-848 member epochs
+    9: (1, 9),  # OffsetFetch [6]; v8 several groups, v9 member epochs
+    10: (0, 6),  # FindCoordinator [3]; v4 batched keys
+    11: (0, 9),  # JoinGroup [6]
+    12: (0, 4),  # Heartbeat [4]
+    13: (0, 5),  # LeaveGroup [4]
+    14: (0, 5),  # SyncGroup [4]
+    15: (0, 6),  # DescribeGroups [5]
+    16: (0, 5),  # ListGroups [3]; v4 state filter, v5 type filter
     18: (0, 4),  # ApiVersions; kafka-python 3 opens with v4
     19: (0, 4),  # CreateTopics
     20: (0, 3),  # DeleteTopics
@@ -51,12 +54,12 @@ SUPPORTED = {
     33: (0, 1),  # AlterConfigs
     35: (0, 4),  # DescribeLogDirs; v5 would make kafka-python infer Kafka 4.3
     37: (0, 1),  # CreatePartitions
-    42: (0, 1),  # DeleteGroups
+    42: (0, 2),  # DeleteGroups [2]
     43: (0, 2),  # ElectLeaders (librdkafka and kafka-python send 2)
     44: (0, 1),  # IncrementalAlterConfigs
     45: (0, 1),  # AlterPartitionReassignments (flexible from v0)
     46: (0, 0),  # ListPartitionReassignments (flexible from v0)
-    47: (0, 0),  # OffsetDelete
+    47: (0, 0),  # OffsetDelete (Kafka has no other version)
     48: (0, 1),  # DescribeClientQuotas; v1 is flexible
     49: (0, 1),  # AlterClientQuotas; v1 is flexible
     60: (0, 2),  # DescribeCluster (flexible from v0)

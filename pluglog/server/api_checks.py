@@ -245,6 +245,29 @@ def _describe_groups(ctx, request, handler):
     return _then(handler(ctx, request), fix)
 
 
+def _offset_fetch(ctx, request, handler):
+    """DESCRIBE on the group; v8+ per group, denied ones answered in place."""
+    if ctx.version < 8:
+        if allowed(ctx, DESCRIBE, GROUP, request["group_id"]):
+            return handler(ctx, request)
+        return {"throttle_time_ms": 0, "error_code": GROUP_AUTHORIZATION_FAILED, "topics": []}
+    groups = request["groups"]
+    request["groups"] = [g for g in groups if allowed(ctx, DESCRIBE, GROUP, g["group_id"])]
+    if len(request["groups"]) == len(groups):
+        return handler(ctx, request)
+
+    def fix(body):
+        found = iter(body["groups"])
+        kept = {id(g) for g in request["groups"]}
+        denied = {"topics": [], "error_code": GROUP_AUTHORIZATION_FAILED}
+        body["groups"] = [
+            next(found) if id(g) in kept else dict(denied, group_id=g["group_id"]) for g in groups
+        ]
+        return body
+
+    return _then(handler(ctx, request), fix)
+
+
 def _list_groups(ctx, request, handler):
     if _cluster_ok(ctx, DESCRIBE):
         return handler(ctx, request)
@@ -381,6 +404,7 @@ MORE_CHECKS = {
     1: _fetch,
     2: _per_topic(DESCRIBE, "name", "partition_index", _list_offsets_denied),
     8: _group_and_topics(READ, per_partition_group_error=True),
+    9: _offset_fetch,
     15: _describe_groups,
     16: _list_groups,
     21: _per_topic(DELETE, "name", "partition_index", _delete_records_denied),

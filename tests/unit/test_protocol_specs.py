@@ -122,18 +122,28 @@ def test_no_advertised_version_is_flexible_except_known_ones():
     # Transactions (#22): v3 of the producer's APIs is what kafka-python
     # sends; WriteTxnMarkers v1 and the operators' APIs are flexible only.
     txn = {(24, 3), (25, 3), (26, 3), (27, 1), (28, 3), (61, 0), (65, 0), (66, 0), (66, 1)}
-    expected = {(18, 3), (18, 4), (44, 1)} | operator | quotas | sasl | configs | txn
+    # The group APIs (#26): Kafka 4.0's maxima, each above a non-flexible
+    # range that old librdkafka and aiokafka use.
+    groups = {(8, 8), (8, 9), (9, 6), (9, 7), (9, 8), (9, 9), (42, 2)}
+    groups |= {(10, v) for v in range(3, 7)} | {(11, v) for v in range(6, 10)}
+    groups |= {(12, 4), (13, 4), (13, 5), (14, 4), (14, 5), (15, 5), (15, 6)}
+    groups |= {(16, 3), (16, 4), (16, 5)}
+    expected = {(18, 3), (18, 4), (44, 1)} | operator | quotas | sasl | configs | txn | groups
     assert flexible == expected
 
 
-def test_kafka_python_infers_kafka_2_6_and_gets_the_epoch_bump_it_then_uses():
-    # kafka-python gates behaviour (idempotence, zstd, epoch bumps) on the
-    # broker release it infers from ApiVersions. The client quota APIs make it
-    # Kafka 2.6, from which it bumps producer epochs with InitProducerId v3
-    # (KIP-360): that version must be served. The operator APIs must not move
-    # the inference further (DescribeLogDirs v5 alone would make it Kafka 4.3).
+def test_kafka_python_infers_kafka_3_2_and_gets_the_epoch_bump_it_then_uses():
+    # kafka-python gates behaviour (idempotence, zstd, epoch bumps, the
+    # default session timeout) on the broker release it infers from
+    # ApiVersions. JoinGroup v9 (Kafka 4.0's maximum) makes it Kafka 3.2:
+    # it then bumps producer epochs with InitProducerId v3 (KIP-360, from
+    # 2.5), so that version must be served, and defaults its session timeout
+    # to 45 s (from 3.0), which group.max.session.timeout.ms allows. The
+    # operator APIs must not move the inference further (DescribeLogDirs v5
+    # alone would make it Kafka 4.3).
     from kafka.protocol.broker_version_data import infer_broker_version_from_api_versions
 
-    assert infer_broker_version_from_api_versions(dict(SUPPORTED)) == (2, 6)
+    assert infer_broker_version_from_api_versions(dict(SUPPORTED)) == (3, 2)
+    assert SUPPORTED[11] == (0, 9)
     assert SUPPORTED[22][1] >= 3 and APIS[22].defines(3)
     assert SUPPORTED[48] == (0, 1) and SUPPORTED[49] == (0, 1)
