@@ -131,6 +131,13 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1800000
+    #: KIP-848 consumer groups: server-side assignors (the first is the
+    #: default), the session and heartbeat interval the coordinator imposes,
+    #: and the most members a group may have.
+    group_consumer_assignors: str = "uniform,range"
+    group_consumer_session_timeout_ms: int = 45000
+    group_consumer_heartbeat_interval_ms: int = 5000
+    group_consumer_max_size: int = 2147483647
     offsets_topic_num_partitions: int = 50
     offsets_retention_minutes: int = 10080
     cluster_id: str = ""

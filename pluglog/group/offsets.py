@@ -145,6 +145,8 @@ class OffsetOperations:
     def _commit_error(self, group, generation_id, member_id, instance_id):
         if group.state == DEAD:
             return COORDINATOR_NOT_AVAILABLE
+        if getattr(group, "kind", None) == "consumer":
+            return self.consumer_commit_error(group, generation_id, member_id)
         if group.is_static_fenced(member_id, instance_id):
             return FENCED_INSTANCE_ID
         if generation_id < 0 and group.state == EMPTY:
@@ -254,10 +256,12 @@ class OffsetOperations:
                 results.append(defer.succeed((group_id, error)))
                 continue
             # Dead at once: no join can revive it while its tombstones are written.
+            consumer = getattr(group, "kind", None) == "consumer"
+            entries = self.consumer_group_tombstones(group) if consumer else []
             group.transition(DEAD, self.now_ms())
             del self.groups[group_id]
             self._cancel(group.rebalance_call)
-            entries = [(group_key(group_id), None)]
+            entries.append((group_key(group_id), None))
             entries += [(offset_key(group_id, t, p), None) for t, p in sorted(group.offsets)]
             d = self.store.append(group_id, entries)
             d.addCallbacks(
@@ -281,7 +285,8 @@ class OffsetOperations:
             "protocol_data": "",
             "members": [],
         }
-        if group is None:
+        if group is None or getattr(group, "kind", None) == "consumer":
+            # Kafka's classicGroup() lookup fails for a consumer group: Dead.
             return described
         stable = group.state == STABLE
         described["group_state"] = group.state
@@ -313,10 +318,6 @@ class OffsetOperations:
         group = self.groups.get(group_id)
         return group is not None and self.has_pending_txn(group, key)
 
-    def fetch_member_error(self, group_id, member_id, member_epoch):
-        """OffsetFetch v9's member check; classic groups have none."""
-        return NONE
-
     def list_groups(self):
         """Returns ``(error, [(group_id, protocol_type, state, type)])``."""
         if not self.active:
@@ -326,7 +327,7 @@ class OffsetOperations:
             return COORDINATOR_LOAD_IN_PROGRESS, []
         # Only groups of the offsets partitions this broker leads are loaded.
         return NONE, [
-            (g.group_id, g.protocol_type or "", g.state, "classic")
+            (g.group_id, g.protocol_type or "", g.state, getattr(g, "kind", "classic"))
             for g in self.groups.values()
             if g.state != DEAD
         ]

@@ -173,7 +173,12 @@ class PartitionOwnership:
         self.groups.update(groups)
         for group in groups.values():
             for member in group.members.values():
-                self._schedule_session(group, member)
+                if getattr(group, "kind", None) == "consumer":
+                    config = self.broker.config
+                    member.session_timeout_ms = config.group_consumer_session_timeout_ms
+                    self._arm_consumer_timers(group, member)
+                else:
+                    self._schedule_session(group, member)
         owned.error = NONE
         log.info(
             "loaded {n} group(s) from {topic}-{index}",

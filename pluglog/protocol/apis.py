@@ -50,6 +50,10 @@ SUPPORTED = {
     61: (0, 0),  # DescribeProducers (flexible from v0)
     65: (0, 0),  # DescribeTransactions (flexible from v0)
     66: (0, 1),  # ListTransactions (flexible from v0); v2 adds a name pattern
+    # KIP-848 consumer groups (flexible from v0). ConsumerGroupDescribe v1
+    # adds KIP-1099's member type, for groups with classic members: not served.
+    68: (0, 1),  # ConsumerGroupHeartbeat; v1 adds the subscription regex
+    69: (0, 0),  # ConsumerGroupDescribe
     32: (0, 4),  # DescribeConfigs; v3+ types and docs (not in kafka-python's release probe)
     33: (0, 1),  # AlterConfigs
     35: (0, 4),  # DescribeLogDirs; v5 would make kafka-python infer Kafka 4.3

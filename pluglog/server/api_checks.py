@@ -268,6 +268,43 @@ def _offset_fetch(ctx, request, handler):
     return _then(handler(ctx, request), fix)
 
 
+def _consumer_group_heartbeat(ctx, request, handler):
+    if allowed(ctx, READ, GROUP, request["group_id"]):
+        return handler(ctx, request)
+    return {
+        "throttle_time_ms": 0,
+        "error_code": GROUP_AUTHORIZATION_FAILED,
+        "error_message": _DENIED,
+        "member_id": None,
+        "member_epoch": -1,
+        "heartbeat_interval_ms": 0,
+        "assignment": None,
+    }
+
+
+def _consumer_group_describe(ctx, request, handler):
+    names, refused = _narrow_groups(ctx, request, "group_ids", DESCRIBE)
+    if not refused:
+        return handler(ctx, request)
+    denied = {
+        "error_code": GROUP_AUTHORIZATION_FAILED,
+        "error_message": _DENIED,
+        "group_state": "",
+        "group_epoch": -1,
+        "assignment_epoch": -1,
+        "assignor_name": "",
+        "members": [],
+        "authorized_operations": -(2**31),
+    }
+
+    def fix(body):
+        found = {g["group_id"]: g for g in body["groups"]}
+        body["groups"] = [found.get(g) or dict(denied, group_id=g) for g in names]
+        return body
+
+    return _then(handler(ctx, request), fix)
+
+
 def _list_groups(ctx, request, handler):
     if _cluster_ok(ctx, DESCRIBE):
         return handler(ctx, request)
@@ -421,6 +458,8 @@ MORE_CHECKS = {
     49: _cluster(ALTER_CONFIGS, _alter_quotas_denied),
     50: _cluster(DESCRIBE, _describe_scram_denied),
     51: _cluster(ALTER, _alter_scram_denied),
+    68: _consumer_group_heartbeat,
+    69: _consumer_group_describe,
 }
 
 #: Every API's check by api key; an API without one needs no permission.

@@ -42,7 +42,7 @@ def coordinator(broker):
     return gc
 
 
-def _client_host(peer):
+def client_host(peer):
     # Kafka reports InetAddress.toString(): "/" + address, no port.
     if not peer:
         return ""
@@ -135,7 +135,7 @@ def handle_join_group(ctx, request):
         request["member_id"],
         request.get("group_instance_id"),
         ctx.header.client_id or "",
-        _client_host(ctx.peer),
+        client_host(ctx.peer),
         request["session_timeout_ms"],
         request.get("rebalance_timeout_ms", -1),
         request["protocol_type"],
@@ -357,4 +357,4 @@ HANDLERS = {
     codec.OFFSET_DELETE: handle_offset_delete,
 }
 
-__all__ = ["HANDLERS", "coordinator"]
+__all__ = ["HANDLERS", "client_host", "coordinator"]

@@ -1,0 +1,470 @@
+"""The KIP-848 consumer group protocol of the coordinator: ConsumerGroupHeartbeat.
+
+A base class of :class:`pluglog.group.coordinator.GroupCoordinator`, beside
+the classic protocol. One heartbeat joins (member epoch 0), leaves (-1; a
+static member's -2 is taken as a leave too), or reports what the member
+owns and gets its next step (:func:`pluglog.group.consumer_model.reconcile`).
+Any change of membership, subscription or of the subscribed topics'
+partitions bumps the group epoch; the next heartbeat then has the group's
+server-side assignor (:mod:`.assignors`, ``group.consumer.assignors``) make
+a new target assignment, whose epoch becomes the group epoch. Members reach
+the target through revocation first, and take partitions only once their
+previous owners let them go.
+
+Each heartbeat that changes something appends Kafka's records for it
+(:mod:`.consumer_records`) as one batch and answers once it is stored, so a
+coordinator that takes over the partition reloads the same group. Members
+that send nothing for ``group.consumer.session.timeout.ms`` are removed, as
+are those that do not revoke within their rebalance timeout.
+
+Classic and consumer groups convert only when empty (docs/groups.rst): a
+ConsumerGroupHeartbeat to a classic group with members answers
+GROUP_ID_NOT_FOUND, a JoinGroup to a consumer group with members
+INCONSISTENT_GROUP_PROTOCOL; an empty group of either kind becomes the other
+kind, keeping its committed offsets.
+"""
+
+import re
+import uuid
+
+from twisted.internet import defer
+
+from pluglog.errors import (
+    FENCED_MEMBER_EPOCH,
+    GROUP_ID_NOT_FOUND,
+    GROUP_MAX_SIZE_REACHED,
+    INVALID_REGULAR_EXPRESSION,
+    INVALID_REQUEST,
+    NONE,
+    STALE_MEMBER_EPOCH,
+    UNKNOWN_MEMBER_ID,
+    UNKNOWN_SERVER_ERROR,
+    UNSUPPORTED_ASSIGNOR,
+)
+from pluglog.group.assignors import ASSIGNORS
+from pluglog.group.consumer_model import (
+    CONSUMER,
+    UNREVOKED_PARTITIONS,
+    ConsumerGroup,
+    ConsumerMember,
+    freeze,
+    reconcile,
+)
+from pluglog.group.consumer_records import (
+    current_records,
+    group_records,
+    group_tombstones,
+    member_records,
+    member_tombstones,
+    target_records,
+)
+from pluglog.group.store import coordinator_error, group_key
+from pluglog.logsafe import SafeLogger
+
+log = SafeLogger()
+
+LEAVE, STATIC_LEAVE = -1, -2
+
+
+def is_consumer_group(group):
+    return getattr(group, "kind", None) == CONSUMER
+
+
+class ConsumerGroupOperations:
+    """ConsumerGroupHeartbeat, sessions and the consumer groups' offset rules."""
+
+    def _consumer_config(self):
+        config = self.broker.config
+        return (
+            config.group_consumer_assignors.split(","),
+            config.group_consumer_session_timeout_ms,
+            config.group_consumer_heartbeat_interval_ms,
+            config.group_consumer_max_size,
+        )
+
+    def consumer_heartbeat(self, request, client_id, client_host):
+        """Returns a Deferred firing with a ConsumerGroupHeartbeat response body."""
+        interval = self.broker.config.group_consumer_heartbeat_interval_ms
+
+        def answer(error, message=None, member=None, assignment=None, epoch=None):
+            return {
+                "throttle_time_ms": 0,
+                "error_code": error,
+                "error_message": message,
+                "member_id": member.member_id if member is not None else None,
+                "member_epoch": epoch
+                if epoch is not None
+                else (member.member_epoch if member is not None else -1),
+                "heartbeat_interval_ms": interval,
+                "assignment": assignment,
+            }
+
+        group_id = request["group_id"]
+        error, message = self._heartbeat_request_error(request)
+        if error == NONE:
+            error = self.group_error(group_id)
+        if error != NONE:
+            return defer.succeed(answer(error, message))
+        epoch = request["member_epoch"]
+        group, error, message = self._consumer_group_for(group_id, epoch == 0)
+        if error != NONE:
+            return defer.succeed(answer(error, message))
+        records = []
+        if epoch in (LEAVE, STATIC_LEAVE):
+            member = group.members.get(request["member_id"])
+            if member is None:
+                return defer.succeed(answer(UNKNOWN_MEMBER_ID, "unknown member"))
+            self._remove_consumer_member(group, member, "it left", records)
+            d = self._store_consumer(group, records)
+            return d.addCallback(
+                lambda code: answer(code, None, member, epoch=epoch if code == NONE else None)
+            )
+        member, error, message = self._heartbeat_member(group, request, client_id, client_host)
+        if error != NONE:
+            return defer.succeed(answer(error, message))
+        joined = epoch == 0
+        changed = self._update_subscription(group, member, request, joined)
+        if joined or changed:
+            records += member_records(group, member)
+        self._refresh_target(group, records)
+        owned = _owned(request["topic_partitions"])
+        if reconcile(group, member, owned) or joined:
+            records += current_records(group, member)
+        self._arm_consumer_timers(group, member)
+        group.refresh_state(self.now_ms())
+        send = joined or bool(records) or (owned is not None and owned != member.assigned)
+        assignment = _assignment(member.assigned) if send else None
+        d = self._store_consumer(group, records)
+        return d.addCallback(lambda code: answer(code, None, member, assignment))
+
+    # -- request checks ----------------------------------------------------------
+
+    def _heartbeat_request_error(self, request):
+        """Kafka's ``throwIfConsumerGroupHeartbeatRequestIsInvalid``."""
+        epoch = request["member_epoch"]
+        if not request["group_id"]:
+            return INVALID_REQUEST, "GroupId can't be empty."
+        if request["instance_id"] == "":
+            return INVALID_REQUEST, "InstanceId can't be empty."
+        if epoch < STATIC_LEAVE:
+            return INVALID_REQUEST, f"MemberEpoch {epoch} is invalid."
+        if epoch != 0 and not request["member_id"]:
+            return INVALID_REQUEST, "MemberId can't be empty."
+        if epoch == 0:
+            if request["rebalance_timeout_ms"] == -1:
+                return INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request."
+            if request["topic_partitions"]:
+                return INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining."
+            if request["subscribed_topic_names"] is None and not request.get(
+                "subscribed_topic_regex"
+            ):
+                return INVALID_REQUEST, "SubscribedTopicNames must be set in first request."
+        assignor = request["server_assignor"]
+        if assignor is not None and assignor not in self._consumer_config()[0]:
+            return UNSUPPORTED_ASSIGNOR, f"ServerAssignor {assignor} is not supported."
+        regex = request.get("subscribed_topic_regex")
+        if regex:
+            try:
+                re.compile(regex)
+            except re.error as exc:
+                return INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {regex!r}: {exc}"
+        return NONE, None
+
+    def _consumer_group_for(self, group_id, create):
+        """``(group, error, message)``: the consumer group, converting an empty
+        classic group (KIP-1099's offline conversion)."""
+        group = self.groups.get(group_id)
+        if group is not None and not is_consumer_group(group):
+            if group.members or group.pending_members:
+                return None, GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
+            converted = ConsumerGroup(group_id, self.now_ms())
+            converted.offsets, converted.pending_txn = group.offsets, group.pending_txn
+            self.release_group(group, UNKNOWN_MEMBER_ID)
+            self.groups[group_id] = group = converted
+            # The classic record goes, or a reload would find both kinds.
+            self.store.append(group_id, [(group_key(group_id), None)]).addErrback(
+                lambda f: log.warn("dropping the classic record of {g} failed", g=group_id)
+            )
+            log.info("group {g}: empty classic group converted to a consumer group", g=group_id)
+        if group is None:
+            if not create:
+                return None, GROUP_ID_NOT_FOUND, f"Group {group_id} not found."
+            group = self.groups[group_id] = ConsumerGroup(group_id, self.now_ms())
+        return group, NONE, None
+
+    def _heartbeat_member(self, group, request, client_id, client_host):
+        """``(member, error, message)`` for a join (epoch 0) or a heartbeat."""
+        member_id, epoch = request["member_id"], request["member_epoch"]
+        member = group.members.get(member_id) if member_id else None
+        if epoch == 0:
+            if member is not None:
+                # A member re-joining with epoch 0 owns nothing any more.
+                self._remove_consumer_member(group, member, "it re-joined", [])
+            elif len(group.members) >= self._consumer_config()[3]:
+                return None, GROUP_MAX_SIZE_REACHED, "The consumer group has reached its max size."
+            member = ConsumerMember(member_id or uuid.uuid4().hex, client_id, client_host)
+            group.add(member)
+            return member, NONE, None
+        if member is None:
+            return None, UNKNOWN_MEMBER_ID, f"Member {member_id} is not in the group."
+        member.client_id, member.client_host = client_id, client_host
+        if epoch != member.member_epoch:
+            owned = _owned(request["topic_partitions"])
+            lost_answer = epoch == member.previous_member_epoch and owned == member.assigned
+            if not lost_answer:
+                return (
+                    None,
+                    FENCED_MEMBER_EPOCH,
+                    (f"Member epoch {epoch} is not the current {member.member_epoch}."),
+                )
+        return member, NONE, None
+
+    def _update_subscription(self, group, member, request, joined):
+        """Apply the heartbeat's non-null fields; True if the subscription
+        changed (which bumps the group epoch)."""
+        before = member.metadata_fields()
+        names = request["subscribed_topic_names"]
+        if names is not None:
+            member.subscribed_topic_names = sorted(set(names))
+        regex = request.get("subscribed_topic_regex")
+        if regex is not None:
+            member.subscribed_topic_regex = regex or None
+        for field in ("instance_id", "rack_id", "server_assignor"):
+            if request[field] is not None:
+                setattr(member, field, request[field])
+        if request["rebalance_timeout_ms"] != -1:
+            member.rebalance_timeout_ms = request["rebalance_timeout_ms"]
+        member.session_timeout_ms = self._consumer_config()[1]
+        if member.instance_id is not None:
+            group.static_members[member.instance_id] = member.member_id
+        subscription = before[4:7] != member.metadata_fields()[4:7]
+        if joined or subscription:
+            group.group_epoch += 1
+        return before != member.metadata_fields()
+
+    # -- target assignment -------------------------------------------------------
+
+    def _subscribed_topics(self, group):
+        """``{topic_id: (name, partitions)}`` the members subscribe to."""
+        cluster = self.broker.coordinator.topics()
+        patterns = [
+            re.compile(m.subscribed_topic_regex)
+            for m in group.members.values()
+            if m.subscribed_topic_regex
+        ]
+        wanted = group.subscribed_topics()
+        out = {}
+        for name, meta in cluster.items():
+            if not meta.topic_id or getattr(meta, "internal", False):
+                continue
+            if name in wanted or any(p.fullmatch(name) for p in patterns):
+                out[meta.topic_id] = (name, meta.num_partitions)
+        return out
+
+    def _member_topics(self, member, topics):
+        names = set(member.subscribed_topic_names)
+        pattern = member.subscribed_topic_regex
+        regex = re.compile(pattern) if pattern else None
+        return {
+            tid
+            for tid, (name, _n) in topics.items()
+            if name in names or (regex is not None and regex.fullmatch(name))
+        }
+
+    def _refresh_target(self, group, records):
+        """Bump the group epoch if the subscribed topics changed, and compute
+        a new target assignment when the group epoch is ahead of it."""
+        topics = self._subscribed_topics(group)
+        seen = {tid: meta for tid, meta in topics.items()}
+        if group.topics_seen is not None and seen != group.topics_seen:
+            group.group_epoch += 1
+        group.topics_seen = seen
+        if group.assignment_epoch >= group.group_epoch:
+            return
+        assignors = self._consumer_config()[0]
+        chosen = [m.server_assignor for m in group.members.values() if m.server_assignor]
+        name = max(set(chosen), key=lambda n: (chosen.count(n), n)) if chosen else assignors[0]
+        group.assignor_name = name
+        members = {m.member_id: self._member_topics(m, topics) for m in group.members.values()}
+        counts = {tid: n for tid, (_name, n) in topics.items()}
+        previous = dict(group.target)
+        target = ASSIGNORS[name](members, counts, previous)
+        group.target = {m: freeze(a) for m, a in target.items()}
+        group.assignment_epoch = group.group_epoch
+        changed = [m for m in group.target if group.target[m] != previous.get(m)]
+        records += group_records(group)
+        records += target_records(group, changed)
+
+    # -- leaving, sessions, revocation timeouts ---------------------------------
+
+    def _remove_consumer_member(self, group, member, reason, records):
+        self._cancel(member.heartbeat_call)
+        self._cancel(member.revocation_call)
+        member.heartbeat_call = member.revocation_call = None
+        group.remove(member.member_id)
+        group.group_epoch += 1
+        group.refresh_state(self.now_ms())
+        records += member_tombstones(group.group_id, member.member_id)
+        records += group_records(group)
+        log.info(
+            "consumer group {g}: member {m} removed ({why}); group epoch {e}",
+            g=group.group_id,
+            m=member.member_id,
+            why=reason,
+            e=group.group_epoch,
+        )
+
+    def _arm_consumer_timers(self, group, member):
+        delay = member.session_timeout_ms / 1000.0
+        if member.heartbeat_call is not None and member.heartbeat_call.active():
+            member.heartbeat_call.reset(delay)
+        else:
+            member.heartbeat_call = self.reactor.callLater(
+                delay, self._consumer_expired, group, member, "its session expired"
+            )
+        if member.state == UNREVOKED_PARTITIONS:
+            if member.revocation_call is None or not member.revocation_call.active():
+                member.revocation_call = self.reactor.callLater(
+                    member.rebalance_timeout_ms / 1000.0,
+                    self._consumer_expired,
+                    group,
+                    member,
+                    "it did not revoke its partitions within its rebalance timeout",
+                )
+        else:
+            self._cancel(member.revocation_call)
+            member.revocation_call = None
+
+    def _consumer_expired(self, group, member, reason):
+        if (
+            group.members.get(member.member_id) is not member
+            or self.groups.get(group.group_id) is not group
+        ):
+            return
+        records = []
+        self._remove_consumer_member(group, member, reason, records)
+        self._store_consumer(group, records)
+
+    def _store_consumer(self, group, records):
+        """Append ``records``; a Deferred firing with NONE or the error code."""
+        if not records:
+            return defer.succeed(NONE)
+
+        def failed(failure):
+            code = coordinator_error(failure, UNKNOWN_SERVER_ERROR)
+            log.warn(
+                "persisting consumer group {g} failed: {why}",
+                g=group.group_id,
+                why=failure.getErrorMessage(),
+            )
+            return code
+
+        d = self.store.append(group.group_id, records)
+        return d.addCallbacks(lambda _: NONE, failed)
+
+    # -- ConsumerGroupDescribe ---------------------------------------------------
+
+    def describe_consumer_group(self, group_id):
+        """A ConsumerGroupDescribe ``groups`` entry (without authorized_operations)."""
+        error = self.group_error(group_id)
+        group = self.groups.get(group_id) if error == NONE else None
+        described = {
+            "error_code": error,
+            "error_message": None,
+            "group_id": group_id,
+            "group_state": "Dead",
+            "group_epoch": -1,
+            "assignment_epoch": -1,
+            "assignor_name": "",
+            "members": [],
+        }
+        if error == NONE and not is_consumer_group(group):
+            described["error_code"] = GROUP_ID_NOT_FOUND
+            described["error_message"] = (
+                f"Group {group_id} not found."
+                if group is None
+                else f"Group {group_id} is not a consumer group."
+            )
+        if described["error_code"] != NONE:
+            return described
+        names = {meta.topic_id: name for name, meta in self.broker.coordinator.topics().items()}
+
+        def described_assignment(assignment):
+            return {
+                "topic_partitions": [
+                    {
+                        "topic_id": uuid.UUID(hex=t),
+                        "topic_name": names.get(t, ""),
+                        "partitions": sorted(ps),
+                    }
+                    for t, ps in sorted(assignment.items())
+                ]
+            }
+
+        described.update(
+            group_state=group.state,
+            group_epoch=group.group_epoch,
+            assignment_epoch=group.assignment_epoch,
+            assignor_name=group.assignor_name or self._consumer_config()[0][0],
+            members=[
+                {
+                    "member_id": m.member_id,
+                    "instance_id": m.instance_id,
+                    "rack_id": m.rack_id,
+                    "member_epoch": m.member_epoch,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "subscribed_topic_names": list(m.subscribed_topic_names),
+                    "subscribed_topic_regex": m.subscribed_topic_regex,
+                    "assignment": described_assignment(m.assigned),
+                    "target_assignment": described_assignment(group.target.get(m.member_id, {})),
+                }
+                for m in group.members.values()
+            ],
+        )
+        return described
+
+    # -- offsets of consumer groups ---------------------------------------------
+
+    def consumer_commit_error(self, group, member_epoch, member_id):
+        """Kafka's ``ConsumerGroup.validateOffsetCommit``."""
+        if member_epoch < 0 and not member_id:
+            # An admin or assign() commit: allowed while nobody consumes.
+            return NONE if not group.members else UNKNOWN_MEMBER_ID
+        member = group.members.get(member_id)
+        if member is None:
+            return UNKNOWN_MEMBER_ID
+        if member_epoch != member.member_epoch:
+            return STALE_MEMBER_EPOCH
+        return NONE
+
+    def fetch_member_error(self, group_id, member_id, member_epoch):
+        """OffsetFetch v9's member check on consumer groups."""
+        group = self.groups.get(group_id)
+        if not is_consumer_group(group) or (member_id is None and member_epoch < 0):
+            return NONE
+        member = group.members.get(member_id)
+        if member is None:
+            return UNKNOWN_MEMBER_ID
+        return NONE if member_epoch == member.member_epoch else STALE_MEMBER_EPOCH
+
+    def consumer_group_tombstones(self, group):
+        records = []
+        for member_id in list(group.members):
+            records += member_tombstones(group.group_id, member_id)
+        return records + group_tombstones(group.group_id)
+
+
+def _owned(topic_partitions):
+    if topic_partitions is None:
+        return None
+    return freeze({tp["topic_id"].hex: tp["partitions"] for tp in topic_partitions})
+
+
+def _assignment(assigned):
+    return {
+        "topic_partitions": [
+            {"topic_id": uuid.UUID(hex=t), "partitions": sorted(ps)}
+            for t, ps in sorted(assigned.items())
+        ]
+    }
