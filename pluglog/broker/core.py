@@ -9,13 +9,14 @@ the reactor thread; ``now_ms`` comes from the reactor's clock.
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from pluglog.broker import dynamic_config, limits
+from pluglog.broker import dynamic_config, limits, topic_ids
 from pluglog.broker.capabilities import StorageChecks
 from pluglog.broker.fetch_sessions import FetchSessionCache
 from pluglog.broker.partition import Partition
 from pluglog.broker.producer_ids import ProducerIdAllocator
 from pluglog.broker.quotas import ClientQuotas
 from pluglog.broker.quotas import attach as attach_quotas
+from pluglog.broker.topic_ids import TopicIds
 from pluglog.broker.txn_markers import write_txn_markers
 from pluglog.datadir import DataDirLock
 from pluglog.errors import (
@@ -70,6 +71,8 @@ class Broker:
             raise
         self.partitions = {}
         self.topic_configs = {}
+        #: topic id -> name (KIP-516), kept in step with the coordinator
+        self.topic_ids = TopicIds()
         self.node_id = config.broker_id
         self.advertised = (config.advertised_host, config.advertised_port)
         self.group_coordinator = None
@@ -168,6 +171,8 @@ class Broker:
     def _open_topic(self, meta):
         """Open the logs of the topic's partitions this broker hosts (it is
         in their replica assignment); drop those reassigned away."""
+        adopted = meta.topic_id and self.topic_ids.id_of(meta.name) != meta.topic_id
+        self.topic_ids.update(meta)
         topic_config = self.config.topic_defaults.with_overrides(meta.configs)
         self.topic_configs[meta.name] = topic_config
         for index in range(meta.num_partitions):
@@ -196,6 +201,9 @@ class Broker:
             elif part is not None:
                 part.config = topic_config
                 part.log.update_config(topic_config)
+                if adopted:
+                    # The topic was given its id now (an upgraded cluster).
+                    topic_ids.adopt(meta, part.log)
             if part is not None and hosted:
                 part.schema_check = schema_check_for(self, meta.name, topic_config)
 
@@ -206,6 +214,7 @@ class Broker:
         line) when the topic appears later."""
         try:
             plog = self.storage.open_log(meta.name, index, topic_config)
+            plog = topic_ids.stamp(self.storage, meta, index, plog, topic_config)
             self.storage_checks.opened(plog, meta.name, topic_config, len(meta.replicas(index)))
         except PluginError as exc:
             if self._starting:
@@ -226,6 +235,7 @@ class Broker:
 
     def _drop_topic(self, name):
         self.topic_configs.pop(name, None)
+        self.topic_ids.forget(name)
         for key in [k for k in self.partitions if k[0] == name]:
             self._drop_partition(key)
 

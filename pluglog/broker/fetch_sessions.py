@@ -12,6 +12,12 @@ the session named, if any); epoch 0 with an id closes that session and opens
 a new one. A wrong id answers FETCH_SESSION_ID_NOT_FOUND, a wrong epoch
 INVALID_FETCH_SESSION_EPOCH, with no partitions.
 
+From v13 topics are named by id (KIP-516) and a session is keyed by topic
+id, as Kafka's: a topic deleted and created again under the same name is
+another topic, and the session's partitions of the old one answer
+UNKNOWN_TOPIC_ID until the client forgets them. A session opened by id and
+continued by name (or the reverse) answers FETCH_SESSION_TOPIC_ID_ERROR.
+
 The handler (pluglog.server.handlers.fetch) asks :meth:`FetchSessionCache.context`
 for a context per request. The context's ``request`` is what to read: for an
 incremental fetch every partition in the session, at the offsets it last
@@ -31,7 +37,11 @@ Finding the victim walks the cache, which happens only when it is full.
 
 import random
 
-from pluglog.errors import FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH
+from pluglog.errors import (
+    FETCH_SESSION_ID_NOT_FOUND,
+    FETCH_SESSION_TOPIC_ID_ERROR,
+    INVALID_FETCH_SESSION_EPOCH,
+)
 
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
@@ -51,6 +61,7 @@ def _entry(want):
         "partition": want["partition"],
         "current_leader_epoch": want.get("current_leader_epoch", -1),
         "fetch_offset": want["fetch_offset"],
+        "last_fetched_epoch": want.get("last_fetched_epoch", -1),
         "log_start_offset": want.get("log_start_offset", -1),
         "partition_max_bytes": want["partition_max_bytes"],
         "hw": -1,
@@ -59,7 +70,12 @@ def _entry(want):
     }
 
 
-def _group(order):
+def topic_key(version):
+    """The request field naming a topic: its id from v13, else its name."""
+    return "topic_id" if version >= 13 else "topic"
+
+
+def _group(order, key="topic"):
     """Request ``topics`` entries from (topic, entry) pairs, in order."""
     topics = []
     last = None
@@ -67,7 +83,7 @@ def _group(order):
     for name, entry in order:
         if name != last:
             parts = []
-            topics.append({"topic": name, "partitions": parts})
+            topics.append({key: name, "partitions": parts})
             last = name
         parts.append(entry)
     return topics
@@ -99,18 +115,20 @@ def _remember(entry, answer):
 class FetchSession:
     """One session: its partitions (in fetch order) and what it last sent."""
 
-    __slots__ = ("id", "privileged", "epoch", "entries", "order", "topics", "last_used_ms")
+    __slots__ = ("id", "privileged", "key", "epoch", "entries", "order", "topics", "last_used_ms")
 
-    def __init__(self, session_id, privileged, order, now_ms):
+    def __init__(self, session_id, privileged, order, now_ms, key="topic"):
         self.id = session_id
         self.privileged = privileged
+        #: "topic_id" for a v13+ session (keyed by topic id), else "topic"
+        self.key = key
         #: the epoch the next incremental request must carry
         self.epoch = next_epoch(INITIAL_EPOCH)
         self.entries = {(name, entry["partition"]): entry for name, entry in order}
         self.order = order
         #: request ``topics`` over ``order``; replaced, never mutated, so a
         #: parked fetch keeps reading the partitions it was asked for
-        self.topics = _group(order)
+        self.topics = _group(order, key)
         self.last_used_ms = now_ms
 
     def __len__(self):
@@ -119,8 +137,9 @@ class FetchSession:
     def update(self, topics, forgotten):
         """Apply an incremental request: new and changed partitions, then the forgotten."""
         added = False
+        key = self.key
         for topic in topics:
-            name = topic["topic"]
+            name = topic[key]
             for want in topic["partitions"]:
                 entry = self.entries.get((name, want["partition"]))
                 if entry is None:
@@ -130,18 +149,19 @@ class FetchSession:
                     added = True
                 else:
                     entry["fetch_offset"] = want["fetch_offset"]
+                    entry["last_fetched_epoch"] = want.get("last_fetched_epoch", -1)
                     entry["partition_max_bytes"] = want["partition_max_bytes"]
                     entry["current_leader_epoch"] = want.get("current_leader_epoch", -1)
                     entry["log_start_offset"] = want.get("log_start_offset", -1)
         removed = False
         for topic in forgotten:
             for index in topic["partitions"]:
-                if self.entries.pop((topic["topic"], index), None) is not None:
+                if self.entries.pop((topic[key], index), None) is not None:
                     removed = True
         if removed:
             self.order = [(n, e) for n, e in self.order if (n, e["partition"]) in self.entries]
         if added or removed:
-            self.topics = _group(self.order)
+            self.topics = _group(self.order, key)
 
     def rotate(self, served):
         """Move the partitions that just returned records to the end, so a
@@ -151,7 +171,7 @@ class FetchSession:
         self.order = [p for p in self.order if id(p[1]) not in served_ids] + [
             p for p in self.order if id(p[1]) in served_ids
         ]
-        self.topics = _group(self.order)
+        self.topics = _group(self.order, self.key)
 
 
 class _Sessionless:
@@ -167,16 +187,17 @@ class _Sessionless:
 class _Full:
     """Epoch 0: answer every partition, and open a session if there is room."""
 
-    def __init__(self, cache, request, now_ms):
+    def __init__(self, cache, request, now_ms, key):
         self.cache = cache
         self.request = request
         self.now_ms = now_ms
+        self.key = key
 
     def respond(self, topics, total):
         order = []
         entries = {}
         for want_topic, got_topic in zip(self.request["topics"], topics):
-            name = want_topic["topic"]
+            name = want_topic[self.key]
             for want, answer in zip(want_topic["partitions"], got_topic["partitions"]):
                 key = (name, want["partition"])
                 entry = entries.get(key)
@@ -185,7 +206,7 @@ class _Full:
                     order.append((name, entry))
                 _remember(entry, answer)
         privileged = self.request.get("replica_id", -1) >= 0
-        session = self.cache.create(privileged, order, self.now_ms)
+        session = self.cache.create(privileged, order, self.now_ms, self.key)
         return (0 if session is None else session.id), topics
 
 
@@ -210,7 +231,7 @@ class _Incremental:
                     if answer["records"]:
                         served.append(entry)
             if keep:
-                out.append({"topic": got_topic["topic"], "partitions": keep})
+                out.append(dict(got_topic, partitions=keep))
         if served and len(served) < len(self.session) and total * 2 >= self.max_bytes:
             # Near the response's byte limit: the partitions further on may
             # have been left out for lack of room.
@@ -245,12 +266,14 @@ class FetchSessionCache:
                 self.sessions.pop(session_id, None)
             if epoch == FINAL_EPOCH or not self.slots:
                 return _Sessionless(request)
-            return _Full(self, request, now_ms)
+            return _Full(self, request, now_ms, topic_key(version))
         session = self.sessions.get(session_id)
         if session is None:
             return FETCH_SESSION_ID_NOT_FOUND
         if epoch != session.epoch:
             return INVALID_FETCH_SESSION_EPOCH
+        if session.key != topic_key(version):
+            return FETCH_SESSION_TOPIC_ID_ERROR
         session.update(request["topics"], request.get("forgotten_topics_data", ()))
         session.epoch = next_epoch(epoch)
         session.last_used_ms = now_ms
@@ -259,14 +282,14 @@ class FetchSessionCache:
             max_bytes = 0x7FFFFFFF
         return _Incremental(session, request, min(max_bytes, self.fetch_max_bytes))
 
-    def create(self, privileged, order, now_ms):
+    def create(self, privileged, order, now_ms, key="topic"):
         """A new session over ``order``, or None when no slot can be had."""
         if len(self.sessions) >= self.slots and not self._evict(privileged, len(order), now_ms):
             return None
         session_id = 0
         while session_id == 0 or session_id in self.sessions:
             session_id = self._rng.randint(1, _MAX_EPOCH)
-        session = FetchSession(session_id, privileged, order, now_ms)
+        session = FetchSession(session_id, privileged, order, now_ms, key)
         self.sessions[session_id] = session
         self.created += 1
         return session

@@ -291,6 +291,7 @@ class Controller(AdminZnodesMixin, ReassignmentMixin):
         if not self.active:
             return
         topics, states = self.load()
+        self.assign_topic_ids(topics)
         excluded = set(excluded) | self.shutting_down
 
         def decide(topic):
@@ -304,6 +305,29 @@ class Controller(AdminZnodesMixin, ReassignmentMixin):
                 self.create_state(topic, p, replicas)
             else:
                 self.update(topic, p, replicas, state, decide(topic))
+
+    def assign_topic_ids(self, topics):
+        """Give every topic from before topic ids (no ``topic_id`` in its
+        znode, as Kafka < 2.8 wrote it) an id, once: a fenced conditional
+        write of the znode, as Kafka's controller does on upgrade. Brokers
+        adopt it through their topic watch."""
+        for name, view in sorted(topics.items()):
+            if view.topic_id:
+                continue
+            view.topic_id = z.new_topic_id()
+            body = z.topic_json(
+                view.assignment, view.topic_id, view.internal, view.adding, view.removing
+            )
+            tx = self.client.transaction()
+            tx.check(z.CONTROLLER_EPOCH, self.epoch_version)
+            tx.set_data(z.topic_path(name), z.dumps(body), version=view.version)
+            (result,) = self._commit(tx)
+            if isinstance(result, Exception):
+                continue  # changed meanwhile: its watch brings us back here
+            view.version = result.version
+            self.say(
+                "topic {t} was given the id {tid}", t=name, tid=z.topic_id_to_zk(view.topic_id)
+            )
 
     def on_brokers_changed(self):
         if not self.active:

@@ -17,6 +17,7 @@ import uuid
 from twisted.internet import defer
 from zope.interface import implementer
 
+from pluglog import topicids
 from pluglog.coordination.state import PartitionState, TopicMetadata
 from pluglog.coordination.topicchecks import (
     check_partition_count,
@@ -84,7 +85,8 @@ class LocalCoordinator:
                     name,
                     count,
                     dict(info.get("configs", {})),
-                    info.get("topic_id", ""),
+                    # A topic from before topic ids gets one now, once (saved below).
+                    info.get("topic_id") or topicids.new_topic_id(),
                     bool(info.get("internal", False)),
                     {p: [node] for p in range(count)},
                 )
@@ -191,7 +193,7 @@ class LocalCoordinator:
             name,
             num_partitions,
             configs,
-            uuid.uuid4().hex,
+            topicids.new_topic_id(),
             internal,
             {p: [node] for p in range(num_partitions)},
         )

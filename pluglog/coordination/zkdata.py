@@ -7,12 +7,11 @@ ignores (``pluglog`` in the topic znode) and under ``/pluglog``, which Kafka
 tooling never reads.
 """
 
-import base64
 import json
 import re
 import time
-import uuid
 
+from pluglog import topicids
 from pluglog.coordination.state import PartitionState
 from pluglog.datadir import meta_properties, parse_properties  # noqa: F401 - re-exported
 
@@ -149,24 +148,30 @@ def controller_json(broker_id):
 
 
 def new_topic_id():
-    """A topic id: 16 random bytes; stored as Kafka's URL-safe base64."""
-    return uuid.uuid4().hex
+    """A topic id (hex); stored in ZooKeeper as Kafka's URL-safe base64."""
+    return topicids.new_topic_id()
 
 
 def topic_id_to_zk(hex_id):
-    return base64.urlsafe_b64encode(bytes.fromhex(hex_id)).decode().rstrip("=")
+    return topicids.to_base64(hex_id)
 
 
 def topic_id_from_zk(value):
+    """The hex id of a znode's ``topic_id``; "" for none or an unreadable one
+    (the controller then gives the topic a new id, as for a pre-2.8 topic)."""
     if not value:
         return ""
-    return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
+    try:
+        return topicids.from_base64(value)
+    except ValueError:
+        return ""
 
 
 def topic_json(assignment, topic_id, internal=False, adding=None, removing=None):
-    """Kafka's TopicZNode (version 2, with topic_id) plus our ``pluglog`` extras."""
+    """Kafka's TopicZNode plus our ``pluglog`` extras: version 3 with
+    ``topic_id`` (base64) as Kafka 2.8+ writes it, 2 without."""
     data = {
-        "version": 2,
+        "version": 3 if topic_id else 2,
         "partitions": {str(p): list(r) for p, r in sorted(assignment.items())},
         "adding_replicas": {str(p): list(r) for p, r in sorted((adding or {}).items())},
         "removing_replicas": {str(p): list(r) for p, r in sorted((removing or {}).items())},

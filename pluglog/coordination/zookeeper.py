@@ -376,7 +376,7 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
 
     def _topic_update(self, meta, adding, removing):
         old = self._topics.get(meta.name)
-        if old is not None and old.topic_id != meta.topic_id:
+        if old is not None and old.topic_id and old.topic_id != meta.topic_id:
             # Deleted and created again between two looks: a new topic.
             self._topic_deleted(meta.name)
             old = None
@@ -384,11 +384,14 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
         if old is None:
             self._topics[meta.name] = meta
             self._notify("created", meta)
-        elif (old.assignment, old.configs, old.num_partitions) != (
+        elif (old.assignment, old.configs, old.num_partitions, old.topic_id) != (
             meta.assignment,
             meta.configs,
             meta.num_partitions,
+            meta.topic_id,
         ):
+            # A topic id appearing is a change: the controller gave a topic
+            # from before topic ids its id.
             self._topics[meta.name] = meta
             self._notify("changed", meta)
             for p in meta.assignment:

@@ -82,8 +82,31 @@ def _as_view(buf):
 #: tags twice. Kafka ignores trailing bytes; accept exactly that one.
 _EXTRA_EMPTY_TAGS = frozenset((51,))
 
+#: librdkafka's all-topics Metadata request in a flexible version (v9+,
+#: through 2.16) keeps its topic count as the int32 0 it reserved for it:
+#: Kafka reads the first 0 as a null (all topics) array, reads the flags and
+#: tags from the placeholder's other bytes and ignores what is left. Read
+#: the last 0 as the array instead, so the flags are the ones sent.
+_INT32_ZERO = b"\x00\x00\x00\x00"
 
-def _decode_body(decode, buf, pos, what, extra_tags=False):
+
+def _librdkafka_all_topics(decode, buf, pos):
+    """The body of librdkafka's all-topics Metadata request, or None."""
+    if bytes(buf[pos : pos + 4]) != _INT32_ZERO:
+        return None
+    try:
+        body, end = decode(buf, pos + 3)
+    except (DecodeError, *_DECODE_FAILURES):
+        return None
+    return body if end == len(buf) and body["topics"] is None else None
+
+
+def _decode_body(decode, buf, pos, what, extra_tags=False, metadata=False):
+    if metadata:
+        # Unambiguous: a well-formed null-topics body is 3 bytes shorter.
+        body = _librdkafka_all_topics(decode, buf, pos)
+        if body is not None:
+            return body
     try:
         body, end = decode(buf, pos)
     except _DECODE_FAILURES as exc:
@@ -118,6 +141,7 @@ def decode_request(header, buf):
         header.body_offset,
         _name(header.api_key, "req"),
         header.api_key in _EXTRA_EMPTY_TAGS,
+        header.api_key == 3 and header.api_version >= 9,
     )
 
 

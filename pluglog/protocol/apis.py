@@ -1,9 +1,10 @@
 """The API table: which APIs pluglog defines and advertises, and their codecs.
 
 ``SUPPORTED`` is what the broker advertises in ApiVersions.  It is deliberately
-narrower than what is defined (decodable): the "Recommend" column of the shared
-protocol notes keeps minima low for old librdkafka feature gates and maxima below
-the flexible/topic-id versions (Produce 0-8, Fetch 4-11, Metadata 0-8...).
+narrower than what is defined (decodable). Minima stay low for old librdkafka's
+feature gates, every range keeps a non-flexible version aiokafka has, and maxima
+are what Kafka 3.9/4.0 serve where pluglog implements the semantics (topic ids,
+KIP-951 leader hints); docs/protocol.rst gives each cap and its reason.
 """
 
 from pluglog.protocol.compiler import compile_struct
@@ -17,10 +18,11 @@ API_NAMES = {key: api.name for key, api in sorted(APIS.items())}
 API_VERSIONS_KEY = 18
 
 SUPPORTED = {
-    0: (0, 8),  # Produce; min 0 so librdkafka < 2.11.1 keeps gzip/snappy/lz4 on
-    1: (4, 11),  # Fetch; v12+ is flexible and v13+ needs topic ids
+    0: (0, 11),  # Produce; min 0 so librdkafka < 2.11.1 keeps gzip/snappy/lz4 on;
+    # v12 is KIP-890's transaction version 2, v13 names topics by id
+    1: (4, 17),  # Fetch; v13+ by topic id; v18 (KIP-1166) is Kafka 4.1's
     2: (1, 5),  # ListOffsets
-    3: (0, 8),  # Metadata; v9+ flexible, v10+ topic ids
+    3: (0, 13),  # Metadata; v9+ flexible, v10+ topic ids, v12+ asked by id
     # The group APIs up to Kafka 4.0's (#26), flexible from the version in
     # brackets; the low minima keep old librdkafka's feature gates and
     # aiokafka's structs. JoinGroup v9 makes kafka-python infer Kafka 3.2.
@@ -34,10 +36,10 @@ SUPPORTED = {
     15: (0, 6),  # DescribeGroups [5]
     16: (0, 5),  # ListGroups [3]; v4 state filter, v5 type filter
     18: (0, 4),  # ApiVersions; kafka-python 3 opens with v4
-    19: (0, 4),  # CreateTopics
-    20: (0, 3),  # DeleteTopics
+    19: (0, 7),  # CreateTopics; v7 answers the topic id
+    20: (0, 6),  # DeleteTopics; v6 deletes by id
     21: (0, 1),  # DeleteRecords
-    22: (0, 4),  # InitProducerId; v3+ carries KIP-360's epoch bump
+    22: (0, 5),  # InitProducerId; v3+ KIP-360's epoch bump; v5 = v4 (KIP-890 error code)
     23: (2, 3),  # OffsetForLeaderEpoch
     # Transactions. AddPartitionsToTxn v4 (KIP-890) would make kafka-python
     # infer Kafka 3.6; v0 keeps aiokafka's structs; v3 is what kafka-python

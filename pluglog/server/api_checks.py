@@ -43,6 +43,7 @@ from pluglog.server.authorization import allowed
 from pluglog.server.checks import _DENIED, _cluster, _named_topics, _split, _then
 from pluglog.server.checks import CHECKS as _FIRST_CHECKS
 from pluglog.server.checks import _fetch as _client_fetch
+from pluglog.server.handlers.common import resolve_topic_ids
 from pluglog.server.txn_checks import TXN_CHECKS
 
 CLUSTER_ACTION, IDEMPOTENT_WRITE, TRANSACTIONAL_ID = 9, 12, 5
@@ -135,6 +136,7 @@ def _offset_for_leader_epoch(ctx, request, handler):
 
 
 def _fetch(ctx, request, handler):
+    resolve_topic_ids(ctx.broker, 1, ctx.version, request)
     if request.get("replica_id", -1) < 0:
         return _client_fetch(ctx, request, handler)
     if _cluster_ok(ctx, CLUSTER_ACTION):
@@ -148,6 +150,7 @@ def _fetch(ctx, request, handler):
         "responses": [
             {
                 "topic": t["topic"],
+                "topic_id": t.get("topic_id"),
                 "partitions": [
                     {
                         "partition_index": p["partition"],

@@ -35,7 +35,7 @@ from pluglog.security.acls import (
     WRITE,
 )
 from pluglog.server.authorization import allowed
-from pluglog.server.handlers.common import NO_RESPONSE, CloseConnection
+from pluglog.server.handlers.common import NO_RESPONSE, CloseConnection, resolve_topic_ids
 from pluglog.server.handlers.core import _brokers as _broker_entries
 from pluglog.server.handlers.produce import partition_result
 
@@ -45,9 +45,13 @@ CLUSTER_ACTION, TRANSACTIONAL_ID = 9, 5
 
 
 def _split(ctx, entries, key, operation):
+    """``(ok, denied)``; an entry naming an unknown topic id (KIP-516) is
+    passed on: the handler answers it UNKNOWN_TOPIC_ID, as Kafka does."""
     ok, denied = [], []
     for entry in entries:
-        (ok if allowed(ctx, operation, TOPIC, entry[key]) else denied).append(entry)
+        name = entry[key]
+        unknown_id = name is None and entry.get("by_id")
+        (ok if unknown_id or allowed(ctx, operation, TOPIC, name) else denied).append(entry)
     return ok, denied
 
 
@@ -109,6 +113,7 @@ def _produce(ctx, request, handler):
 
 
 def _fetch(ctx, request, handler):
+    resolve_topic_ids(ctx.broker, 1, ctx.version, request)
     ok, denied = _split(ctx, request["topics"], "topic", READ)
     if not denied:
         return handler(ctx, request)
@@ -116,6 +121,7 @@ def _fetch(ctx, request, handler):
     extra = [
         {
             "topic": t["topic"],
+            "topic_id": t.get("topic_id"),
             "partitions": [
                 {
                     "partition_index": p["partition"],
@@ -139,6 +145,7 @@ def _fetch(ctx, request, handler):
 
 
 def _metadata(ctx, request, handler):
+    resolve_topic_ids(ctx.broker, 3, ctx.version, request)
     requested = request["topics"]
     denied = []
     if requested:
@@ -153,11 +160,17 @@ def _metadata(ctx, request, handler):
         request["topics"] = ok
 
     def fix(body):
-        topics = [t for t in body["topics"] if allowed(ctx, DESCRIBE, TOPIC, t["name"])]
+        topics = [
+            t
+            for t in body["topics"]
+            if t["name"] is None or allowed(ctx, DESCRIBE, TOPIC, t["name"])
+        ]
         topics += [
             {
                 "error_code": TOPIC_AUTHORIZATION_FAILED,
-                "name": t["name"],
+                # Asked by id: the name is not given away (Kafka's rule).
+                "name": None if t.get("by_id") else t["name"],
+                "topic_id": t.get("topic_id"),
                 "is_internal": False,
                 "partitions": [],
             }
@@ -187,7 +200,7 @@ def _creatable(ctx, request, entries):
     if not (auto and ctx.broker.config.auto_create_topics_enable):
         return entries, []
     existing = ctx.broker.coordinator.topics()
-    missing = [e for e in entries if e["name"] not in existing]
+    missing = [e for e in entries if not e.get("by_id") and e["name"] not in existing]
     if not missing or allowed(ctx, CREATE, CLUSTER, CLUSTER_NAME):
         return entries, []
     refused = [e for e in missing if not allowed(ctx, CREATE, TOPIC, e["name"])]
@@ -229,6 +242,35 @@ def _named_topics(operation, list_key, name_key, response_key, alt_cluster=None)
         return _then(handler(ctx, request), fix)
 
     return check
+
+
+_delete_by_name = _named_topics(DELETE, "topic_names", "name", "responses")
+
+
+def _delete_topics(ctx, request, handler):
+    """DeleteTopics: v6+ names topics by name or id (KIP-516)."""
+    if ctx.version < 6:
+        return _delete_by_name(ctx, request, handler)
+    resolve_topic_ids(ctx.broker, 20, ctx.version, request)
+    ok, denied = _split(ctx, request["topics"], "name", DELETE)
+    if not denied:
+        return handler(ctx, request)
+    request["topics"] = ok
+    extra = [
+        {
+            "name": None if t.get("by_id") else t["name"],
+            "topic_id": t["topic_id"],
+            "error_code": TOPIC_AUTHORIZATION_FAILED,
+            "error_message": _DENIED,
+        }
+        for t in denied
+    ]
+
+    def fix(body):
+        body.setdefault("responses", []).extend(extra)
+        return body
+
+    return _then(handler(ctx, request), fix)
 
 
 def _group(operation):
@@ -373,7 +415,7 @@ CHECKS = {
     13: _group(READ),  # LeaveGroup
     14: _group(READ),  # SyncGroup
     19: _named_topics(CREATE, "topics", "name", "topics", alt_cluster=CREATE),
-    20: _named_topics(DELETE, "topic_names", "name", "responses"),
+    20: _delete_topics,
     29: _cluster(DESCRIBE, _acl_denied),
     30: _cluster(ALTER, _acl_denied),
     31: _cluster(ALTER, _acl_denied),

@@ -104,7 +104,13 @@ def _primitive(type_, name):
     if type_ == "records":
         return _records()
     if type_ == "uuid":
-        return st.uuids().map(uuid.UUID)
+        # Topic ids (KIP-516): the zero id ("none"), random ones, and raw
+        # 16-byte values hypothesis' uuids() would never make.
+        return st.one_of(
+            st.just(uuid.UUID(int=0)),
+            st.uuids(),
+            st.binary(min_size=16, max_size=16).map(lambda raw: uuid.UUID(bytes=raw)),
+        )
     raise ValueError(type_)
 
 

@@ -105,7 +105,23 @@ def test_supported_within_defined():
     assert SUPPORTED[17] == (0, 1) and SUPPORTED[36] == (0, 2) and SUPPORTED[60] == (0, 2)
     # DescribeLogDirs v5 would make kafka-python infer a Kafka 4.3 broker.
     assert SUPPORTED[35] == (0, 4)
-    assert SUPPORTED[0] == (0, 8) and SUPPORTED[1] == (4, 11) and SUPPORTED[18] == (0, 4)
+    # #26: the data path up to Kafka 3.9/4.0's versions, minima unchanged.
+    assert SUPPORTED[0] == (0, 11) and SUPPORTED[1] == (4, 17) and SUPPORTED[18] == (0, 4)
+    assert SUPPORTED[3] == (0, 13) and SUPPORTED[19] == (0, 7) and SUPPORTED[20] == (0, 6)
+    assert SUPPORTED[22] == (0, 5)
+
+
+#: aiokafka 0.14's request structs (shared protocol notes §1.5): it picks the
+#: highest inside the broker's range, so each range must hold one of them.
+_AIOKAFKA = {0: range(3, 8), 1: range(1, 12), 3: range(0, 6), 19: range(0, 4), 20: range(0, 4)}
+_AIOKAFKA[22] = range(0, 1)
+
+
+@pytest.mark.parametrize("key", sorted(_AIOKAFKA))
+def test_every_raised_range_keeps_a_non_flexible_version_aiokafka_has(key):
+    lo, hi = SUPPORTED[key]
+    ours = [v for v in _AIOKAFKA[key] if lo <= v <= hi and not APIS[key].is_flexible(v)]
+    assert ours, f"api {key}: {lo}-{hi} holds none of aiokafka's {list(_AIOKAFKA[key])}"
 
 
 def test_no_advertised_version_is_flexible_except_known_ones():
@@ -141,22 +157,31 @@ def test_no_advertised_version_is_flexible_except_known_ones():
     groups |= {(16, 3), (16, 4), (16, 5)}
     # KIP-848's APIs (#26) are flexible from v0.
     groups |= {(68, 0), (68, 1), (69, 0)}
-    expected = {(18, 3), (18, 4), (44, 1)} | operator | quotas | sasl | configs | txn | groups
+    # The data path and topic admin (#26): flexible versions up to Kafka
+    # 3.9/4.0's, for topic ids (KIP-516) and KIP-951's leader hints.
+    data = {(0, v) for v in range(9, 12)} | {(1, v) for v in range(12, 18)}
+    data |= {(3, v) for v in range(9, 14)} | {(19, 5), (19, 6), (19, 7)}
+    data |= {(20, 4), (20, 5), (20, 6), (22, 5)}
+    expected = {(18, 3), (18, 4), (44, 1)} | operator | quotas | sasl | configs | txn
+    expected |= groups | data
     assert flexible == expected
 
 
-def test_kafka_python_infers_kafka_3_2_and_gets_the_epoch_bump_it_then_uses():
+def test_kafka_python_infers_kafka_3_9_and_gets_what_it_then_uses():
     # kafka-python gates behaviour (idempotence, zstd, epoch bumps, the
-    # default session timeout) on the broker release it infers from
-    # ApiVersions. JoinGroup v9 (Kafka 4.0's maximum) makes it Kafka 3.2:
-    # it then bumps producer epochs with InitProducerId v3 (KIP-360, from
-    # 2.5), so that version must be served, and defaults its session timeout
-    # to 45 s (from 3.0), which group.max.session.timeout.ms allows. The
-    # operator APIs must not move the inference further (DescribeLogDirs v5
-    # alone would make it Kafka 4.3).
+    # KIP-735 session timeout) on the broker release it infers from
+    # ApiVersions. Fetch v17 makes it Kafka 3.9 (#26): from 2.5 on it bumps
+    # producer epochs with InitProducerId v3 (KIP-360), which must be served;
+    # from 3.0 on its default session timeout is 45 s, which
+    # group.max.session.timeout.ms must allow. The operator APIs must not move
+    # the inference further (DescribeLogDirs v5 alone would make it Kafka 4.3).
     from kafka.protocol.broker_version_data import infer_broker_version_from_api_versions
 
-    assert infer_broker_version_from_api_versions(dict(SUPPORTED)) == (3, 2)
+    from pluglog.config import BrokerConfig
+
+    assert infer_broker_version_from_api_versions(dict(SUPPORTED)) == (3, 9)
+    assert BrokerConfig().group_max_session_timeout_ms >= 45000
+    # JoinGroup v9 alone would make it Kafka 3.2 (#26).
     assert SUPPORTED[11] == (0, 9)
     assert SUPPORTED[22][1] >= 3 and APIS[22].defines(3)
     assert SUPPORTED[48] == (0, 1) and SUPPORTED[49] == (0, 1)

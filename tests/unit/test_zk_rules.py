@@ -138,7 +138,7 @@ def test_znode_bodies_are_kafkas():
     assert z.broker_from_json("4", body) == (4, "h", 9092, "r1")
     tid = z.new_topic_id()
     topic = z.topic_json({0: [1, 2]}, tid, internal=True)
-    assert topic["version"] == 2 and topic["partitions"] == {"0": [1, 2]}
+    assert topic["version"] == 3 and topic["partitions"] == {"0": [1, 2]}
     assert topic["adding_replicas"] == {} and topic["removing_replicas"] == {}
     assert len(topic["topic_id"]) == 22
     assert z.topic_from_json(z.loads(z.dumps(topic))) == ({0: [1, 2]}, tid, True, {}, {})

@@ -8,7 +8,7 @@ from pluglog.protocol.schema import Api, F
 CREATE_TOPICS = Api(
     19,
     "CreateTopics",
-    "0-4",
+    "0-7",
     "5+",
     request=[
         F(
@@ -34,8 +34,26 @@ CREATE_TOPICS = Api(
             "topics",
             [
                 F("name", "string"),
+                F("topic_id", "uuid", "7+"),
                 F("error_code", "int16"),
                 F("error_message", "string", "1+", nullable="0+"),
+                F("topic_config_error_code", "int16", "5+", tag=0, default=0),
+                # v5+ (KIP-525): what was created, with its effective configs.
+                F("num_partitions", "int32", "5+", default=-1),
+                F("replication_factor", "int16", "5+", default=-1),
+                F(
+                    "configs",
+                    [
+                        F("name", "string"),
+                        F("value", "string", nullable="0+"),
+                        F("read_only", "bool"),
+                        F("config_source", "int8", default=-1),
+                        F("is_sensitive", "bool"),
+                    ],
+                    "5+",
+                    nullable="5+",
+                    default=None,
+                ),
             ],
         ),
     ],
@@ -44,15 +62,29 @@ CREATE_TOPICS = Api(
 DELETE_TOPICS = Api(
     20,
     "DeleteTopics",
-    "0-3",
+    "0-6",
     "4+",
     request=[
+        # v6 names each topic by name or by id (KIP-516).
+        F(
+            "topics",
+            [F("name", "string", nullable="6+", default=None), F("topic_id", "uuid")],
+            "6+",
+        ),
         F("topic_names", "[]string", "0-5"),
         F("timeout_ms", "int32"),
     ],
     response=[
         F("throttle_time_ms", "int32", "1+"),
-        F("responses", [F("name", "string"), F("error_code", "int16")]),
+        F(
+            "responses",
+            [
+                F("name", "string", nullable="6+"),
+                F("topic_id", "uuid", "6+"),
+                F("error_code", "int16"),
+                F("error_message", "string", "5+", nullable="5+", default=None),
+            ],
+        ),
     ],
 )
 

@@ -55,11 +55,16 @@ API_VERSIONS = Api(
 METADATA = Api(
     3,
     "Metadata",
-    "0-8",
+    "0-13",
     "9+",
     request=[
         # v0: empty list means all topics; v1+: null means all, empty means none.
-        F("topics", [F("name", "string")], nullable="1+"),
+        # v10+ may name a topic by id (and a null name); Kafka answers that from v12.
+        F(
+            "topics",
+            [F("topic_id", "uuid", "10+"), F("name", "string", nullable="10+")],
+            nullable="1+",
+        ),
         F("allow_auto_topic_creation", "bool", "4+", default=True),
         F("include_cluster_authorized_operations", "bool", "8-10"),
         F("include_topic_authorized_operations", "bool", "8+"),
@@ -81,7 +86,8 @@ METADATA = Api(
             "topics",
             [
                 F("error_code", "int16"),
-                F("name", "string"),
+                F("name", "string", nullable="12+"),
+                F("topic_id", "uuid", "10+"),
                 F("is_internal", "bool", "1+", default=False),
                 F(
                     "partitions",
@@ -109,6 +115,8 @@ METADATA = Api(
             "8-10",
             default=AUTHORIZED_OPERATIONS_UNKNOWN,
         ),
+        # v13 (KIP-1102): REBOOTSTRAP_REQUIRED would go here; pluglog sends 0.
+        F("error_code", "int16", "13+", default=0),
     ],
 )
 

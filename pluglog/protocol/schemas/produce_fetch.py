@@ -6,12 +6,27 @@ memoryviews or file ranges.  Produce v0-2 carry legacy message sets in the same
 ``records`` field; telling formats apart is the record layer's job.
 """
 
-from pluglog.protocol.schema import Api, F
+from pluglog.protocol.schema import Api, F, Struct
+
+#: KIP-951 (Produce v10+, Fetch v16+): where a partition's leader is, sent
+#: with NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH so clients skip a Metadata round.
+_NODE_ENDPOINTS = [
+    F("node_id", "int32"),
+    F("host", "string"),
+    F("port", "int32"),
+    F("rack", "string", nullable="0+", default=None),
+]
+
+
+_LEADER_ID_AND_EPOCH = Struct(
+    [F("leader_id", "int32", default=-1), F("leader_epoch", "int32", default=-1)]
+)
+
 
 PRODUCE = Api(
     0,
     "Produce",
-    "0-8",
+    "0-11",  # v12 needs KIP-890's transaction version 2, v13 names topics by id
     "9+",
     request=[
         F("transactional_id", "string", "3+", nullable="3+", default=None),
@@ -59,21 +74,40 @@ PRODUCE = Api(
                             "8+",
                         ),
                         F("error_message", "string", "8+", nullable="8+", default=None),
+                        F(
+                            "current_leader",
+                            _LEADER_ID_AND_EPOCH,
+                            "10+",
+                            tag=0,
+                            default=None,
+                        ),
                     ],
                 ),
             ],
         ),
         F("throttle_time_ms", "int32", "1+", default=0),
+        F("node_endpoints", _NODE_ENDPOINTS, "10+", tag=0, default=None),
     ],
 )
 
 FETCH = Api(
     1,
     "Fetch",
-    "4-11",
+    "4-17",
     "12+",
     request=[
+        F("cluster_id", "string", "12+", nullable="12+", default=None, tag=0),
         F("replica_id", "int32", "0-14", default=-1),
+        # KIP-903 (v15+): the follower's id moves into a tagged struct.
+        F(
+            "replica_state",
+            Struct(
+                [F("replica_id", "int32", default=-1), F("replica_epoch", "int64", default=-1)]
+            ),
+            "15+",
+            tag=1,
+            default=None,
+        ),
         F("max_wait_ms", "int32"),
         F("min_bytes", "int32"),
         F("max_bytes", "int32", "3+", default=0x7FFFFFFF),
@@ -84,14 +118,17 @@ FETCH = Api(
             "topics",
             [
                 F("topic", "string", "0-12"),
+                F("topic_id", "uuid", "13+"),
                 F(
                     "partitions",
                     [
                         F("partition", "int32"),
                         F("current_leader_epoch", "int32", "9+", default=-1),
                         F("fetch_offset", "int64"),
+                        F("last_fetched_epoch", "int32", "12+", default=-1),
                         F("log_start_offset", "int64", "5+", default=-1),
                         F("partition_max_bytes", "int32"),
+                        F("replica_directory_id", "uuid", "17+", tag=0),
                     ],
                 ),
             ],
@@ -100,6 +137,7 @@ FETCH = Api(
             "forgotten_topics_data",
             [
                 F("topic", "string", "7-12"),
+                F("topic_id", "uuid", "13+"),
                 F("partitions", "[]int32", "7+"),
             ],
             "7+",
@@ -114,6 +152,7 @@ FETCH = Api(
             "responses",
             [
                 F("topic", "string", "0-12"),
+                F("topic_id", "uuid", "13+"),
                 F(
                     "partitions",
                     [
@@ -122,6 +161,33 @@ FETCH = Api(
                         F("high_watermark", "int64"),
                         F("last_stable_offset", "int64", "4+", default=-1),
                         F("log_start_offset", "int64", "5+", default=-1),
+                        # v12+: the follower's (or consumer's) log diverged
+                        # from the leader's at this epoch's end (KIP-595/KIP-320).
+                        F(
+                            "diverging_epoch",
+                            Struct(
+                                [
+                                    F("epoch", "int32", default=-1),
+                                    F("end_offset", "int64", default=-1),
+                                ]
+                            ),
+                            "12+",
+                            tag=0,
+                            default=None,
+                        ),
+                        F("current_leader", _LEADER_ID_AND_EPOCH, "12+", tag=1, default=None),
+                        F(
+                            "snapshot_id",
+                            Struct(
+                                [
+                                    F("end_offset", "int64", default=-1),
+                                    F("epoch", "int32", default=-1),
+                                ]
+                            ),
+                            "12+",
+                            tag=2,
+                            default=None,
+                        ),
                         F(
                             "aborted_transactions",
                             [
@@ -137,6 +203,7 @@ FETCH = Api(
                 ),
             ],
         ),
+        F("node_endpoints", _NODE_ENDPOINTS, "16+", tag=0, default=None),
     ],
 )
 
@@ -223,7 +290,7 @@ DELETE_RECORDS = Api(
 INIT_PRODUCER_ID = Api(
     22,
     "InitProducerId",
-    "0-4",
+    "0-5",  # v5 only says the client knows TRANSACTION_ABORTABLE (KIP-890); v6 is 2PC
     "2+",
     request=[
         F("transactional_id", "string", nullable="0+"),

@@ -14,11 +14,18 @@ from pluglog.errors import (
     INVALID_TOPIC_EXCEPTION,
     NONE,
     OFFSET_OUT_OF_RANGE,
+    UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     KafkaError,
 )
-from pluglog.server.handlers.common import error_code, leader_error, per_partition
+from pluglog.server.handlers.common import (
+    error_code,
+    leader_error,
+    per_partition,
+    resolve_topic_ids,
+)
 from pluglog.server.handlers.config_sources import SOURCE_DEFAULT, SOURCE_TOPIC
+from pluglog.topicids import to_base64, to_uuid
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -80,7 +87,7 @@ def handle_create_topics(ctx, request):
         effective = broker.config.topic_defaults.with_overrides(configs).to_kafka()
         result.update(
             {
-                "topic_id": bytes(16) if validate_only else bytes.fromhex(meta.topic_id),
+                "topic_id": to_uuid("" if validate_only else meta.topic_id),
                 "num_partitions": meta.num_partitions,
                 "replication_factor": len(meta.replicas(0)) if meta.assignment else 1,
                 "configs": [
@@ -99,13 +106,40 @@ def handle_create_topics(ctx, request):
     return {"throttle_time_ms": 0, "topics": results}
 
 
+def _deletions(broker, version, request):
+    """``[(name or None, topic id hex or None, by id)]`` to delete: v6 names
+    each topic by name or by id (KIP-516), older versions by name."""
+    if version < 6:
+        return [(name, None, False) for name in request.get("topic_names") or ()]
+    resolve_topic_ids(broker, codec.DELETE_TOPICS, version, request)
+    out = []
+    for topic in request.get("topics") or ():
+        if topic.get("by_id"):
+            out.append((topic["name"], topic["topic_id"].hex, True))
+        else:
+            out.append((topic["name"], None, False))
+    return out
+
+
 @defer.inlineCallbacks
 def handle_delete_topics(ctx, request):
     broker = ctx.broker
-    names = request.get("topic_names") or [t["name"] for t in request.get("topics", [])]
     responses = []
-    for name in names:
+    for name, topic_id, by_id in _deletions(broker, ctx.version, request):
         entry = {"name": name, "error_code": NONE, "error_message": None}
+        meta = broker.coordinator.topics().get(name) if name is not None else None
+        entry["topic_id"] = to_uuid(meta.topic_id if meta is not None else topic_id or "")
+        if by_id and (meta is None or meta.topic_id != topic_id):
+            entry["error_code"] = UNKNOWN_TOPIC_ID
+            entry["error_message"] = f"no topic has the id {to_base64(topic_id)}"
+            entry["name"] = None
+            responses.append(entry)
+            continue
+        if name is None:
+            entry["error_code"] = INVALID_REQUEST
+            entry["error_message"] = "a topic to delete needs a name or a topic id"
+            responses.append(entry)
+            continue
         if broker.is_internal(name):
             entry["error_code"] = INVALID_TOPIC_EXCEPTION
             entry["error_message"] = f"Cannot delete internal topic {name}"

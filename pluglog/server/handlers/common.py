@@ -40,6 +40,37 @@ class RequestContext:
         self.on_close = on_close
 
 
+#: (api key, first version naming topics by id, topic list key, name key)
+_BY_ID = {1: (13, "topics", "topic"), 3: (10, "topics", "name"), 20: (6, "topics", "name")}
+
+
+def resolve_topic_ids(broker, api_key, version, request):
+    """Name the topics a request names by id (KIP-516: Fetch v13+, Metadata
+    v10+, DeleteTopics v6+), in place: an entry with a non-zero ``topic_id``
+    gets ``by_id`` True and its name from the broker's index (None for an
+    id no topic has). Fetch's forgotten topics too. A v15+ Fetch's follower
+    id (KIP-903's ``replica_state``) is copied to ``replica_id``. Idempotent;
+    authorization and the handlers both work on the result."""
+    spec = _BY_ID.get(api_key)
+    if spec is None or version < spec[0]:
+        return
+    if api_key == 1 and version >= 15:
+        state = request.get("replica_state")
+        if state is not None and state.get("replica_id", -1) >= 0:
+            request["replica_id"] = state["replica_id"]
+    _, list_key, name_key = spec
+    name_of = broker.topic_ids.name_of
+    lists = [request.get(list_key) or ()]
+    if api_key == 1:
+        lists.append(request.get("forgotten_topics_data") or ())
+    for entries in lists:
+        for entry in entries:
+            topic_id = entry.get("topic_id")
+            if topic_id is not None and topic_id.int and "by_id" not in entry:
+                entry["by_id"] = True
+                entry[name_key] = name_of(topic_id)
+
+
 def error_code(exc):
     """The Kafka error code for an exception raised while handling a request."""
     return exc.error_code if isinstance(exc, KafkaError) else -1

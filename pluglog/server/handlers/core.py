@@ -7,19 +7,23 @@ from twisted.internet import defer
 from pluglog import protocol as codec
 from pluglog.broker import limits
 from pluglog.errors import (
+    INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
     KAFKA_STORAGE_ERROR,
     LEADER_NOT_AVAILABLE,
     NONE,
+    UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     InvalidTopicError,
     KafkaError,
 )
 from pluglog.logsafe import SafeLogger
 from pluglog.protocol.apis import APIS
-from pluglog.protocol.primitives import read_uvarint
+from pluglog.protocol.primitives import ZERO_UUID, read_uvarint
 from pluglog.security.acls import CLUSTER, CLUSTER_NAME, TOPIC
 from pluglog.server.authorization import authorized_operations
+from pluglog.server.handlers.common import resolve_topic_ids
+from pluglog.topicids import to_uuid
 
 log = SafeLogger()
 
@@ -70,6 +74,7 @@ def _topic_entry(broker, name, meta, live):
     return {
         "error_code": NONE,
         "name": name,
+        "topic_id": to_uuid(meta.topic_id),
         "is_internal": bool(getattr(meta, "internal", False)),
         "partitions": partitions,
         "topic_authorized_operations": -2147483648,
@@ -97,23 +102,55 @@ def metadata_precheck(broker, header, frame):
     return None
 
 
-def _error_entry(name, code):
-    return {"error_code": code, "name": name, "is_internal": False, "partitions": []}
+def _error_entry(name, code, topic_id=ZERO_UUID):
+    return {
+        "error_code": code,
+        "name": name,
+        "topic_id": topic_id,
+        "is_internal": False,
+        "partitions": [],
+    }
+
+
+def _by_id_entry(version, want, topics):
+    """The answer for a topic asked by id (v10+), or None to answer it by
+    name: v12+ looks the id up (UNKNOWN_TOPIC_ID, no name, when no topic has
+    it); v10-11 may not name topics by id (Kafka's INVALID_REQUEST)."""
+    if not want.get("by_id") and want["name"] is not None:
+        return None
+    if version < 12:
+        return _error_entry("", INVALID_REQUEST, want.get("topic_id", ZERO_UUID))
+    name = want["name"]
+    meta = topics.get(name) if name is not None else None
+    if meta is None or meta.topic_id != want["topic_id"].hex:
+        return _error_entry(None, UNKNOWN_TOPIC_ID, want["topic_id"])
+    return None
 
 
 @defer.inlineCallbacks
 def handle_metadata(ctx, request):
     broker = ctx.broker
     version = ctx.version
+    resolve_topic_ids(broker, codec.METADATA, version, request)
     requested = request["topics"]
     topics = broker.coordinator.topics()
+    by_id = []
     if requested is None or (version == 0 and not requested):
         names = sorted(topics)
         auto_create = False
     else:
+        wanted = []
+        for want in requested:
+            entry = _by_id_entry(version, want, topics) if version >= 10 else None
+            if entry is not None:
+                by_id.append(entry)
+            else:
+                wanted.append(want["name"])
         # Kafka answers each named topic once, however often it is named.
-        names = list(dict.fromkeys(t["name"] for t in requested))
+        names = list(dict.fromkeys(wanted))
         auto_create = request.get("allow_auto_topic_creation", True) if version >= 4 else True
+        # Topics asked by id are never created (Kafka's rule).
+        auto_create = auto_create and not any(t.get("by_id") for t in requested)
     auto_create = auto_create and broker.config.auto_create_topics_enable
     brokers = _brokers(broker, ctx.session)
     live = {node for node, _host, _port, _rack in brokers}
@@ -148,8 +185,9 @@ def handle_metadata(ctx, request):
         ],
         "cluster_id": broker.coordinator.cluster_id(),
         "controller_id": broker.coordinator.controller_id(),
-        "topics": entries,
+        "topics": entries + by_id,
         "cluster_authorized_operations": -2147483648,
+        "error_code": NONE,
     }
     if request.get("include_cluster_authorized_operations") or request.get(
         "include_topic_authorized_operations"
@@ -166,7 +204,7 @@ def _authorized_operations(ctx, request, response):
         )
     if request.get("include_topic_authorized_operations"):
         for entry in response["topics"]:
-            if entry["error_code"] == NONE:
+            if entry["error_code"] == NONE and entry["name"] is not None:
                 entry["topic_authorized_operations"] = authorized_operations(
                     ctx, TOPIC, entry["name"]
                 )

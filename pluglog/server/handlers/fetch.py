@@ -17,14 +17,22 @@ from twisted.internet import defer
 from pluglog import protocol as codec
 from pluglog.broker.timestamps import offset_for_timestamp
 from pluglog.errors import (
+    FENCED_LEADER_EPOCH,
     NONE,
     NOT_LEADER_OR_FOLLOWER,
     OFFSET_OUT_OF_RANGE,
+    UNKNOWN_TOPIC_ID,
     UNSUPPORTED_VERSION,
     KafkaError,
     OffsetOutOfRangeError,
 )
-from pluglog.server.handlers.common import error_code, leader_error, per_partition
+from pluglog.server.handlers.common import (
+    error_code,
+    leader_error,
+    per_partition,
+    resolve_topic_ids,
+)
+from pluglog.server.handlers.leaders import current_leader, leader_endpoints
 
 LATEST = -1
 EARLIEST = -2
@@ -43,18 +51,51 @@ def _partition_data(index, code, hw=-1, log_start=-1, records=b"", lso=None, abo
     }
 
 
-def _read_all(broker, request, first_pass=True):
+def _diverging(part, want, offset):
+    """KIP-320's check of a v12+ fetch's ``last_fetched_epoch``, as Kafka's
+    ``Partition.readRecords``: the leader's end offset of that epoch (from its
+    leader-epoch cache); when the leader has no such epoch or it ends before
+    the fetch offset, the fetcher's log diverged: answer ``{epoch,
+    end_offset}`` and no records. None when the logs agree. An epoch older
+    than every cache entry (a cache started after its batches were written)
+    is not a divergence here, where Kafka, whose cache covers the whole log,
+    would answer OFFSET_OUT_OF_RANGE."""
+    fetched = want.get("last_fetched_epoch", -1)
+    if fetched < 0:
+        return None
+    epoch, end = part.epochs.end_offset_for(fetched, part.log.log_end_offset)
+    if epoch < 0 or end < 0:
+        return None
+    if epoch < fetched or end < offset:
+        return {"epoch": epoch, "end_offset": end}
+    return None
+
+
+def _unknown_ids(topic):
+    return {
+        "topic": "",
+        "topic_id": topic["topic_id"],
+        "partitions": [
+            _partition_data(want["partition"], UNKNOWN_TOPIC_ID) for want in topic["partitions"]
+        ],
+    }
+
+
+def _read_all(broker, request, first_pass=True, version=0):
     """One pass over the requested partitions; returns (response topics, bytes).
 
     Consumers read below the high watermark. A follower (``replica_id`` >= 0)
     reads up to the log end, and its fetch offset tells the leader how far
-    its log reaches (on the first pass; a parked fetch re-reads later)."""
+    its log reaches (on the first pass; a parked fetch re-reads later).
+    v13+ names topics by id: each pass looks the id up, so a topic deleted
+    (and created again) meanwhile answers UNKNOWN_TOPIC_ID."""
     max_bytes = request.get("max_bytes", 0x7FFFFFFF)
     if max_bytes <= 0:
         max_bytes = 0x7FFFFFFF
     # The broker's fetch.max.bytes caps what any client may ask for (Kafka's rule).
     max_bytes = min(max_bytes, broker.config.fetch_max_bytes)
     replica_id = request.get("replica_id", -1)
+    by_id = version >= 13
     # read_committed (1): consumers read below the last stable offset and
     # learn which transactions in that range were aborted.
     committed = request.get("isolation_level", 0) == 1 and replica_id < 0
@@ -63,7 +104,13 @@ def _read_all(broker, request, first_pass=True):
     total = 0
     topics = []
     for topic in request["topics"]:
-        name = topic["topic"]
+        if by_id:
+            name = broker.topic_ids.name_of(topic["topic_id"])
+            if name is None:
+                topics.append(_unknown_ids(topic))
+                continue
+        else:
+            name = topic["topic"]
         out = []
         for want in topic["partitions"]:
             index = want["partition"]
@@ -71,10 +118,22 @@ def _read_all(broker, request, first_pass=True):
             code = leader_error(broker, name, part, want, index)
             if code != NONE:
                 hw, start = (-1, -1) if part is None else (part.high_watermark, -1)
-                out.append(_partition_data(index, code, hw, start))
+                entry = _partition_data(index, code, hw, start)
+                if version >= 12 and code in (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH):
+                    entry["current_leader"] = current_leader(broker, name, index)
+                out.append(entry)
                 continue
             plog = part.log
             offset = want["fetch_offset"]
+            if version >= 12:
+                diverging = _diverging(part, want, offset)
+                if diverging is not None:
+                    entry = _partition_data(
+                        index, NONE, part.high_watermark, plog.log_start_offset
+                    )
+                    entry["diverging_epoch"] = diverging
+                    out.append(entry)
+                    continue
             throttle = None
             if replica_id >= 0:
                 if now and not part.update_follower(replica_id, offset, now):
@@ -132,7 +191,7 @@ def _read_all(broker, request, first_pass=True):
                     aborted,
                 )
             )
-        topics.append({"topic": name, "partitions": out})
+        topics.append({"topic": name, "topic_id": topic.get("topic_id"), "partitions": out})
     return topics, total
 
 
@@ -149,31 +208,38 @@ def _leader_throttle(broker, part, replica_id):
     return None
 
 
-def _response(session, topics, total):
+def _response(session, topics, total, broker=None, ctx=None):
     """The answer, through the fetch session's context: called once per answer."""
     session_id, topics = session.respond(topics, total)
-    return {
+    body = {
         "throttle_time_ms": 0,
         "error_code": NONE,
         "session_id": session_id,
         "responses": topics,
     }
+    if ctx is not None and ctx.version >= 16:
+        body["node_endpoints"] = leader_endpoints(broker, ctx.session, topics)
+    return body
 
 
 def handle_fetch(ctx, request):
     broker = ctx.broker
-    session = broker.fetch_sessions.context(request, ctx.version, broker.now_ms())
+    version = ctx.version
+    resolve_topic_ids(broker, codec.FETCH, version, request)
+    session = broker.fetch_sessions.context(request, version, broker.now_ms())
     if isinstance(session, int):  # an unknown session id or a wrong epoch
         return {"throttle_time_ms": 0, "error_code": session, "session_id": 0, "responses": []}
     # An incremental fetch reads every partition of its session.
     request = session.request
-    topics, total = _read_all(broker, request)
+    topics, total = _read_all(broker, request, version=version)
     min_bytes = request["min_bytes"]
     max_wait = request["max_wait_ms"]
     has_error = any(p["error_code"] for t in topics for p in t["partitions"])
     if total >= min_bytes or max_wait <= 0 or has_error or total > 0 and min_bytes <= 1:
-        return _response(session, topics, total)
-    return _LongPoll(broker, session, max_wait).deferred
+        return _response(session, topics, total, broker, ctx)
+    if any(p.get("diverging_epoch") for t in topics for p in t["partitions"]):
+        return _response(session, topics, total, broker, ctx)
+    return _LongPoll(broker, session, max_wait, ctx).deferred
 
 
 class _LongPoll:
@@ -182,15 +248,22 @@ class _LongPoll:
     Re-reads are plain reads; only the pass that answers goes through the
     session's context, so a session remembers what was actually sent."""
 
-    def __init__(self, broker, session, max_wait_ms):
+    def __init__(self, broker, session, max_wait_ms, ctx):
         self.broker = broker
         self.session = session
+        self.ctx = ctx
+        self.version = ctx.version
         self.request = request = session.request
         self.deferred = defer.Deferred(self._cancel)
         self.partitions = []
         for topic in request["topics"]:
+            name = (
+                broker.topic_ids.name_of(topic["topic_id"])
+                if self.version >= 13
+                else topic["topic"]
+            )
             for want in topic["partitions"]:
-                part = broker.partitions.get((topic["topic"], want["partition"]))
+                part = broker.partitions.get((name, want["partition"]))
                 if part is not None:
                     part.add_waiter(self._wake)
                     self.partitions.append(part)
@@ -206,10 +279,10 @@ class _LongPoll:
     def _wake(self, part):
         if self.deferred.called:
             return
-        topics, total = _read_all(self.broker, self.request, first_pass=False)
+        topics, total = _read_all(self.broker, self.request, False, self.version)
         if total >= self.request["min_bytes"]:
             self._detach()
-            self.deferred.callback(_response(self.session, topics, total))
+            self.deferred.callback(_response(self.session, topics, total, self.broker, self.ctx))
         else:
             part.add_waiter(self._wake)
 
@@ -217,8 +290,8 @@ class _LongPoll:
         if self.deferred.called:
             return
         self._detach()
-        topics, total = _read_all(self.broker, self.request, first_pass=False)
-        self.deferred.callback(_response(self.session, topics, total))
+        topics, total = _read_all(self.broker, self.request, False, self.version)
+        self.deferred.callback(_response(self.session, topics, total, self.broker, self.ctx))
 
     def _cancel(self, _deferred):
         self._detach()

@@ -14,6 +14,7 @@ from twisted.logger import Logger
 
 from pluglog import protocol as codec
 from pluglog.errors import (
+    FENCED_LEADER_EPOCH,
     INVALID_RECORD,
     INVALID_REQUIRED_ACKS,
     NONE,
@@ -24,6 +25,7 @@ from pluglog.errors import (
     KafkaError,
 )
 from pluglog.server.handlers.common import NO_RESPONSE, CloseConnection, error_code
+from pluglog.server.handlers.leaders import current_leader, leader_endpoints
 
 log = Logger()
 _BATCH_LENGTH_AT = 8
@@ -119,7 +121,10 @@ def handle_produce(ctx, request):
                 info = partition.append(records, now, acks)
             except KafkaError as exc:
                 failed = True
-                results.append(error_result(index, exc))
+                result = error_result(index, exc)
+                if version >= 10 and result["error_code"] in _MOVED:
+                    result["current_leader"] = current_leader(broker, name, index)
+                results.append(result)
                 continue
             # A stored append and a deduplicated retry (DuplicateAppend) answer alike.
             result = partition_result(
@@ -138,6 +143,10 @@ def handle_produce(ctx, request):
             raise CloseConnection("produce with acks=0 failed")
         return NO_RESPONSE
     response = {"responses": responses, "throttle_time_ms": 0}
+    if version >= 10 and failed:
+        response["node_endpoints"] = leader_endpoints(
+            broker, ctx.session, responses, "partition_responses"
+        )
     if not waits:
         return response
     return _delayed(response, waits)
@@ -157,6 +166,9 @@ def _delayed(response, waits):
 
     return defer.DeferredList([d for _, d in waits]).addCallback(settle)
 
+
+#: errors answered with the partition's current leader (KIP-951)
+_MOVED = (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH)
 
 _WAIT_MESSAGES = {
     NOT_ENOUGH_REPLICAS_AFTER_APPEND: "written, but the ISR shrank below min.insync.replicas",
