@@ -116,7 +116,20 @@ def _confluent_loop(spec, stopping, log):
     extra = {"group.instance.id": spec["instance"]} if spec.get("instance") else {}
     if spec.get("assignor"):
         extra["partition.assignment.strategy"] = spec["assignor"]
-    consumer = confluent_consumer(spec["bootstrap"], spec["group"], **extra)
+    if spec.get("protocol") == "consumer":
+        # KIP-848: the broker sets session and heartbeat times and assigns.
+        consumer = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": spec["bootstrap"],
+                "group.id": spec["group"],
+                "group.protocol": "consumer",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                **extra,
+            }
+        )
+    else:
+        consumer = confluent_consumer(spec["bootstrap"], spec["group"], **extra)
     consumer.subscribe([spec["topic"]])
     try:
         while not stopping:
