@@ -24,7 +24,6 @@ INCONSISTENT_GROUP_PROTOCOL; an empty group of either kind becomes the other
 kind, keeping its committed offsets.
 """
 
-import re
 import uuid
 
 from twisted.internet import defer
@@ -59,6 +58,7 @@ from pluglog.group.consumer_records import (
     target_records,
 )
 from pluglog.group.store import coordinator_error, group_key
+from pluglog.group.topic_regex import compile_topic_regex
 from pluglog.logsafe import SafeLogger
 
 log = SafeLogger()
@@ -165,8 +165,8 @@ class ConsumerGroupOperations:
         regex = request.get("subscribed_topic_regex")
         if regex:
             try:
-                re.compile(regex)
-            except re.error as exc:
+                compile_topic_regex(regex)
+            except ValueError as exc:
                 return INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {regex!r}: {exc}"
         return NONE, None
 
@@ -247,11 +247,8 @@ class ConsumerGroupOperations:
     def _subscribed_topics(self, group):
         """``{topic_id: (name, partitions)}`` the members subscribe to."""
         cluster = self.broker.coordinator.topics()
-        patterns = [
-            re.compile(m.subscribed_topic_regex)
-            for m in group.members.values()
-            if m.subscribed_topic_regex
-        ]
+        patterns = [_pattern(m) for m in group.members.values()]
+        patterns = [p for p in patterns if p is not None]
         wanted = group.subscribed_topics()
         out = {}
         for name, meta in cluster.items():
@@ -263,8 +260,7 @@ class ConsumerGroupOperations:
 
     def _member_topics(self, member, topics):
         names = set(member.subscribed_topic_names)
-        pattern = member.subscribed_topic_regex
-        regex = re.compile(pattern) if pattern else None
+        regex = _pattern(member)
         return {
             tid
             for tid, (name, _n) in topics.items()
@@ -453,6 +449,17 @@ class ConsumerGroupOperations:
         for member_id in list(group.members):
             records += member_tombstones(group.group_id, member_id)
         return records + group_tombstones(group.group_id)
+
+
+def _pattern(member):
+    """The member's compiled regex; None without one, or for one a loaded
+    record carries that this broker does not accept (it matches nothing)."""
+    if not member.subscribed_topic_regex:
+        return None
+    try:
+        return compile_topic_regex(member.subscribed_topic_regex)
+    except ValueError:
+        return None
 
 
 def _owned(topic_partitions):

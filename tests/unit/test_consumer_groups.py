@@ -216,6 +216,9 @@ def test_fenced_and_stale_epochs(env):
         ({"subscribed_topic_names": None}, errors.INVALID_REQUEST),
         ({"server_assignor": "sticky"}, errors.UNSUPPORTED_ASSIGNOR),
         ({"subscribed_topic_names": [], "subscribed_topic_regex": "("}, 128),
+        # Exponential backtracking in Python's re (RE2J, Kafka's, is linear).
+        ({"subscribed_topic_names": [], "subscribed_topic_regex": "(a+)+$"}, 128),
+        ({"subscribed_topic_names": [], "subscribed_topic_regex": "(t)\\1"}, 128),
         ({"member_epoch": 3}, errors.UNKNOWN_MEMBER_ID),
     ],
 )
