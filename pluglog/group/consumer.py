@@ -35,14 +35,14 @@ from pluglog.errors import (
     INVALID_REGULAR_EXPRESSION,
     INVALID_REQUEST,
     NONE,
-    STALE_MEMBER_EPOCH,
     UNKNOWN_MEMBER_ID,
     UNKNOWN_SERVER_ERROR,
+    UNRELEASED_INSTANCE_ID,
     UNSUPPORTED_ASSIGNOR,
 )
 from pluglog.group.assignors import ASSIGNORS
+from pluglog.group.consumer_admin import ConsumerGroupAdmin, is_consumer_group
 from pluglog.group.consumer_model import (
-    CONSUMER,
     UNREVOKED_PARTITIONS,
     ConsumerGroup,
     ConsumerMember,
@@ -52,7 +52,6 @@ from pluglog.group.consumer_model import (
 from pluglog.group.consumer_records import (
     current_records,
     group_records,
-    group_tombstones,
     member_records,
     member_tombstones,
     target_records,
@@ -66,12 +65,8 @@ log = SafeLogger()
 LEAVE, STATIC_LEAVE = -1, -2
 
 
-def is_consumer_group(group):
-    return getattr(group, "kind", None) == CONSUMER
-
-
-class ConsumerGroupOperations:
-    """ConsumerGroupHeartbeat, sessions and the consumer groups' offset rules."""
+class ConsumerGroupOperations(ConsumerGroupAdmin):
+    """ConsumerGroupHeartbeat, sessions, revocation timeouts, persistence."""
 
     def _consumer_config(self):
         config = self.broker.config
@@ -114,7 +109,14 @@ class ConsumerGroupOperations:
             member = group.members.get(request["member_id"])
             if member is None:
                 return defer.succeed(answer(UNKNOWN_MEMBER_ID, "unknown member"))
-            self._remove_consumer_member(group, member, "it left", records)
+            if epoch == STATIC_LEAVE and member.instance_id is not None:
+                # A static member going away to come back (a restart): it
+                # keeps its partitions until its session runs out.
+                member.member_epoch = STATIC_LEAVE
+                records += current_records(group, member)
+                group.refresh_state(self.now_ms())
+            else:
+                self._remove_consumer_member(group, member, "it left", records)
             d = self._store_consumer(group, records)
             return d.addCallback(
                 lambda code: answer(code, None, member, epoch=epoch if code == NONE else None)
@@ -123,7 +125,11 @@ class ConsumerGroupOperations:
         if error != NONE:
             return defer.succeed(answer(error, message))
         joined = epoch == 0
-        changed = self._update_subscription(group, member, request, joined)
+        # A static member taking over from its previous instance is no new member.
+        replaced = member.previous_member_epoch == STATIC_LEAVE and joined
+        if replaced:
+            records += member_tombstones(group.group_id, member.replaced_id)
+        changed = self._update_subscription(group, member, request, joined and not replaced)
         if joined or changed:
             records += member_records(group, member)
         self._refresh_target(group, records)
@@ -197,6 +203,18 @@ class ConsumerGroupOperations:
         member_id, epoch = request["member_id"], request["member_epoch"]
         member = group.members.get(member_id) if member_id else None
         if epoch == 0:
+            instance = request["instance_id"]
+            previous = group.members.get(group.static_members.get(instance, ""))
+            if previous is not None and previous is not member:
+                if previous.member_epoch != STATIC_LEAVE:
+                    return (
+                        None,
+                        UNRELEASED_INSTANCE_ID,
+                        f"Static member with instance id {instance} is still in the group.",
+                    )
+                return self._replace_static_member(
+                    group, previous, member_id, client_id, client_host
+                )
             if member is not None:
                 # A member re-joining with epoch 0 owns nothing any more.
                 self._remove_consumer_member(group, member, "it re-joined", [])
@@ -217,6 +235,40 @@ class ConsumerGroupOperations:
                     FENCED_MEMBER_EPOCH,
                     (f"Member epoch {epoch} is not the current {member.member_epoch}."),
                 )
+        return member, NONE, None
+
+    def _replace_static_member(self, group, previous, member_id, client_id, client_host):
+        """Kafka's static member replacement: the new instance takes over the
+        member that left with epoch -2, its subscription, partitions and
+        target, without bumping the group epoch."""
+        member = ConsumerMember(member_id or uuid.uuid4().hex, client_id, client_host)
+        for field in (
+            "instance_id",
+            "rack_id",
+            "subscribed_topic_names",
+            "subscribed_topic_regex",
+            "server_assignor",
+            "rebalance_timeout_ms",
+            "assigned",
+            "pending_revocation",
+        ):
+            setattr(member, field, getattr(previous, field))
+        member.previous_member_epoch = STATIC_LEAVE
+        member.replaced_id = previous.member_id
+        self._cancel(previous.heartbeat_call)
+        self._cancel(previous.revocation_call)
+        target = group.target.get(previous.member_id)
+        group.remove(previous.member_id)
+        if target is not None:
+            group.target[member.member_id] = target
+        group.add(member)
+        log.info(
+            "consumer group {g}: static member {i} is back as {m} (was {old})",
+            g=group.group_id,
+            i=member.instance_id,
+            m=member.member_id,
+            old=previous.member_id,
+        )
         return member, NONE, None
 
     def _update_subscription(self, group, member, request, joined):
@@ -357,98 +409,6 @@ class ConsumerGroupOperations:
 
         d = self.store.append(group.group_id, records)
         return d.addCallbacks(lambda _: NONE, failed)
-
-    # -- ConsumerGroupDescribe ---------------------------------------------------
-
-    def describe_consumer_group(self, group_id):
-        """A ConsumerGroupDescribe ``groups`` entry (without authorized_operations)."""
-        error = self.group_error(group_id)
-        group = self.groups.get(group_id) if error == NONE else None
-        described = {
-            "error_code": error,
-            "error_message": None,
-            "group_id": group_id,
-            "group_state": "Dead",
-            "group_epoch": -1,
-            "assignment_epoch": -1,
-            "assignor_name": "",
-            "members": [],
-        }
-        if error == NONE and not is_consumer_group(group):
-            described["error_code"] = GROUP_ID_NOT_FOUND
-            described["error_message"] = (
-                f"Group {group_id} not found."
-                if group is None
-                else f"Group {group_id} is not a consumer group."
-            )
-        if described["error_code"] != NONE:
-            return described
-        names = {meta.topic_id: name for name, meta in self.broker.coordinator.topics().items()}
-
-        def described_assignment(assignment):
-            return {
-                "topic_partitions": [
-                    {
-                        "topic_id": uuid.UUID(hex=t),
-                        "topic_name": names.get(t, ""),
-                        "partitions": sorted(ps),
-                    }
-                    for t, ps in sorted(assignment.items())
-                ]
-            }
-
-        described.update(
-            group_state=group.state,
-            group_epoch=group.group_epoch,
-            assignment_epoch=group.assignment_epoch,
-            assignor_name=group.assignor_name or self._consumer_config()[0][0],
-            members=[
-                {
-                    "member_id": m.member_id,
-                    "instance_id": m.instance_id,
-                    "rack_id": m.rack_id,
-                    "member_epoch": m.member_epoch,
-                    "client_id": m.client_id,
-                    "client_host": m.client_host,
-                    "subscribed_topic_names": list(m.subscribed_topic_names),
-                    "subscribed_topic_regex": m.subscribed_topic_regex,
-                    "assignment": described_assignment(m.assigned),
-                    "target_assignment": described_assignment(group.target.get(m.member_id, {})),
-                }
-                for m in group.members.values()
-            ],
-        )
-        return described
-
-    # -- offsets of consumer groups ---------------------------------------------
-
-    def consumer_commit_error(self, group, member_epoch, member_id):
-        """Kafka's ``ConsumerGroup.validateOffsetCommit``."""
-        if member_epoch < 0 and not member_id:
-            # An admin or assign() commit: allowed while nobody consumes.
-            return NONE if not group.members else UNKNOWN_MEMBER_ID
-        member = group.members.get(member_id)
-        if member is None:
-            return UNKNOWN_MEMBER_ID
-        if member_epoch != member.member_epoch:
-            return STALE_MEMBER_EPOCH
-        return NONE
-
-    def fetch_member_error(self, group_id, member_id, member_epoch):
-        """OffsetFetch v9's member check on consumer groups."""
-        group = self.groups.get(group_id)
-        if not is_consumer_group(group) or (member_id is None and member_epoch < 0):
-            return NONE
-        member = group.members.get(member_id)
-        if member is None:
-            return UNKNOWN_MEMBER_ID
-        return NONE if member_epoch == member.member_epoch else STALE_MEMBER_EPOCH
-
-    def consumer_group_tombstones(self, group):
-        records = []
-        for member_id in list(group.members):
-            records += member_tombstones(group.group_id, member_id)
-        return records + group_tombstones(group.group_id)
 
 
 def _pattern(member):

@@ -75,6 +75,7 @@ class ConsumerMember:
         "previous_member_epoch",
         "rack_id",
         "rebalance_timeout_ms",
+        "replaced_id",
         "revocation_call",
         "server_assignor",
         "session_timeout_ms",
@@ -102,6 +103,8 @@ class ConsumerMember:
         self.pending_revocation = {}
         self.heartbeat_call = None
         self.revocation_call = None
+        #: the member id of the static member this one replaced, if any
+        self.replaced_id = None
         # The classic coordinator's release code looks for parked requests.
         self.join_deferred = None
         self.sync_deferred = None

@@ -14,6 +14,8 @@ import confluent_kafka
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from pluglog import protocol as codec
+from pluglog.client.blocking import BlockingClient
 from tests.broker_process import BrokerProcess
 from tests.integration.clients import create_topic
 from tests.integration.test_groups import (
@@ -165,3 +167,52 @@ def test_group_survives_a_broker_restart(tmp_path):
         )
     finally:
         proc.stop()
+
+
+def group_epochs(bootstrap, group):
+    """``(group epoch, {instance id: (member id, member epoch, {partition})})``."""
+    host, port = bootstrap.split(":")
+    with BlockingClient(host, int(port), timeout=5) as client:
+        out = client.request(
+            codec.CONSUMER_GROUP_DESCRIBE,
+            0,
+            {"group_ids": [group], "include_authorized_operations": False},
+        )["groups"][0]
+    return out["group_epoch"], {
+        m["instance_id"]: (
+            m["member_id"],
+            m["member_epoch"],
+            {p for tp in m["assignment"]["topic_partitions"] for p in tp["partitions"]},
+        )
+        for m in out["members"]
+    }
+
+
+def test_static_member_restart_keeps_its_partitions(broker, tmp_path):
+    bootstrap = broker.bootstrap
+    topic, group = "kip848-static", "kip848-static-g"
+    create_topic(bootstrap, topic, partitions=4)
+    spec = {"bootstrap": bootstrap, "topic": topic, "group": group, "protocol": "consumer"}
+    a = Worker(tmp_path, "sa1", instance="sa", **spec)
+    b = Worker(tmp_path, "sb", instance="sb", **spec)
+    a2 = None
+    try:
+        split(bootstrap, group, [2, 2], 4)
+        epoch, before = group_epochs(bootstrap, group)
+        a.stop(signal.SIGTERM)  # librdkafka leaves with epoch -2: "back soon"
+        wait_for(lambda: group_epochs(bootstrap, group)[1]["sa"][1] == -2, 30, "epoch -2")
+        a2 = Worker(tmp_path, "sa2", instance="sa", **spec)
+        wait_for(lambda: group_epochs(bootstrap, group)[1]["sa"][0] != before["sa"][0], 30, "a2")
+        produce(bootstrap, topic, 400, 4)
+        wait_for(lambda: len(set(a2.records() + b.records())) >= 400, 60, "the records")
+        epoch_after, after = group_epochs(bootstrap, group)
+        # The new instance took over the old one's partitions; b was not moved
+        # and the group epoch did not change: no rebalance.
+        assert after["sa"][2] == before["sa"][2] and after["sb"] == before["sb"]
+        assert epoch_after == epoch
+        assert {p for p, _ in a2.records()} == before["sa"][2]
+    finally:
+        for w in (a, b, a2):
+            if w is not None:
+                w.stop(signal.SIGTERM)
+    assert_exactly_once(a2.records() + b.records() + a.records(), dict.fromkeys(range(4), 100))

@@ -52,8 +52,9 @@ def topic_id(env, name="t"):
 class Member:
     """A well-behaved consumer: owns exactly what its last assignment said."""
 
-    def __init__(self, env, group="g", topics=("t",), assignor=None, version=1):
+    def __init__(self, env, group="g", topics=("t",), assignor=None, version=1, instance=None):
         self.env, self.group, self.version = env, group, version
+        self.instance = instance
         self.topics, self.assignor = list(topics), assignor
         self.member_id = uuid.uuid4().hex
         self.epoch = 0
@@ -64,7 +65,7 @@ class Member:
             "group_id": self.group,
             "member_id": self.member_id,
             "member_epoch": self.epoch if epoch is None else epoch,
-            "instance_id": None,
+            "instance_id": self.instance,
             "rack_id": None,
             "rebalance_timeout_ms": 30000 if self.epoch == 0 else -1,
             "subscribed_topic_names": self.topics if self.epoch == 0 else None,
@@ -455,3 +456,33 @@ def test_schemas_follow_kafkas_json():
         ),
     ]
     assert APIS[68].is_flexible(0) and APIS[69].is_flexible(0)
+
+
+def test_static_member_restart_keeps_its_partitions(env):
+    a, b = Member(env, instance="ia"), Member(env, instance="ib")
+    a.heartbeat()
+    b.heartbeat()
+    converge([a, b])
+    group = env.gc.groups["g"]
+    epoch, kept = group.group_epoch, a.partitions()
+    # a restarts: epoch -2 keeps its partitions for a session, nobody takes them.
+    assert a.heartbeat(epoch=-2)["member_epoch"] == -2
+    converge([b])
+    assert len(b.partitions()) == 6 and group.group_epoch == epoch
+    # Another process with the same instance id while b's is alive: refused.
+    twin = Member(env, instance="ib")
+    assert twin.heartbeat()["error_code"] == errors.UNRELEASED_INSTANCE_ID
+    back = Member(env, instance="ia")
+    out = back.heartbeat()
+    assert out["error_code"] == 0 and back.partitions() == kept
+    assert group.group_epoch == epoch and a.member_id not in group.members
+    converge([back, b])
+    assert back.partitions() == kept and group.state == "Stable"
+    # Gone for longer than a session: its partitions move.
+    back.heartbeat(epoch=-2)
+    for _ in range(4):
+        env.clock.advance(2)
+        b.heartbeat()
+    assert back.member_id not in group.members
+    converge([b])
+    assert len(b.partitions()) == 12
