@@ -18,6 +18,7 @@ from pluglog import protocol as codec
 from pluglog.client.blocking import BlockingClient
 from tests.broker_process import BrokerProcess
 from tests.integration.clients import create_topic
+from tests.integration.test_cli import cli
 from tests.integration.test_groups import (
     Worker,
     assert_exactly_once,
@@ -102,6 +103,12 @@ def test_three_members_leave_kill_join_exactly_once(broker, tmp_path):
             assert {tp.partition for tp in member.target_assignment.topic_partitions} == {
                 tp.partition for tp in member.assignment.topic_partitions
             }
+        # pluglog's own CLI shows the members too (ConsumerGroupDescribe).
+        out = cli(broker, "groups", "describe", group).stdout
+        assert "State: Stable\tMembers: 3" in out
+        rows = [line.split("\t") for line in out.splitlines() if line.startswith(topic + "\t")]
+        assert sorted(int(r[1]) for r in rows) == list(range(parts))
+        assert len({r[5] for r in rows}) == 3
         more()
         wait_for(lambda: progress() >= produced // 2, 60, "half of the first round")
         workers[0].stop(signal.SIGTERM)  # a clean close: epoch -1

@@ -486,3 +486,20 @@ def test_static_member_restart_keeps_its_partitions(env):
     assert back.member_id not in group.members
     converge([b])
     assert len(b.partitions()) == 12
+
+
+def test_console_and_metrics_show_a_consumer_group(env):
+    from pluglog.console import state
+    from pluglog.metrics.state import GroupCollector
+
+    a, b = Member(env), Member(env)
+    a.heartbeat()
+    b.heartbeat()
+    converge([a, b])
+    view = state.group(env.broker, "g")
+    assert view["state"] == "Stable"
+    assert sorted(len(m["assignment"]) for m in view["members"]) == [6, 6]
+    assert {t for m in view["members"] for t, _p in m["assignment"]} == {"t"}
+    assert [r["group_id"] for r in state.groups(env.broker)] == ["g"]
+    families = {f.name: f for f in GroupCollector(env.broker).collect()}
+    assert [s.value for s in families["pluglog_consumer_group_members"].samples] == [2]
