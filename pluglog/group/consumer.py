@@ -326,6 +326,14 @@ class ConsumerGroupOperations(ConsumerGroupAdmin):
         seen = {tid: meta for tid, meta in topics.items()}
         if group.topics_seen is not None and seen != group.topics_seen:
             group.group_epoch += 1
+        elif group.topics_seen is None and group.target and group.assignment_epoch:
+            # Loaded from the log (key 4, the topics' metadata, is not kept):
+            # a target that no longer covers exactly the subscribed partitions
+            # was made before topics changed while nobody coordinated.
+            covered = {(t, p) for a in group.target.values() for t, ps in a.items() for p in ps}
+            wanted = {(t, p) for t, (_name, n) in topics.items() for p in range(n)}
+            if covered != wanted:
+                group.group_epoch += 1
         group.topics_seen = seen
         if group.assignment_epoch >= group.group_epoch:
             return

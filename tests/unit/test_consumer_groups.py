@@ -503,3 +503,17 @@ def test_console_and_metrics_show_a_consumer_group(env):
     assert [r["group_id"] for r in state.groups(env.broker)] == ["g"]
     families = {f.name: f for f in GroupCollector(env.broker).collect()}
     assert [s.value for s in families["pluglog_consumer_group_members"].samples] == [2]
+
+
+def test_partitions_added_while_the_group_was_not_loaded(env):
+    a = Member(env)
+    a.heartbeat()
+    converge([a])
+    epoch = env.gc.groups["g"].group_epoch
+    result_of(env.gc.stop())
+    result_of(env.broker.coordinator.create_partitions("t", 16))
+    env.gc = start_coordinator(env.broker)
+    env.broker.group_coordinator = env.gc
+    converge([a])
+    assert len(a.partitions()) == 16
+    assert env.gc.groups["g"].group_epoch == epoch + 1
