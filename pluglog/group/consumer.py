@@ -297,7 +297,17 @@ class ConsumerGroupOperations(ConsumerGroupAdmin):
     # -- target assignment -------------------------------------------------------
 
     def _subscribed_topics(self, group):
-        """``{topic_id: (name, partitions)}`` the members subscribe to."""
+        """``{topic_id: (name, partitions)}`` the members subscribe to; kept
+        until a topic or the group (its epoch: subscriptions) changes, so a
+        heartbeat does not walk every topic of the cluster."""
+        key = (self.topics_generation, group.group_epoch)
+        if group.topics_cache is not None and group.topics_cache[0] == key:
+            return group.topics_cache[1]
+        found = self._match_topics(group)
+        group.topics_cache = (key, found)
+        return found
+
+    def _match_topics(self, group):
         cluster = self.broker.coordinator.topics()
         patterns = [_pattern(m) for m in group.members.values()]
         patterns = [p for p in patterns if p is not None]

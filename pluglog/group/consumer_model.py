@@ -142,6 +142,8 @@ class ConsumerGroup(Group):
         self.target = {}
         #: the subscribed topics' (name, id, partition count) the target was made for
         self.topics_seen = None
+        #: ((topics generation, group epoch), subscribed topics) of the last look
+        self.topics_cache = None
 
     def __repr__(self):
         return (

@@ -85,6 +85,8 @@ class GroupCoordinator(
         #: True until the partitions led at start are loaded.
         self.loading = False
         self._expiry_call = None
+        #: bumped by every topic change (see :meth:`cluster_event`)
+        self.topics_generation = 0
 
     # -- lifecycle ---------------------------------------------------------------
 

@@ -95,7 +95,11 @@ class PartitionOwnership:
 
     def cluster_event(self, event, payload):
         """Coordinator listener: a lost ZooKeeper session means this broker
-        leads nothing until its states are re-announced (which reload)."""
+        leads nothing until its states are re-announced (which reload).
+        Topic changes move the generation KIP-848 groups cache their
+        subscribed topics under."""
+        if event in ("created", "changed", "deleted"):
+            self.topics_generation += 1
         if event == "session" and payload == "lost" and self.active:
             for index in list(self.owned):
                 self._unload(index, "the coordination session was lost")
