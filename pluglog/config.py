@@ -286,7 +286,16 @@ def parse_settings(settings, base=None):
     explicit = {k for k in settings if k in BROKER_KEYS}
     explicit |= {TOPIC_KEYS[k][3] for k in topic_overrides}
     broker_changes["explicit_keys"] = base.explicit_keys | explicit
-    return dataclasses.replace(base, **broker_changes)
+    config = dataclasses.replace(base, **broker_changes)
+    session = config.group_consumer_session_timeout_ms
+    if config.group_consumer_heartbeat_interval_ms >= session:
+        # Kafka's GroupCoordinatorConfig rule: members must beat within a session.
+        raise ConfigError(
+            "group.consumer.heartbeat.interval.ms: "
+            f"{config.group_consumer_heartbeat_interval_ms} must be below "
+            f"group.consumer.session.timeout.ms ({session})"
+        )
+    return config
 
 
 def load_ini(path, base=None):

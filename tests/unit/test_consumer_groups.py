@@ -289,6 +289,12 @@ def test_group_consumer_assignors_config():
     assert parse("k", "org.apache.kafka.coordinator.group.assignor.UniformAssignor") == "uniform"
     with pytest.raises(ConfigError, match="sticky"):
         parse("k", "sticky")
+    from pluglog.config import parse_settings
+
+    short = {"group.consumer.session.timeout.ms": "6000"}
+    assert parse_settings(short).group_consumer_heartbeat_interval_ms == 5000
+    with pytest.raises(ConfigError, match="must be below group.consumer.session.timeout.ms"):
+        parse_settings({"group.consumer.session.timeout.ms": "5000"})
 
 
 def test_reload_brings_the_group_back(env):
