@@ -223,3 +223,55 @@ def test_static_member_restart_keeps_its_partitions(broker, tmp_path):
             if w is not None:
                 w.stop(signal.SIGTERM)
     assert_exactly_once(a2.records() + b.records() + a.records(), dict.fromkeys(range(4), 100))
+
+
+def test_the_consumer_protocol_is_refused_in_a_live_classic_group(broker):
+    # KIP-1099's online upgrade is not done: the new member is refused with
+    # GROUP_ID_NOT_FOUND, which librdkafka treats as fatal; the classic
+    # member keeps its partitions. Once the classic members are gone the
+    # empty group converts (docs/groups.rst).
+    bootstrap, topic, group = broker.bootstrap, "kip848-mixed", "kip848-mixed-g"
+    create_topic(bootstrap, topic, partitions=2)
+    classic = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+        }
+    )
+    modern = None
+    try:
+        classic.subscribe([topic])
+        wait_for(lambda: classic.poll(0.1) is None and len(classic.assignment()) == 2, 30, "a")
+        modern = confluent_kafka.Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer"}
+        )
+        modern.subscribe([topic])
+        errors_seen = []
+
+        def refused():
+            classic.poll(0.05)
+            m = modern.poll(0.05)
+            if m is not None and m.error():
+                errors_seen.append(m.error())
+            return bool(errors_seen)
+
+        wait_for(refused, 30, "the refusal")
+        assert errors_seen[0].code() == confluent_kafka.KafkaError._FATAL
+        assert "group id does not exist" in errors_seen[0].str()
+        assert len(classic.assignment()) == 2
+    finally:
+        classic.close()
+        if modern is not None:
+            modern.close()
+    # Empty now: a consumer-protocol member converts the group and gets both.
+    later = confluent_kafka.Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer"}
+    )
+    try:
+        later.subscribe([topic])
+        wait_for(lambda: later.poll(0.1) is None and len(later.assignment()) == 2, 30, "b")
+    finally:
+        later.close()
+    assert describe(bootstrap, group).type == confluent_kafka.ConsumerGroupType.CONSUMER
