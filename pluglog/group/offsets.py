@@ -373,6 +373,8 @@ class OffsetOperations:
             for key in expired:
                 del group.offsets[key]
             if not group.offsets and not group.pending_members:
+                if getattr(group, "kind", None) == "consumer":
+                    entries += self.consumer_group_tombstones(group)
                 group.transition(DEAD, now)
                 del self.groups[group.group_id]
                 entries.append((group_key(group.group_id), None))

@@ -523,3 +523,17 @@ def test_partitions_added_while_the_group_was_not_loaded(env):
     converge([a])
     assert len(a.partitions()) == 16
     assert env.gc.groups["g"].group_epoch == epoch + 1
+
+
+def test_an_empty_consumer_group_expires_with_its_offsets(env):
+    a = Member(env)
+    a.heartbeat()
+    a.heartbeat(epoch=-1)
+    group = env.gc.groups["g"]
+    group.offsets[("t", 0)] = OffsetAndMetadata(5, -1, "", env.gc.now_ms(), -1)
+    assert group.state == "Empty"
+    env.clock.advance(env.gc.offsets_retention_ms / 1000 + 1)  # expiry ticks run
+    assert "g" not in env.gc.groups
+    result_of(env.gc.stop())
+    env.gc = start_coordinator(env.broker)
+    assert "g" not in env.gc.groups  # its records are gone too
