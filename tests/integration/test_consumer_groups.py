@@ -4,7 +4,8 @@ against the real broker process.
 The consumers are the worker processes of :mod:`tests.integration.test_groups`
 (they record a record only once its commit succeeded), run with the consumer
 protocol: the broker assigns, sets the session and heartbeat times, and hands
-a partition to a new owner only after its old owner revoked it.
+a partition to a new owner only after its old owner revoked it, which the
+workers' rebalance callbacks (timestamped hand-overs) show.
 """
 
 import signal
@@ -70,6 +71,28 @@ def split(bootstrap, group, sizes, parts):
     wait_for(done, 60, f"a {sizes} split", step=0.5)
 
 
+def assert_one_owner_at_a_time(workers, killed):
+    """Incremental revocation as the clients saw it: a partition is gained
+    (on_assign) only after its previous owner lost it (on_revoke), or after
+    that owner was SIGKILLed (``killed``: worker -> time)."""
+    events = []
+    for w in workers:
+        events += [(t, kind, w, parts) for t, kind, parts in w.handovers()]
+        if w in killed:
+            events.append((killed[w], "L", w, set(range(64))))
+    owner = {}
+    for t, kind, w, parts in sorted(events, key=lambda e: e[0]):
+        for p in parts:
+            if kind == "G":
+                assert p not in owner, (
+                    f"partition {p} gained by {w.out} at {t} while {owner[p].out} held it"
+                )
+                owner[p] = w
+            elif owner.get(p) is w:
+                del owner[p]
+    assert any(kind == "L" for w in workers for _t, kind, _p in w.handovers())
+
+
 def test_three_members_leave_kill_join_exactly_once(broker, tmp_path):
     bootstrap = broker.bootstrap
     topic, group, parts, per_round = "kip848", "kip848-g", 12, 1200
@@ -118,7 +141,7 @@ def test_three_members_leave_kill_join_exactly_once(broker, tmp_path):
         victim = workers[1]
         assert victim.assigned()
         victim.stop(signal.SIGKILL)
-        killed_at = time.monotonic()
+        killed_at, killed_wall = time.monotonic(), time.time()
         more()
         split(bootstrap, group, [12], parts)
         # Session expiry, then the survivor's next heartbeats.
@@ -138,6 +161,7 @@ def test_three_members_leave_kill_join_exactly_once(broker, tmp_path):
         for w in workers:
             w.stop(signal.SIGTERM)
     per_partition = dict.fromkeys(range(parts), produced // parts)
+    assert_one_owner_at_a_time(workers, {victim: killed_wall})
     assert_exactly_once([r for w in workers for r in w.records()], per_partition)
     assert committed(bootstrap, group, topic, parts) == per_partition
     # Everyone left: the group is empty and says so.
