@@ -131,6 +131,13 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1800000
+    #: KIP-848 consumer groups: server-side assignors (the first is the
+    #: default), the session and heartbeat interval the coordinator imposes,
+    #: and the most members a group may have.
+    group_consumer_assignors: str = "uniform,range"
+    group_consumer_session_timeout_ms: int = 45000
+    group_consumer_heartbeat_interval_ms: int = 5000
+    group_consumer_max_size: int = 2147483647
     offsets_topic_num_partitions: int = 50
     offsets_retention_minutes: int = 10080
     cluster_id: str = ""
@@ -281,7 +288,16 @@ def parse_settings(settings, base=None):
     explicit = {k for k in settings if k in BROKER_KEYS}
     explicit |= {TOPIC_KEYS[k][3] for k in topic_overrides}
     broker_changes["explicit_keys"] = base.explicit_keys | explicit
-    return dataclasses.replace(base, **broker_changes)
+    config = dataclasses.replace(base, **broker_changes)
+    session = config.group_consumer_session_timeout_ms
+    if config.group_consumer_heartbeat_interval_ms >= session:
+        # Kafka's GroupCoordinatorConfig rule: members must beat within a session.
+        raise ConfigError(
+            "group.consumer.heartbeat.interval.ms: "
+            f"{config.group_consumer_heartbeat_interval_ms} must be below "
+            f"group.consumer.session.timeout.ms ({session})"
+        )
+    return config
 
 
 def load_ini(path, base=None):

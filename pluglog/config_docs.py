@@ -36,6 +36,19 @@ CONFIG_DOCS = {
     ),
     "group.min.session.timeout.ms": (_I, "Smallest session timeout a group member may ask for."),
     "group.max.session.timeout.ms": (_I, "Largest session timeout a group member may ask for."),
+    "group.consumer.assignors": (
+        _LIST,
+        "Server-side assignors of consumer groups (KIP-848), uniform and range; first is default.",
+    ),
+    "group.consumer.session.timeout.ms": (
+        _I,
+        "A consumer-group (KIP-848) member that sends no heartbeat for this long is removed.",
+    ),
+    "group.consumer.heartbeat.interval.ms": (
+        _I,
+        "How often consumer-group (KIP-848) members are told to heartbeat.",
+    ),
+    "group.consumer.max.size": (_I, "Most members of one consumer group (KIP-848)."),
     "offsets.topic.num.partitions": (_I, "Partitions of __consumer_offsets."),
     "offsets.retention.minutes": (_I, "Committed offsets of an empty group expire after this."),
     "cluster.id": (_S, "The cluster id reported in Metadata (generated when not set)."),

@@ -48,6 +48,24 @@ def _choice_parser(*choices):
     return parse
 
 
+#: the server-side assignors of KIP-848 consumer groups
+CONSUMER_ASSIGNORS = ("uniform", "range")
+#: Kafka's class names for them, accepted as the short names
+_ASSIGNOR_CLASSES = {
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+}
+
+
+def _assignors(key, value):
+    names = [_ASSIGNOR_CLASSES.get(n.strip(), n.strip()) for n in str(value).split(",")]
+    names = [n for n in names if n]
+    bad = [n for n in names if n not in CONSUMER_ASSIGNORS]
+    if not names or bad:
+        raise ConfigError(f"{key}: {value!r} names no assignor among uniform, range")
+    return ",".join(dict.fromkeys(names))
+
+
 def _cleanup_policy(key, value):
     parts = sorted({p.strip() for p in str(value).split(",") if p.strip()})
     if not parts or any(p not in ("delete", "compact") for p in parts):
@@ -272,6 +290,14 @@ BROKER_KEYS = {
     ),
     "group.min.session.timeout.ms": ("group_min_session_timeout_ms", int_parser(0)),
     "group.max.session.timeout.ms": ("group_max_session_timeout_ms", int_parser(0)),
+    # KIP-848 consumer groups (Kafka's names and defaults).
+    "group.consumer.assignors": ("group_consumer_assignors", _assignors),
+    "group.consumer.session.timeout.ms": ("group_consumer_session_timeout_ms", int_parser(1)),
+    "group.consumer.heartbeat.interval.ms": (
+        "group_consumer_heartbeat_interval_ms",
+        int_parser(1),
+    ),
+    "group.consumer.max.size": ("group_consumer_max_size", int_parser(1)),
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", int_parser(1)),
     "offsets.retention.minutes": ("offsets_retention_minutes", int_parser(1)),
     "cluster.id": ("cluster_id", _string),

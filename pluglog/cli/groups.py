@@ -1,5 +1,8 @@
 """``pluglog groups``: list, describe (with lag), reset-offsets, delete.
 
+``describe`` asks ConsumerGroupDescribe first and DescribeGroups for a
+classic group, so KIP-848 consumer groups show their members too.
+
 The equivalent of kafka-consumer-groups.sh. Offsets are reset with an
 OffsetCommit of generation -1, which the coordinator accepts only while the
 group has no members — resetting under a live consumer would be overwritten
@@ -157,6 +160,28 @@ def committed(client, group):
     return out
 
 
+def _consumer_group(coord, group_id):
+    """The group as ConsumerGroupDescribe (KIP-848) tells it, or None when it
+    is a classic group (GROUP_ID_NOT_FOUND there), as librdkafka asks."""
+    body = {"group_ids": [group_id], "include_authorized_operations": False}
+
+    def describe():
+        group = coord.request(codec.CONSUMER_GROUP_DESCRIBE, 0, body)["groups"][0]
+        code = group["error_code"]
+        return (errors.NONE if code == errors.GROUP_ID_NOT_FOUND else code), group
+
+    group = _retry(describe, group_id)
+    if group["error_code"] == errors.GROUP_ID_NOT_FOUND:
+        return None
+    for member in group["members"]:
+        member["partitions"] = {
+            (tp["topic_name"], p)
+            for tp in member["assignment"]["topic_partitions"]
+            for p in tp["partitions"]
+        }
+    return group
+
+
 def describe_group(client, args):
     with coordinator(client, args.group) as coord:
 
@@ -164,11 +189,15 @@ def describe_group(client, args):
             group = coord.request(codec.DESCRIBE_GROUPS, 4, {"groups": [args.group]})["groups"][0]
             return group["error_code"], group
 
-        group = _retry(describe, args.group)
+        group = _consumer_group(coord, args.group)
+        if group is None:
+            group = _retry(describe, args.group)
+            for member in group["members"]:
+                member["partitions"] = _assignment(member["member_assignment"])
         offsets = committed(coord, args.group)
     owners = {}
     for member in group["members"]:
-        for tp in _assignment(member["member_assignment"]):
+        for tp in member["partitions"]:
             owners[tp] = f"{member['member_id']} ({member['client_id']}@{member['client_host']})"
     by_topic = {}
     for topic, partition in set(offsets) | set(owners):

@@ -267,6 +267,14 @@ def _assigned(data):
         return None
 
 
+def _member_assignment(broker, found, member):
+    if getattr(found, "kind", None) != "consumer":
+        return _assigned(member.assignment)
+    # A KIP-848 member's partitions are kept by topic id.
+    names = {meta.topic_id: name for name, meta in broker.coordinator.topics().items()}
+    return sorted((names.get(t, t), p) for t, parts in member.assigned.items() for p in parts)
+
+
 def group(broker, group_id):
     """State, members with their assignments, committed offsets and lag."""
     found = _groups(broker).get(group_id)
@@ -278,7 +286,7 @@ def group(broker, group_id):
             "instance_id": m.instance_id,
             "client_id": m.client_id,
             "client_host": m.client_host,
-            "assignment": _assigned(m.assignment),
+            "assignment": _member_assignment(broker, found, m),
             "leader": m.member_id == found.leader_id,
         }
         for m in found.members.values()
@@ -306,7 +314,8 @@ def group(broker, group_id):
         "state": found.state,
         "protocol_type": found.protocol_type or "",
         "protocol": found.protocol_name or "",
-        "generation": found.generation_id,
+        # A KIP-848 group has a group epoch where a classic one has a generation.
+        "generation": getattr(found, "group_epoch", found.generation_id),
         "members": members,
         "offsets": offsets,
         "lag": total,

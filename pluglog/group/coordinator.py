@@ -40,6 +40,7 @@ from pluglog.errors import (
     UNKNOWN_MEMBER_ID,
     UNKNOWN_SERVER_ERROR,
 )
+from pluglog.group.consumer import ConsumerGroupOperations, is_consumer_group
 from pluglog.group.members import MemberOperations, fire_once, join_result, sync_result
 from pluglog.group.model import (
     COMPLETING_REBALANCE,
@@ -60,7 +61,11 @@ log = SafeLogger()
 
 
 class GroupCoordinator(
-    MemberOperations, OffsetOperations, TxnOffsetOperations, PartitionOwnership
+    MemberOperations,
+    ConsumerGroupOperations,
+    OffsetOperations,
+    TxnOffsetOperations,
+    PartitionOwnership,
 ):
     """The consumer groups of the offsets partitions this broker leads."""
 
@@ -80,6 +85,8 @@ class GroupCoordinator(
         #: True until the partitions led at start are loaded.
         self.loading = False
         self._expiry_call = None
+        #: bumped by every topic change (see :meth:`cluster_event`)
+        self.topics_generation = 0
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -167,6 +174,11 @@ class GroupCoordinator(
         d = defer.Deferred()
         spec = (client_id, client_host, session_timeout_ms, rebalance_timeout_ms, protocol_type)
         group = self.groups.get(group_id)
+        if is_consumer_group(group):
+            if group.members:
+                # KIP-1099's online conversion is not done (docs/groups.rst).
+                return defer.succeed(join_result(INCONSISTENT_GROUP_PROTOCOL, member_id))
+            group = self._classic_from_consumer(group)
         if not member_id:
             if group is None:
                 group = self.groups[group_id] = Group(group_id, self.now_ms())
@@ -179,6 +191,17 @@ class GroupCoordinator(
             # A refused first join must not leave an empty group behind.
             del self.groups[group_id]
         return d
+
+    def _classic_from_consumer(self, group):
+        """An empty consumer group becomes a classic one, keeping its offsets."""
+        classic = Group(group.group_id, self.now_ms())
+        classic.offsets, classic.pending_txn = group.offsets, group.pending_txn
+        self.groups[group.group_id] = classic
+        self.store.append(group.group_id, self.consumer_group_tombstones(group)).addErrback(
+            lambda f: log.warn("dropping consumer group records failed: {f}", f=f)
+        )
+        log.info("group {g}: empty consumer group converted to a classic group", g=group.group_id)
+        return classic
 
     def _join_new_member(self, group, instance_id, spec, protocols, require_known, d):
         client_id, _host, session_timeout_ms, _rebalance, protocol_type = spec

@@ -11,7 +11,11 @@ is exactly what compaction would have left. A load whose partition was
 unloaded meanwhile (leadership moved on, the coordinator stopped) stops at
 its next chunk and fires with None.
 
-Loaded groups with members come back Stable with their generation,
+KIP-848 consumer groups (key versions 3-8) are gathered by
+:class:`pluglog.group.consumer_records.ConsumerLoad` and come back with
+their epochs, targets and members' current assignments.
+
+Loaded classic groups with members come back Stable with their generation,
 assignments and static members; their session timers start when the
 coordinator installs them, so members that vanished while the group had no
 coordinator expire after one session timeout. Groups with no members come
@@ -23,6 +27,7 @@ import struct
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from pluglog.group.consumer_records import CONSUMER_KEY_VERSIONS, ConsumerLoad
 from pluglog.group.model import EMPTY, STABLE, Group, Member
 from pluglog.group.store import parse_group_value, parse_key, parse_offset_value
 from pluglog.protocol.control import COMMIT, parse_marker
@@ -46,6 +51,7 @@ class Loader:
         self.metadata = {}  # group -> GroupRecord, or None once deleted
         self.skipped = 0
         self.txn_records = {}  # producer id -> [(key, value)] of an open transaction
+        self.consumer = ConsumerLoad()
         self.deferred = defer.Deferred()
         self._chunks = None
 
@@ -98,6 +104,10 @@ class Loader:
 
     def _apply(self, key, value, offsets=None):
         try:
+            (version,) = struct.unpack_from(">h", key)
+            if version in CONSUMER_KEY_VERSIONS:
+                self.consumer.apply(version, key, value)
+                return
             parsed = parse_key(key)
             if parsed[0] == "offset":
                 _kind, group_id, topic, partition = parsed
@@ -128,9 +138,17 @@ class Loader:
                 self._apply(key, value, staged)
             for group_id, offsets in staged.items():
                 pending.setdefault(group_id, {})[pid] = offsets
-        for group_id in set(self.offsets) | set(self.metadata) | set(pending):
+        consumer = {g for g in self.consumer.groups if self.consumer.is_consumer(g)}
+        for group_id in set(self.offsets) | set(self.metadata) | set(pending) | consumer:
             record = self.metadata.get(group_id)
             offsets = self.offsets.get(group_id) or {}
+            if group_id in consumer:
+                group = self.consumer.build(group_id, now)
+                group.offsets = offsets
+                group.pending_txn = pending.get(group_id, {})
+                group.refresh_state(now)
+                groups[group_id] = group
+                continue
             if record is None and not offsets and group_id not in pending:
                 continue
             group = Group(group_id, now)

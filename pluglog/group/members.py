@@ -111,7 +111,8 @@ class MemberOperations:
 
     def _member_error(self, group, member_id, instance_id, generation_id):
         """Checks shared by SyncGroup, Heartbeat and member commits."""
-        if group is None:
+        if group is None or getattr(group, "kind", None) == "consumer":
+            # A consumer group (KIP-848) has no classic members.
             return UNKNOWN_MEMBER_ID
         if group.state == DEAD:
             return COORDINATOR_NOT_AVAILABLE
@@ -222,7 +223,7 @@ class MemberOperations:
         if error != NONE:
             return error, [error] * len(members)
         group = self.groups.get(group_id)
-        if group is None:
+        if group is None or getattr(group, "kind", None) == "consumer":
             return NONE, [UNKNOWN_MEMBER_ID] * len(members)
         if group.state == DEAD:
             return COORDINATOR_NOT_AVAILABLE, [COORDINATOR_NOT_AVAILABLE] * len(members)

@@ -145,6 +145,8 @@ class OffsetOperations:
     def _commit_error(self, group, generation_id, member_id, instance_id):
         if group.state == DEAD:
             return COORDINATOR_NOT_AVAILABLE
+        if getattr(group, "kind", None) == "consumer":
+            return self.consumer_commit_error(group, generation_id, member_id)
         if group.is_static_fenced(member_id, instance_id):
             return FENCED_INSTANCE_ID
         if generation_id < 0 and group.state == EMPTY:
@@ -163,12 +165,16 @@ class OffsetOperations:
 
     # -- OffsetFetch -------------------------------------------------------------
 
-    def fetch_offsets(self, group_id, topics):
-        """``topics``: ``[(name, [partition])]`` or None for every committed one.
+    def fetch_offsets(self, group_id, topics, member_id=None, member_epoch=-1):
+        """``topics``: ``[(name, [partition])]`` or None for every committed one;
+        ``member_id``/``member_epoch`` (OffsetFetch v9) are checked for
+        KIP-848 groups only, as Kafka's classic groups ignore them.
 
         Returns ``(error, [(name, [(partition, OffsetAndMetadata or None)])])``.
         """
         error = self.group_error(group_id)
+        if error == NONE:
+            error = self.fetch_member_error(group_id, member_id, member_epoch)
         if error != NONE:
             return error, [(name, [(p, None) for p in parts]) for name, parts in topics or ()]
         group = self.groups.get(group_id)
@@ -250,10 +256,12 @@ class OffsetOperations:
                 results.append(defer.succeed((group_id, error)))
                 continue
             # Dead at once: no join can revive it while its tombstones are written.
+            consumer = getattr(group, "kind", None) == "consumer"
+            entries = self.consumer_group_tombstones(group) if consumer else []
             group.transition(DEAD, self.now_ms())
             del self.groups[group_id]
             self._cancel(group.rebalance_call)
-            entries = [(group_key(group_id), None)]
+            entries.append((group_key(group_id), None))
             entries += [(offset_key(group_id, t, p), None) for t, p in sorted(group.offsets)]
             d = self.store.append(group_id, entries)
             d.addCallbacks(
@@ -277,7 +285,8 @@ class OffsetOperations:
             "protocol_data": "",
             "members": [],
         }
-        if group is None:
+        if group is None or getattr(group, "kind", None) == "consumer":
+            # Kafka's classicGroup() lookup fails for a consumer group: Dead.
             return described
         stable = group.state == STABLE
         described["group_state"] = group.state
@@ -297,8 +306,20 @@ class OffsetOperations:
         ]
         return described
 
+    def protocol_of(self, group_id):
+        """A classic group's ``(protocol type, protocol name)``, or None."""
+        group = self.groups.get(group_id)
+        if group is None or group.protocol_type is None:
+            return None
+        return group.protocol_type, group.protocol_name
+
+    def pending_offset(self, group_id, key):
+        """Whether a transaction holds an unpublished offset of ``key``."""
+        group = self.groups.get(group_id)
+        return group is not None and self.has_pending_txn(group, key)
+
     def list_groups(self):
-        """Returns ``(error, [(group_id, protocol_type)])``."""
+        """Returns ``(error, [(group_id, protocol_type, state, type)])``."""
         if not self.active:
             return COORDINATOR_NOT_AVAILABLE, []
         self.sweep_ownership()
@@ -306,7 +327,9 @@ class OffsetOperations:
             return COORDINATOR_LOAD_IN_PROGRESS, []
         # Only groups of the offsets partitions this broker leads are loaded.
         return NONE, [
-            (g.group_id, g.protocol_type or "") for g in self.groups.values() if g.state != DEAD
+            (g.group_id, g.protocol_type or "", g.state, getattr(g, "kind", "classic"))
+            for g in self.groups.values()
+            if g.state != DEAD
         ]
 
     # -- offset expiry -----------------------------------------------------------
@@ -350,6 +373,8 @@ class OffsetOperations:
             for key in expired:
                 del group.offsets[key]
             if not group.offsets and not group.pending_members:
+                if getattr(group, "kind", None) == "consumer":
+                    entries += self.consumer_group_tombstones(group)
                 group.transition(DEAD, now)
                 del self.groups[group.group_id]
                 entries.append((group_key(group.group_id), None))

@@ -95,7 +95,11 @@ class PartitionOwnership:
 
     def cluster_event(self, event, payload):
         """Coordinator listener: a lost ZooKeeper session means this broker
-        leads nothing until its states are re-announced (which reload)."""
+        leads nothing until its states are re-announced (which reload).
+        Topic changes move the generation KIP-848 groups cache their
+        subscribed topics under."""
+        if event in ("created", "changed", "deleted"):
+            self.topics_generation += 1
         if event == "session" and payload == "lost" and self.active:
             for index in list(self.owned):
                 self._unload(index, "the coordination session was lost")
@@ -173,7 +177,12 @@ class PartitionOwnership:
         self.groups.update(groups)
         for group in groups.values():
             for member in group.members.values():
-                self._schedule_session(group, member)
+                if getattr(group, "kind", None) == "consumer":
+                    config = self.broker.config
+                    member.session_timeout_ms = config.group_consumer_session_timeout_ms
+                    self._arm_consumer_timers(group, member)
+                else:
+                    self._schedule_session(group, member)
         owned.error = NONE
         log.info(
             "loaded {n} group(s) from {topic}-{index}",

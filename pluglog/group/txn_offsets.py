@@ -25,6 +25,7 @@ from pluglog.errors import (
     ILLEGAL_GENERATION,
     INVALID_PRODUCER_EPOCH,
     NONE,
+    STALE_MEMBER_EPOCH,
     UNKNOWN_MEMBER_ID,
     KafkaError,
 )
@@ -93,6 +94,12 @@ class TxnOffsetOperations:
             return FENCED_INSTANCE_ID
         if member_id and member_id not in group.members:
             return UNKNOWN_MEMBER_ID
+        if getattr(group, "kind", None) == "consumer":
+            # TxnOffsetCommit v3+ carries the KIP-848 member epoch.
+            member = group.members.get(member_id)
+            if generation_id >= 0 and (member is None or generation_id != member.member_epoch):
+                return ILLEGAL_GENERATION if member is None else STALE_MEMBER_EPOCH
+            return NONE
         if generation_id >= 0 and generation_id != group.generation_id:
             return ILLEGAL_GENERATION
         return NONE

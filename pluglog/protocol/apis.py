@@ -23,15 +23,18 @@ SUPPORTED = {
     1: (4, 17),  # Fetch; v13+ by topic id; v18 (KIP-1166) is Kafka 4.1's
     2: (1, 5),  # ListOffsets
     3: (0, 13),  # Metadata; v9+ flexible, v10+ topic ids, v12+ asked by id
-    8: (2, 7),  # OffsetCommit
-    9: (1, 5),  # OffsetFetch
-    10: (0, 2),  # FindCoordinator
-    11: (0, 5),  # JoinGroup
-    12: (0, 3),  # Heartbeat
-    13: (0, 3),  # LeaveGroup
-    14: (0, 3),  # SyncGroup
-    15: (0, 4),  # DescribeGroups
-    16: (0, 2),  # ListGroups
+    # The group APIs up to Kafka 4.0's (#26), flexible from the version in
+    # brackets; the low minima keep old librdkafka's feature gates and
+    # aiokafka's structs. JoinGroup v9 makes kafka-python infer Kafka 3.2.
+    8: (2, 9),  # OffsetCommit [8]; v9 carries KIP-848 member epochs
+    9: (1, 9),  # OffsetFetch [6]; v8 several groups, v9 member epochs
+    10: (0, 6),  # FindCoordinator [3]; v4 batched keys
+    11: (0, 9),  # JoinGroup [6]
+    12: (0, 4),  # Heartbeat [4]
+    13: (0, 5),  # LeaveGroup [4]
+    14: (0, 5),  # SyncGroup [4]
+    15: (0, 6),  # DescribeGroups [5]
+    16: (0, 5),  # ListGroups [3]; v4 state filter, v5 type filter
     18: (0, 4),  # ApiVersions; kafka-python 3 opens with v4
     19: (0, 7),  # CreateTopics; v7 answers the topic id
     20: (0, 6),  # DeleteTopics; v6 deletes by id
@@ -49,16 +52,20 @@ SUPPORTED = {
     61: (0, 0),  # DescribeProducers (flexible from v0)
     65: (0, 0),  # DescribeTransactions (flexible from v0)
     66: (0, 1),  # ListTransactions (flexible from v0); v2 adds a name pattern
+    # KIP-848 consumer groups (flexible from v0). ConsumerGroupDescribe v1
+    # adds KIP-1099's member type, for groups with classic members: not served.
+    68: (0, 1),  # ConsumerGroupHeartbeat; v1 adds the subscription regex
+    69: (0, 0),  # ConsumerGroupDescribe
     32: (0, 4),  # DescribeConfigs; v3+ types and docs (not in kafka-python's release probe)
     33: (0, 1),  # AlterConfigs
     35: (0, 4),  # DescribeLogDirs; v5 would make kafka-python infer Kafka 4.3
     37: (0, 1),  # CreatePartitions
-    42: (0, 1),  # DeleteGroups
+    42: (0, 2),  # DeleteGroups [2]
     43: (0, 2),  # ElectLeaders (librdkafka and kafka-python send 2)
     44: (0, 1),  # IncrementalAlterConfigs
     45: (0, 1),  # AlterPartitionReassignments (flexible from v0)
     46: (0, 0),  # ListPartitionReassignments (flexible from v0)
-    47: (0, 0),  # OffsetDelete
+    47: (0, 0),  # OffsetDelete (Kafka has no other version)
     48: (0, 1),  # DescribeClientQuotas; v1 is flexible
     49: (0, 1),  # AlterClientQuotas; v1 is flexible
     60: (0, 2),  # DescribeCluster (flexible from v0)

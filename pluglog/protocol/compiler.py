@@ -111,12 +111,23 @@ def _field_reader(field, version, flexible):
         return _array_reader(elem, nullable, flexible, field.name, size)
     if field.is_struct:
         elem, _ = compile_struct(field.type.fields, version, flexible)
-        return elem
+        return _nullable_struct_reader(elem) if nullable else elem
     if field.is_primitive_array:
         elem = _lookup(_READERS, field.type[2:], False, flexible)
         size = _min_type_size(field.type[2:], flexible)
         return _array_reader(elem, nullable, flexible, field.name, size)
     return _lookup(_READERS, field.type, nullable, flexible)
+
+
+def _nullable_struct_reader(elem):
+    # Kafka's nullable struct: an int8 marker, -1 for null, 1 before the struct.
+    def read(buf, pos):
+        (marker,) = p.INT8.unpack_from(buf, pos)
+        if marker < 0:
+            return None, pos + 1
+        return elem(buf, pos + 1)
+
+    return read
 
 
 # The fewest wire bytes of a value, so array counts can be checked against the
@@ -273,6 +284,21 @@ def _struct_writer(encode, name):
     return write
 
 
+def _nullable_struct_writer(write):
+    def write_nullable(out, obj):
+        if obj is None:
+            out.append(_NULL_MARKER)
+            return
+        out.append(_PRESENT_MARKER)
+        write(out, obj)
+
+    return write_nullable
+
+
+_NULL_MARKER = p.INT8.pack(-1)
+_PRESENT_MARKER = p.INT8.pack(1)
+
+
 def _field_writer(field, version, flexible):
     nullable = field.nullable_in(version)
     if field.is_struct_array:
@@ -280,7 +306,8 @@ def _field_writer(field, version, flexible):
         return _array_writer(_struct_writer(elem, field.name), nullable, flexible, field.name)
     if field.is_struct:
         _, elem = compile_struct(field.type.fields, version, flexible)
-        return _struct_writer(elem, field.name)
+        write = _struct_writer(elem, field.name)
+        return _nullable_struct_writer(write) if nullable else write
     if field.is_primitive_array:
         elem = _lookup(_WRITERS, field.type[2:], False, flexible)
         return _array_writer(elem, nullable, flexible, field.name)

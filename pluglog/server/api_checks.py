@@ -248,6 +248,66 @@ def _describe_groups(ctx, request, handler):
     return _then(handler(ctx, request), fix)
 
 
+def _offset_fetch(ctx, request, handler):
+    """DESCRIBE on the group; v8+ per group, denied ones answered in place."""
+    if ctx.version < 8:
+        if allowed(ctx, DESCRIBE, GROUP, request["group_id"]):
+            return handler(ctx, request)
+        return {"throttle_time_ms": 0, "error_code": GROUP_AUTHORIZATION_FAILED, "topics": []}
+    groups = request["groups"]
+    request["groups"] = [g for g in groups if allowed(ctx, DESCRIBE, GROUP, g["group_id"])]
+    if len(request["groups"]) == len(groups):
+        return handler(ctx, request)
+
+    def fix(body):
+        found = iter(body["groups"])
+        kept = {id(g) for g in request["groups"]}
+        denied = {"topics": [], "error_code": GROUP_AUTHORIZATION_FAILED}
+        body["groups"] = [
+            next(found) if id(g) in kept else dict(denied, group_id=g["group_id"]) for g in groups
+        ]
+        return body
+
+    return _then(handler(ctx, request), fix)
+
+
+def _consumer_group_heartbeat(ctx, request, handler):
+    if allowed(ctx, READ, GROUP, request["group_id"]):
+        return handler(ctx, request)
+    return {
+        "throttle_time_ms": 0,
+        "error_code": GROUP_AUTHORIZATION_FAILED,
+        "error_message": _DENIED,
+        "member_id": None,
+        "member_epoch": -1,
+        "heartbeat_interval_ms": 0,
+        "assignment": None,
+    }
+
+
+def _consumer_group_describe(ctx, request, handler):
+    names, refused = _narrow_groups(ctx, request, "group_ids", DESCRIBE)
+    if not refused:
+        return handler(ctx, request)
+    denied = {
+        "error_code": GROUP_AUTHORIZATION_FAILED,
+        "error_message": _DENIED,
+        "group_state": "",
+        "group_epoch": -1,
+        "assignment_epoch": -1,
+        "assignor_name": "",
+        "members": [],
+        "authorized_operations": -(2**31),
+    }
+
+    def fix(body):
+        found = {g["group_id"]: g for g in body["groups"]}
+        body["groups"] = [found.get(g) or dict(denied, group_id=g) for g in names]
+        return body
+
+    return _then(handler(ctx, request), fix)
+
+
 def _list_groups(ctx, request, handler):
     if _cluster_ok(ctx, DESCRIBE):
         return handler(ctx, request)
@@ -384,6 +444,7 @@ MORE_CHECKS = {
     1: _fetch,
     2: _per_topic(DESCRIBE, "name", "partition_index", _list_offsets_denied),
     8: _group_and_topics(READ, per_partition_group_error=True),
+    9: _offset_fetch,
     15: _describe_groups,
     16: _list_groups,
     21: _per_topic(DELETE, "name", "partition_index", _delete_records_denied),
@@ -400,6 +461,8 @@ MORE_CHECKS = {
     49: _cluster(ALTER_CONFIGS, _alter_quotas_denied),
     50: _cluster(DESCRIBE, _describe_scram_denied),
     51: _cluster(ALTER, _alter_scram_denied),
+    68: _consumer_group_heartbeat,
+    69: _consumer_group_describe,
 }
 
 #: Every API's check by api key; an API without one needs no permission.

@@ -289,7 +289,11 @@ def _find_coordinator(ctx, request, handler):
     resource, code = (GROUP, GROUP_AUTHORIZATION_FAILED)
     if key_type == 1:
         resource, code = (TRANSACTIONAL_ID, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    if key_type not in (0, 1) or allowed(ctx, DESCRIBE, resource, request["key"]):
+    if key_type not in (0, 1):
+        return handler(ctx, request)
+    if ctx.version >= 4:
+        return _find_coordinators(ctx, request, handler, resource, code)
+    if allowed(ctx, DESCRIBE, resource, request["key"]):
         return handler(ctx, request)
     return {
         "throttle_time_ms": 0,
@@ -299,6 +303,27 @@ def _find_coordinator(ctx, request, handler):
         "host": "",
         "port": -1,
     }
+
+
+def _find_coordinators(ctx, request, handler, resource, code):
+    """FindCoordinator v4+: denied keys get their own entry, in request order."""
+    keys = request["coordinator_keys"]
+    denied = {k for k in keys if not allowed(ctx, DESCRIBE, resource, k)}
+    if not denied:
+        return handler(ctx, request)
+    request["coordinator_keys"] = [k for k in keys if k not in denied]
+
+    def fix(body):
+        found = {c["key"]: c for c in body["coordinators"]}
+        refused = {"error_code": code, "error_message": _DENIED, "node_id": -1, "host": ""}
+        body["coordinators"] = [
+            found[k] if k in found else dict(refused, key=k, port=-1) for k in keys
+        ]
+        return body
+
+    if not request["coordinator_keys"]:
+        return fix({"throttle_time_ms": 0, "coordinators": []})
+    return _then(handler(ctx, request), fix)
 
 
 def _cluster(operation, body):
@@ -384,7 +409,6 @@ CHECKS = {
     0: _produce,
     1: _fetch,
     3: _metadata,
-    9: _group(DESCRIBE),  # OffsetFetch
     10: _find_coordinator,
     11: _group(READ),  # JoinGroup
     12: _group(READ),  # Heartbeat

@@ -90,7 +90,7 @@ def test_kafka_python_describe_configs_v4_types_and_sources(shared_broker, admin
     assert configs["cleanup.policy"]["config_type"] == "LIST"
     assert configs["segment.bytes"]["config_type"] == "INT"
     assert configs["segment.bytes"]["config_source"] == "DEFAULT_CONFIG"
-    assert inferred == (3, 9)
+    assert inferred == (3, 9)  # Fetch v17 (see test_protocol_specs)
 
 
 class _NoAdvertisedListener(BrokerProcess):

@@ -116,8 +116,31 @@ def _confluent_loop(spec, stopping, log):
     extra = {"group.instance.id": spec["instance"]} if spec.get("instance") else {}
     if spec.get("assignor"):
         extra["partition.assignment.strategy"] = spec["assignor"]
-    consumer = confluent_consumer(spec["bootstrap"], spec["group"], **extra)
-    consumer.subscribe([spec["topic"]])
+    if spec.get("protocol") == "consumer":
+        # KIP-848: the broker sets session and heartbeat times and assigns.
+        consumer = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": spec["bootstrap"],
+                "group.id": spec["group"],
+                "group.protocol": "consumer",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                **extra,
+            }
+        )
+    else:
+        consumer = confluent_consumer(spec["bootstrap"], spec["group"], **extra)
+    if spec.get("protocol") == "consumer":
+        # Incremental: log each hand-over as it happens (G gained, L lost),
+        # so a test can check no partition ever had two owners.
+        consumer.subscribe(
+            [spec["topic"]],
+            on_assign=lambda _c, parts: log.handover("G", parts),
+            on_revoke=lambda _c, parts: log.handover("L", parts),
+            on_lost=lambda _c, parts: log.handover("L", parts),
+        )
+    else:
+        consumer.subscribe([spec["topic"]])
     try:
         while not stopping:
             msgs = [m for m in consumer.consume(200, 0.2) if not m.error()]
@@ -192,6 +215,11 @@ class _WorkerLog:
             self.handle.write(f"{time.time():.3f} A {joined}\n")
             self.handle.flush()
 
+    def handover(self, kind, parts):
+        joined = ",".join(str(tp.partition) for tp in parts)
+        self.handle.write(f"{time.time():.6f} {kind} {joined}\n")
+        self.handle.flush()
+
     def committed(self, pairs, delay):
         text = " ".join(f"{p}:{o}" for p, o in pairs)
         self.handle.write(f"{time.time():.3f} R {text}\n")
@@ -234,6 +262,14 @@ class Worker:
             if what == kind:
                 out.append((float(stamp), rest))
         return out
+
+    def handovers(self):
+        """[(time, "G" or "L", {partition})] from the rebalance callbacks."""
+        out = []
+        for kind in ("G", "L"):
+            for t, rest in self._lines(kind):
+                out.append((t, kind, {int(p) for p in rest[0].split(",")} if rest else set()))
+        return sorted(out, key=lambda e: e[0])
 
     def batches(self):
         """[(time, [(partition, offset)])] committed so far."""

@@ -59,7 +59,7 @@ def sync_body(member_id, generation, assignments=(), instance=None):
     }
 
 
-@pytest.mark.parametrize("version", [0, 1, 2])
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
 def test_find_coordinator(env, version):
     env.broker.advertised = ("broker.example", 19092)
     out = call(env, codec.FIND_COORDINATOR, version, {"key": "g", "key_type": 0})
@@ -79,7 +79,26 @@ def test_find_coordinator(env, version):
         assert bad["error_code"] == errors.INVALID_REQUEST
 
 
-@pytest.mark.parametrize("join_v,sync_v,hb_v,leave_v", [(0, 0, 0, 0), (3, 1, 1, 1), (5, 3, 3, 3)])
+@pytest.mark.parametrize("version", [4, 5, 6])
+def test_find_coordinator_batched(env, version):
+    env.broker.advertised = ("broker.example", 19092)
+    out = call(
+        env, codec.FIND_COORDINATOR, version, {"key_type": 0, "coordinator_keys": ["a", "b"]}
+    )
+    assert [(c["key"], c["error_code"], c["node_id"], c["host"]) for c in out["coordinators"]] == [
+        ("a", 0, env.broker.node_id, "broker.example"),
+        ("b", 0, env.broker.node_id, "broker.example"),
+    ]
+    bad = call(env, codec.FIND_COORDINATOR, version, {"key_type": 2, "coordinator_keys": ["s"]})
+    assert [(c["key"], c["error_code"]) for c in bad["coordinators"]] == [
+        ("s", errors.INVALID_REQUEST)
+    ]
+
+
+@pytest.mark.parametrize(
+    "join_v,sync_v,hb_v,leave_v",
+    [(0, 0, 0, 0), (3, 1, 1, 1), (5, 3, 3, 3), (7, 4, 4, 4), (9, 5, 4, 5)],
+)
 def test_join_sync_heartbeat_leave_on_the_wire(env, join_v, sync_v, hb_v, leave_v):
     instance = "inst" if join_v >= 5 else None
     out = call(env, codec.JOIN_GROUP, join_v, join_body(instance=instance))
@@ -90,11 +109,19 @@ def test_join_sync_heartbeat_leave_on_the_wire(env, join_v, sync_v, hb_v, leave_
     assert [m["metadata"] for m in out["members"]] == [b"sub"]
     if join_v >= 5:
         assert out["members"][0]["group_instance_id"] == "inst"
+    if join_v >= 7:
+        assert (out["protocol_type"], out["protocol_name"]) == ("consumer", "range")
     sync_instance = instance if sync_v >= 3 else None
-    out = call(
-        env, codec.SYNC_GROUP, sync_v, sync_body(member, 1, [(member, b"A")], sync_instance)
-    )
+    body = sync_body(member, 1, [(member, b"A")], sync_instance)
+    if sync_v >= 5:
+        wrong = dict(body, protocol_type="consumer", protocol_name="roundrobin")
+        out = call(env, codec.SYNC_GROUP, sync_v, wrong)
+        assert out["error_code"] == errors.INCONSISTENT_GROUP_PROTOCOL
+        body.update(protocol_type="consumer", protocol_name="range")
+    out = call(env, codec.SYNC_GROUP, sync_v, body)
     assert out == {**out, "error_code": 0, "assignment": b"A"}
+    if sync_v >= 5:
+        assert (out["protocol_type"], out["protocol_name"]) == ("consumer", "range")
     hb = {"group_id": "g", "generation_id": 1, "member_id": member, "group_instance_id": None}
     assert call(env, codec.HEARTBEAT, hb_v, hb)["error_code"] == 0
     hb["generation_id"] = 2
@@ -148,7 +175,9 @@ def commit_body(version, offset, generation=-1, member=""):
     }
 
 
-@pytest.mark.parametrize("commit_v,fetch_v", [(2, 1), (3, 2), (5, 3), (6, 4), (7, 5)])
+@pytest.mark.parametrize(
+    "commit_v,fetch_v", [(2, 1), (3, 2), (5, 3), (6, 4), (7, 5), (8, 6), (9, 7)]
+)
 def test_offset_commit_and_fetch_on_the_wire(env, commit_v, fetch_v):
     out = call(env, codec.OFFSET_COMMIT, commit_v, commit_body(commit_v, 77))
     assert out["topics"][0]["partitions"] == [{"partition_index": 1, "error_code": 0}]
@@ -171,6 +200,37 @@ def test_offset_commit_and_fetch_on_the_wire(env, commit_v, fetch_v):
     assert stale["topics"][0]["partitions"][0]["error_code"] == errors.UNKNOWN_MEMBER_ID
 
 
+@pytest.mark.parametrize("fetch_v", [8, 9])
+def test_offset_fetch_several_groups(env, fetch_v):
+    call(env, codec.OFFSET_COMMIT, 9, commit_body(9, 77))
+    groups = [
+        {"group_id": "g", "topics": [{"name": "t", "partition_indexes": [1]}]},
+        {"group_id": "other", "topics": None},
+        {"group_id": "g", "topics": None, "member_id": None, "member_epoch": -1},
+    ]
+    out = call(env, codec.OFFSET_FETCH, fetch_v, {"groups": groups, "require_stable": True})
+    assert [(g["group_id"], g["error_code"]) for g in out["groups"]] == [
+        ("g", 0),
+        ("other", 0),
+        ("g", 0),
+    ]
+    first = out["groups"][0]["topics"][0]["partitions"][0]
+    assert (first["committed_offset"], first["committed_leader_epoch"]) == (77, 4)
+    assert out["groups"][1]["topics"] == []
+    assert [t["name"] for t in out["groups"][2]["topics"]] == ["t"]
+
+
+def test_offset_fetch_require_stable_sees_a_pending_transaction(env):
+    call(env, codec.OFFSET_COMMIT, 9, commit_body(9, 77))
+    env.group().pending_txn[42] = {("t", 1): None}
+    body = {"group_id": "g", "topics": [{"name": "t", "partition_indexes": [1]}]}
+    loose = call(env, codec.OFFSET_FETCH, 7, dict(body, require_stable=False))
+    assert loose["topics"][0]["partitions"][0]["committed_offset"] == 77
+    strict = call(env, codec.OFFSET_FETCH, 7, dict(body, require_stable=True))
+    part = strict["topics"][0]["partitions"][0]
+    assert (part["error_code"], part["committed_offset"]) == (errors.UNSTABLE_OFFSET_COMMIT, -1)
+
+
 def test_fetch_while_loading_reports_load_in_progress(env):
     env.gc.loading = True
     body = {"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0]}]}
@@ -180,7 +240,9 @@ def test_fetch_while_loading_reports_load_in_progress(env):
     assert v5["error_code"] == errors.COORDINATOR_LOAD_IN_PROGRESS
 
 
-@pytest.mark.parametrize("describe_v,list_v,delete_v", [(0, 0, 0), (3, 1, 1), (4, 2, 1)])
+@pytest.mark.parametrize(
+    "describe_v,list_v,delete_v", [(0, 0, 0), (3, 1, 1), (4, 2, 1), (5, 3, 2), (6, 5, 2)]
+)
 def test_admin_apis_on_the_wire(env, describe_v, list_v, delete_v):
     member = call(env, codec.JOIN_GROUP, 1, join_body())["member_id"]
     call(env, codec.SYNC_GROUP, 0, sync_body(member, 1, [(member, b"A")]))
@@ -195,7 +257,19 @@ def test_admin_apis_on_the_wire(env, describe_v, list_v, delete_v):
     assert none["group_state"] == "Dead"
     listed = call(env, codec.LIST_GROUPS, list_v, {})
     assert listed["error_code"] == 0
-    assert listed["groups"] == [{"group_id": "g", "protocol_type": "consumer"}]
+    assert [(g["group_id"], g["protocol_type"]) for g in listed["groups"]] == [("g", "consumer")]
+    if list_v >= 4:
+        assert (listed["groups"][0]["group_state"]) == "Stable"
+        filtered = call(env, codec.LIST_GROUPS, list_v, {"states_filter": ["empty"]})
+        assert filtered["groups"] == []
+        filtered = call(env, codec.LIST_GROUPS, list_v, {"states_filter": ["STABLE"]})
+        assert [g["group_id"] for g in filtered["groups"]] == ["g"]
+    if list_v >= 5:
+        assert listed["groups"][0]["group_type"] == "classic"
+        by_type = call(env, codec.LIST_GROUPS, list_v, {"types_filter": ["consumer"]})
+        assert by_type["groups"] == []
+        by_type = call(env, codec.LIST_GROUPS, list_v, {"types_filter": ["Classic"]})
+        assert [g["group_id"] for g in by_type["groups"]] == ["g"]
     out = call(env, codec.DELETE_GROUPS, delete_v, {"groups_names": ["g", "none"]})
     assert out["results"] == [
         {"group_id": "g", "error_code": errors.NON_EMPTY_GROUP},

@@ -112,7 +112,7 @@ def test_every_group_api_says_not_coordinator_for_a_partition_led_elsewhere(env)
     assert answers == dict.fromkeys(answers, errors.NOT_COORDINATOR)
     # The group of a partition still led here is untouched.
     assert fetch(env, [("t", [0])], group="c") == (0, {("t", 0): (5, "", -1)})
-    assert env.gc.list_groups() == (0, [("c", "")])
+    assert env.gc.list_groups() == (0, [("c", "", "Empty", "classic")])
 
 
 def test_losing_leadership_unloads_the_partitions_groups(env):

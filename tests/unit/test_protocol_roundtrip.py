@@ -33,7 +33,9 @@ def _sample_value(field, version, seed):
         inner = t[2:]
         if inner == "string":
             return [f"a{seed}", f"b{seed}-é"]
-        return [_INTS[inner] + seed, _INTS[inner] + seed + 1]
+        # Seeds grow with nesting depth (ConsumerGroupDescribe nests four
+        # levels); keep the values inside their type.
+        return [_INTS[inner] + seed % 1000, _INTS[inner] + seed % 1000 + 1]
     if t in _INTS:
         return _INTS[t] + seed % 100
     if t == "float64":

@@ -74,7 +74,18 @@ def compare(ours, jfields, version, flexible, path, common=None):
             assert f.default(version) == _json_default(jf), where
 
 
-@pytest.mark.parametrize("key", sorted(APIS))
+#: kafka-python 3.0.12 ships no specs of the KIP-848 APIs (68, 69); their
+#: layouts are checked field by field in tests/unit/test_consumer_groups.py.
+WITH_SPECS = sorted(
+    k for k in APIS if os.path.exists(os.path.join(RESOURCES, APIS[k].name + "Request.json"))
+)
+
+
+def test_only_the_kip848_apis_lack_a_spec():
+    assert set(APIS) - set(WITH_SPECS) == {68, 69}
+
+
+@pytest.mark.parametrize("key", WITH_SPECS)
 @pytest.mark.parametrize("kind", ["Request", "Response"])
 def test_schema_matches_kafka_json(key, kind):
     api = APIS[key]
@@ -138,12 +149,21 @@ def test_no_advertised_version_is_flexible_except_known_ones():
     # Transactions (#22): v3 of the producer's APIs is what kafka-python
     # sends; WriteTxnMarkers v1 and the operators' APIs are flexible only.
     txn = {(24, 3), (25, 3), (26, 3), (27, 1), (28, 3), (61, 0), (65, 0), (66, 0), (66, 1)}
+    # The group APIs (#26): Kafka 4.0's maxima, each above a non-flexible
+    # range that old librdkafka and aiokafka use.
+    groups = {(8, 8), (8, 9), (9, 6), (9, 7), (9, 8), (9, 9), (42, 2)}
+    groups |= {(10, v) for v in range(3, 7)} | {(11, v) for v in range(6, 10)}
+    groups |= {(12, 4), (13, 4), (13, 5), (14, 4), (14, 5), (15, 5), (15, 6)}
+    groups |= {(16, 3), (16, 4), (16, 5)}
+    # KIP-848's APIs (#26) are flexible from v0.
+    groups |= {(68, 0), (68, 1), (69, 0)}
     # The data path and topic admin (#26): flexible versions up to Kafka
     # 3.9/4.0's, for topic ids (KIP-516) and KIP-951's leader hints.
     data = {(0, v) for v in range(9, 12)} | {(1, v) for v in range(12, 18)}
     data |= {(3, v) for v in range(9, 14)} | {(19, 5), (19, 6), (19, 7)}
     data |= {(20, 4), (20, 5), (20, 6), (22, 5)}
-    expected = {(18, 3), (18, 4), (44, 1)} | operator | quotas | sasl | configs | txn | data
+    expected = {(18, 3), (18, 4), (44, 1)} | operator | quotas | sasl | configs | txn
+    expected |= groups | data
     assert flexible == expected
 
 
@@ -161,5 +181,7 @@ def test_kafka_python_infers_kafka_3_9_and_gets_what_it_then_uses():
 
     assert infer_broker_version_from_api_versions(dict(SUPPORTED)) == (3, 9)
     assert BrokerConfig().group_max_session_timeout_ms >= 45000
+    # JoinGroup v9 alone would make it Kafka 3.2 (#26).
+    assert SUPPORTED[11] == (0, 9)
     assert SUPPORTED[22][1] >= 3 and APIS[22].defines(3)
     assert SUPPORTED[48] == (0, 1) and SUPPORTED[49] == (0, 1)

@@ -8,6 +8,7 @@ pluglog defines are left out so decoded dicts carry nothing a handler can't use.
 from pluglog.protocol.schemas import (
     admin,
     cluster,
+    consumer_groups,
     core,
     groups,
     produce_fetch,
@@ -21,6 +22,7 @@ ALL_APIS = (
     + produce_fetch.APIS
     + admin.APIS
     + groups.APIS
+    + consumer_groups.APIS
     + cluster.APIS
     + quotas.APIS
     + security.APIS

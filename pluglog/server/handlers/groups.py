@@ -11,7 +11,13 @@ answers COORDINATOR_NOT_AVAILABLE while that partition has no leader.
 """
 
 from pluglog import protocol as codec
-from pluglog.errors import COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST, NONE
+from pluglog.errors import (
+    COORDINATOR_NOT_AVAILABLE,
+    INCONSISTENT_GROUP_PROTOCOL,
+    INVALID_REQUEST,
+    NONE,
+    UNSTABLE_OFFSET_COMMIT,
+)
 from pluglog.group import GroupCoordinator
 from pluglog.logsafe import SafeLogger
 from pluglog.security.acls import GROUP
@@ -36,7 +42,7 @@ def coordinator(broker):
     return gc
 
 
-def _client_host(peer):
+def client_host(peer):
     # Kafka reports InetAddress.toString(): "/" + address, no port.
     if not peer:
         return ""
@@ -49,52 +55,76 @@ def _throttled(body):
     return body
 
 
+def _coordinator_entry(key, error, message=None, node=None):
+    node_id, host, port = node if node is not None else (-1, "", -1)
+    return {
+        "key": key,
+        "error_code": error,
+        "error_message": message,
+        "node_id": node_id,
+        "host": host,
+        "port": port,
+    }
+
+
 def handle_find_coordinator(ctx, request):
-    def answer(error, message=None, node=None):
-        node_id, host, port = node if node is not None else (-1, "", -1)
-        return {
-            "throttle_time_ms": 0,
-            "error_code": error,
-            "error_message": message,
-            "node_id": node_id,
-            "host": host,
-            "port": port,
-        }
+    """v0-3 look up ``key``; v4+ batch ``coordinator_keys`` (one entry each)."""
+    batched = ctx.version >= 4
+    keys = request["coordinator_keys"] if batched else [request["key"]]
+
+    def answer(entries):
+        if batched:
+            return {"throttle_time_ms": 0, "coordinators": entries}
+        body = dict(entries[0])
+        del body["key"]
+        body["throttle_time_ms"] = 0
+        return body
+
+    def every(error, message):
+        return answer([_coordinator_entry(k, error, message) for k in keys])
 
     key_type = request.get("key_type", _KEY_TYPE_GROUP)
     if key_type == _KEY_TYPE_TRANSACTION:
         tc = ctx.broker.txn_coordinator
         if tc is None or not tc.active:
-            return answer(COORDINATOR_NOT_AVAILABLE, "the transaction coordinator is not running")
+            return every(COORDINATOR_NOT_AVAILABLE, "the transaction coordinator is not running")
         # Kafka creates __transaction_state on the first lookup too.
         d = tc.store.ensure_topic()
         node_of, what = tc.coordinator_node, "__transaction_state"
     elif key_type == _KEY_TYPE_GROUP:
         gc = coordinator(ctx.broker)
         if not gc.active:
-            return answer(COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running")
+            return every(COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running")
         # Kafka creates __consumer_offsets when the first client looks for a
         # coordinator, so the first commit does not pay for it.
         d = gc.ensure_offsets_topic()
         node_of, what = gc.coordinator_node, "__consumer_offsets"
     else:
-        return answer(INVALID_REQUEST, f"unknown coordinator key type {key_type}")
+        # Share groups (key type 2, v6) are not served.
+        return every(INVALID_REQUEST, f"unknown coordinator key type {key_type}")
 
-    def created(_):
-        node = node_of(request["key"])
+    def one(key):
+        node = node_of(key)
         if node is None:
-            return answer(COORDINATOR_NOT_AVAILABLE, f"the key's {what} partition has no leader")
+            return _coordinator_entry(
+                key, COORDINATOR_NOT_AVAILABLE, f"the key's {what} partition has no leader"
+            )
         if ctx.session is not None:
             # The coordinator's endpoint on the listener this client came in on.
             address = endpoint_of(ctx.broker, node[0], ctx.session)
             if address is None:
-                return answer(COORDINATOR_NOT_AVAILABLE, "the coordinator lacks this listener")
+                return _coordinator_entry(
+                    key, COORDINATOR_NOT_AVAILABLE, "the coordinator lacks this listener"
+                )
             node = (node[0], *address)
-        return answer(NONE, node=node)
+        return _coordinator_entry(key, NONE, node=node)
+
+    def created(_):
+        return answer([one(k) for k in keys])
 
     def failed(failure):
         log.failure("creating {what} failed", failure, what=what)
-        return answer(COORDINATOR_NOT_AVAILABLE, f"{what} could not be created")
+        return every(COORDINATOR_NOT_AVAILABLE, f"{what} could not be created")
 
     return d.addCallbacks(created, failed)
 
@@ -105,7 +135,7 @@ def handle_join_group(ctx, request):
         request["member_id"],
         request.get("group_instance_id"),
         ctx.header.client_id or "",
-        _client_host(ctx.peer),
+        client_host(ctx.peer),
         request["session_timeout_ms"],
         request.get("rebalance_timeout_ms", -1),
         request["protocol_type"],
@@ -113,11 +143,29 @@ def handle_join_group(ctx, request):
         ctx.version >= 4,
     )
     _abandon_on_close(ctx, request["group_id"], d)
-    return d.addCallback(_throttled)
+
+    def answered(body):
+        # v7+: the group's protocol type, which a successful join matched.
+        body["protocol_type"] = request["protocol_type"] if body["error_code"] == NONE else None
+        return _throttled(body)
+
+    return d.addCallback(answered)
 
 
 def handle_sync_group(ctx, request):
-    d = coordinator(ctx.broker).sync_group(
+    gc = coordinator(ctx.broker)
+    # v5+: the names the member joined with must be the group's.
+    known = gc.protocol_of(request["group_id"])
+    asked = (request.get("protocol_type"), request.get("protocol_name"))
+    if known is not None and any(a is not None and a != k for a, k in zip(asked, known)):
+        return {
+            "throttle_time_ms": 0,
+            "error_code": INCONSISTENT_GROUP_PROTOCOL,
+            "protocol_type": None,
+            "protocol_name": None,
+            "assignment": b"",
+        }
+    d = gc.sync_group(
         request["group_id"],
         request["generation_id"],
         request["member_id"],
@@ -125,7 +173,13 @@ def handle_sync_group(ctx, request):
         request["assignments"],
     )
     _abandon_on_close(ctx, request["group_id"], d)
-    return d.addCallback(_throttled)
+
+    def answered(body):
+        now = gc.protocol_of(request["group_id"]) if body["error_code"] == NONE else None
+        body["protocol_type"], body["protocol_name"] = now or (None, None)
+        return _throttled(body)
+
+    return d.addCallback(answered)
 
 
 def _abandon_on_close(ctx, group_id, d):
@@ -183,25 +237,48 @@ def handle_offset_commit(ctx, request):
     return d.addCallback(lambda topics: {"throttle_time_ms": 0, "topics": topics})
 
 
-def handle_offset_fetch(ctx, request):
-    topics = request.get("topics")
-    wanted = None if topics is None else [(t["name"], t["partition_indexes"]) for t in topics]
-    error, found = coordinator(ctx.broker).fetch_offsets(request["group_id"], wanted)
+def _fetched_topics(gc, group_id, found, error, require_stable):
     out = []
     for name, parts in found:
         entries = []
         for index, om in parts:
+            code = error
+            if code == NONE and require_stable and gc.pending_offset(group_id, (name, index)):
+                # KIP-447: a transaction still holds an offset for it.
+                code = UNSTABLE_OFFSET_COMMIT
             entries.append(
                 {
                     "partition_index": index,
-                    "committed_offset": om.offset if om else -1,
-                    "committed_leader_epoch": om.leader_epoch if om else -1,
-                    "metadata": om.metadata if om else "",
-                    "error_code": error,
+                    "committed_offset": om.offset if om and code == NONE else -1,
+                    "committed_leader_epoch": om.leader_epoch if om and code == NONE else -1,
+                    "metadata": om.metadata if om and code == NONE else "",
+                    "error_code": code,
                 }
             )
         out.append({"name": name, "partitions": entries})
-    return {"throttle_time_ms": 0, "topics": out, "error_code": error}
+    return out
+
+
+def fetch_group_offsets(ctx, group_id, topics, stable, member=(None, -1)):
+    """One group's OffsetFetch answer: ``(error, topics)``; ``member`` is
+    v9's (member id, member epoch)."""
+    gc = coordinator(ctx.broker)
+    wanted = None if topics is None else [(t["name"], t["partition_indexes"]) for t in topics]
+    error, found = gc.fetch_offsets(group_id, wanted, *member)
+    return error, _fetched_topics(gc, group_id, found, error, stable)
+
+
+def handle_offset_fetch(ctx, request):
+    stable = request.get("require_stable", False)
+    if ctx.version < 8:
+        error, topics = fetch_group_offsets(ctx, request["group_id"], request["topics"], stable)
+        return {"throttle_time_ms": 0, "topics": topics, "error_code": error}
+    groups = []
+    for g in request["groups"]:
+        member = (g.get("member_id"), g.get("member_epoch", -1))
+        error, topics = fetch_group_offsets(ctx, g["group_id"], g["topics"], stable, member)
+        groups.append({"group_id": g["group_id"], "topics": topics, "error_code": error})
+    return {"throttle_time_ms": 0, "groups": groups}
 
 
 def handle_describe_groups(ctx, request):
@@ -218,11 +295,18 @@ def handle_describe_groups(ctx, request):
 
 
 def handle_list_groups(ctx, request):
+    # v4+ filter by state, v5+ by group type; Kafka compares both case-insensitively.
+    states = {s.lower() for s in request.get("states_filter") or ()}
+    types = {t.lower() for t in request.get("types_filter") or ()}
     error, groups = coordinator(ctx.broker).list_groups()
     return {
         "throttle_time_ms": 0,
         "error_code": error,
-        "groups": [{"group_id": g, "protocol_type": t} for g, t in groups],
+        "groups": [
+            {"group_id": g, "protocol_type": t, "group_state": state, "group_type": kind}
+            for g, t, state, kind in groups
+            if (not states or state.lower() in states) and (not types or kind in types)
+        ],
     }
 
 
@@ -273,4 +357,4 @@ HANDLERS = {
     codec.OFFSET_DELETE: handle_offset_delete,
 }
 
-__all__ = ["HANDLERS", "coordinator"]
+__all__ = ["HANDLERS", "client_host", "coordinator"]

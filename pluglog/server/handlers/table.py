@@ -8,6 +8,7 @@ from pluglog.server.handlers import (
     acls,
     admin,
     cluster,
+    consumer_groups,
     core,
     fetch,
     groups,
@@ -21,7 +22,8 @@ from pluglog.server.handlers import (
 
 def _build_table():
     table = {}
-    for module in (core, produce, fetch, admin, txn, cluster, quotas, sasl, acls, scram, groups):
+    modules = (core, produce, fetch, admin, txn, cluster, quotas, sasl, acls, scram, groups)
+    for module in modules + (consumer_groups,):
         table.update(module.HANDLERS)
     return table
 
