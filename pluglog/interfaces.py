@@ -264,6 +264,42 @@ class IReplicatingStorage(ILogStorage):
     the broker refuses to host a follower replica of any partition."""
 
 
+class IRemoteLogStorage(Interface):
+    """The remote tier's object store (KIP-405's RemoteStorageManager).
+
+    Chosen by ``remote.log.storage.manager.class.name`` among the providers
+    of ``pluglog_register_remote_storage`` (built-in: ``s3``,
+    ``filesystem``); ``factory(config, reactor)`` reads its own keys under
+    ``rsm.config.`` (:meth:`pluglog.config.BrokerConfig.rsm_config`).
+    Unlike every other interface here, the methods BLOCK: the broker calls
+    them in its remote-storage thread pools, never on the reactor thread.
+    Errors are :class:`pluglog.errors.RemoteStorageError` with one line.
+
+    ``segment`` arguments are
+    :class:`pluglog.storage.remote.metadata.RemoteSegment` values: the
+    provider names objects from ``segment.topic``, ``segment.partition``,
+    ``segment.base_offset`` and ``segment.segment_id`` (unique per upload,
+    so a retried or duplicated upload never overwrites a visible one).
+    """
+
+    def check():
+        """Verify at start-up that the store is reachable and writable
+        (bucket exists, credentials work); raise RemoteStorageError."""
+
+    def copy_segment(segment, files):
+        """Upload one closed segment. ``files`` maps each part to a local
+        path or to bytes: ``log`` (the records), ``index``, ``timeindex``,
+        ``txnindex`` (may be absent) and ``leader_epoch`` (the checkpoint
+        slice, bytes). Returns nothing once every part is stored."""
+
+    def fetch(segment, part, start, end):
+        """Return bytes ``[start, end)`` of the segment's ``part`` (``end``
+        None: to the end of the object)."""
+
+    def delete_segment(segment):
+        """Delete every object of the segment (missing objects are fine)."""
+
+
 class IPartitioner(Interface):
     """Chooses a partition for a keyed or unkeyed record (clients, CLI)."""
 

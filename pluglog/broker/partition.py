@@ -391,6 +391,37 @@ class Partition(PartitionTransactions):
         self.high_watermark = offset
         self._reset_producers()
 
+    # -- tiers -------------------------------------------------------------------
+
+    @property
+    def earliest_offset(self):
+        """The first offset readable from either tier: the remote tier's
+        start when the log has one (tiered storage), else the log start
+        (ListOffsets EARLIEST, DeleteRecords' low watermark)."""
+        plog = self.log
+        start = plog.log_start_offset
+        tier = plog.remote_tier if hasattr(plog, "remote_tier") else None
+        if tier is not None:
+            remote = tier.log_start_offset
+            if remote is not None and remote < start:
+                return remote
+        return start
+
+    def delete_records(self, offset):
+        """DeleteRecords up to ``offset`` in both tiers; returns the new
+        low watermark."""
+        plog = self.log
+        if offset > plog.log_start_offset:
+            plog.delete_records_before(offset)
+        tier = getattr(plog, "remote_tier", None)
+        if tier is not None:
+            tier.delete_records_before(offset)
+        return self.earliest_offset
+
+    def data_ready(self):
+        """Bytes a parked fetch waited for arrived (a remote tier read): wake it."""
+        self._wake()
+
     # -- waiters -------------------------------------------------------------------
 
     def _wake(self):

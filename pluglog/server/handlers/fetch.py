@@ -244,7 +244,8 @@ def handle_list_offsets(ctx, request):
             latest = part.last_stable_offset if committed else part.high_watermark
             entry["offset"], entry["leader_epoch"] = latest, part.leader_epoch
         elif ts == EARLIEST:
-            entry["offset"], entry["leader_epoch"] = part.log.log_start_offset, part.leader_epoch
+            # Tiered storage: the remote tier's start (Kafka's logStartOffset).
+            entry["offset"], entry["leader_epoch"] = part.earliest_offset, part.leader_epoch
         elif ts < 0:
             # MAX_TIMESTAMP (-3) needs ListOffsets v7, which is not served.
             entry["error_code"] = UNSUPPORTED_VERSION

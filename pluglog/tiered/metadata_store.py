@@ -1,0 +1,144 @@
+"""``__remote_log_metadata``: where the remote tier's segment states are kept.
+
+Each state change of a remote segment
+(:mod:`pluglog.storage.remote.metadata`) is one record, keyed by topic,
+partition and segment id, whose value is the whole
+:class:`~pluglog.storage.remote.metadata.RemoteSegment` in its new state; a
+finished deletion is a tombstone. The topic is compacted, so it keeps one
+record per live segment however long the topic lives. A partition's
+records go to metadata partition ``abs(java hash("topic-partition")) %
+remote.log.metadata.topic.num.partitions``. Appends use acks=all
+semantics: the Deferred fires once the high watermark covers the record,
+so a state the manager acted on survives a failover (docs/storage.rst
+explains why a topic rather than ZooKeeper).
+
+:meth:`MetadataStore.load` reads one metadata partition from its local
+replica, one chunk per reactor turn. Runs on the reactor thread.
+"""
+
+from twisted.internet import defer, task
+
+from pluglog.group.store import InternalTopic, OffsetStore, check_acknowledged, partition_for
+from pluglog.protocol import records as batches
+from pluglog.storage.remote.metadata import (
+    DELETE_SEGMENT_FINISHED,
+    RemoteSegment,
+    parse_key,
+    start_key,
+)
+
+METADATA_TOPIC = "__remote_log_metadata"
+
+
+class PartitionMetadata:
+    """One user partition's remote segments, newest state of each."""
+
+    __slots__ = ("segments", "start_offset")
+
+    def __init__(self):
+        #: segment id -> RemoteSegment
+        self.segments = {}
+        self.start_offset = -1
+
+    def apply(self, segment):
+        if segment.state == DELETE_SEGMENT_FINISHED:
+            self.segments.pop(segment.segment_id, None)
+        else:
+            self.segments[segment.segment_id] = segment
+
+    def in_state(self, *states):
+        return sorted(
+            (s for s in self.segments.values() if s.state in states), key=lambda s: s.base_offset
+        )
+
+
+class MetadataStore:
+    """Appends and reads ``__remote_log_metadata`` records."""
+
+    def __init__(self, broker):
+        self.broker = broker
+        self.num_partitions = broker.config.remote_log_metadata_topic_num_partitions
+        self.write_timeout_s = broker.config.offsets_commit_timeout_ms / 1000.0
+        self._topic = InternalTopic(broker, METADATA_TOPIC)
+
+    def ensure_topic(self):
+        """A Deferred that fires once the topic exists."""
+        return self._topic.ensure(self._topic_spec)
+
+    def _topic_spec(self):
+        config = self.broker.config
+        live = len(self.broker.coordinator.brokers())
+        factor = max(1, min(config.remote_log_metadata_topic_replication_factor, live))
+        configs = {
+            "cleanup.policy": "compact",
+            "min.insync.replicas": str(min(2, factor)),
+            "segment.bytes": str(100 << 20),
+        }
+        return self.num_partitions, factor, configs
+
+    def partition_of(self, topic, partition):
+        count = self.broker.num_partitions(METADATA_TOPIC) or self.num_partitions
+        return partition_for(f"{topic}-{partition}", count)
+
+    def local_partition(self, topic, partition, leader=False):
+        """The hosted metadata partition of ``topic``-``partition`` (led here
+        when ``leader``), or None."""
+        part = self.broker.partitions.get((METADATA_TOPIC, self.partition_of(topic, partition)))
+        if part is None or leader and not part.is_leader:
+            return None
+        return part
+
+    def write(self, segment):
+        """Append ``segment``'s state (a tombstone for DELETE_SEGMENT_FINISHED);
+        a Deferred fired once the high watermark covers it."""
+        value = None if segment.state == DELETE_SEGMENT_FINISHED else segment.to_json()
+        return self._append(segment.topic, segment.partition, segment.key_bytes(), value)
+
+    def write_start(self, topic, partition, offset):
+        """Record the partition's remote log start (DeleteRecords)."""
+        return self._append(topic, partition, start_key(topic, partition), str(offset).encode())
+
+    def _append(self, topic, partition, key, value):
+        part = self.local_partition(topic, partition, leader=True)
+        if part is None:
+            return defer.fail(
+                RuntimeError(f"{METADATA_TOPIC} partition of {topic}-{partition} is not led here")
+            )
+        return defer.maybeDeferred(self._write, part, key, value)
+
+    def _write(self, part, key, value):
+        now = self.broker.now_ms()
+        batch = batches.build_batch([batches.Record(key, value, (), now)], base_timestamp=now)
+        info = part.append(batch, now, acks=-1, client=False)
+        wait = part.wait_for_hw(info.last_offset + 1, self.write_timeout_s, self.broker.reactor)
+        return wait.addCallback(check_acknowledged, part)
+
+    def load(self, part):
+        """Read metadata partition ``part``: a Deferred of ``{(topic,
+        partition): PartitionMetadata}``."""
+        found = {}
+
+        def apply(chunk):
+            for record in chunk:
+                key = parse_key(record.key)
+                tp = (key[1], key[2])
+                meta = found.get(tp)
+                if meta is None:
+                    meta = found[tp] = PartitionMetadata()
+                if key[0] == "start":
+                    if record.value is not None:
+                        meta.start_offset = int(record.value)
+                elif record.value is None:
+                    meta.segments.pop(key[3], None)
+                else:
+                    meta.apply(RemoteSegment.from_json(record.value))
+
+        @defer.inlineCallbacks
+        def run():
+            for chunk in OffsetStore.read_chunks(part):
+                apply(chunk)
+                # One chunk per reactor turn: other requests keep flowing.
+                yield task.deferLater(self.broker.reactor, 0, lambda: None)
+            return found
+
+        return run()
