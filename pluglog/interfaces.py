@@ -210,6 +210,19 @@ class ITransactionIndexLog(Interface):
         first_offset, last_offset, last_stable_offset)`` in marker order."""
 
 
+class ITieredLog(Interface):
+    """A log that can have a remote tier (tiered storage, KIP-405): its
+    closed segments are files the remote log manager can upload
+    (``segments``, each with ``log_path``, ``index``, ``time_index`` and
+    ``txn_index``), and it serves offsets below its local start from the
+    :class:`pluglog.storage.remote.tier.RemoteTier` attached to it."""
+
+    remote_tier = Attribute(
+        "the attached RemoteTier, or None: reads below log_start_offset go to "
+        "it, and delete_oldest_segments removes only segments it holds"
+    )
+
+
 class IOfflineLog(IPartitionLog):
     """The broker's stand-in for a log that could not be opened: every data
     operation raises KafkaStorageError (pluglog.storage.offline)."""

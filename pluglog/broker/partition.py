@@ -43,7 +43,7 @@ from pluglog.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
 )
-from pluglog.interfaces import IOfflineLog
+from pluglog.interfaces import IOfflineLog, ITieredLog
 from pluglog.replication.epochs import LeaderEpochCache
 from pluglog.storage.compaction import recompress, require_keys
 from pluglog.storage.records import validate_batches
@@ -400,7 +400,7 @@ class Partition(PartitionTransactions):
         (ListOffsets EARLIEST, DeleteRecords' low watermark)."""
         plog = self.log
         start = plog.log_start_offset
-        tier = plog.remote_tier if hasattr(plog, "remote_tier") else None
+        tier = plog.remote_tier if ITieredLog.providedBy(plog) else None
         if tier is not None:
             remote = tier.log_start_offset
             if remote is not None and remote < start:
@@ -413,9 +413,8 @@ class Partition(PartitionTransactions):
         plog = self.log
         if offset > plog.log_start_offset:
             plog.delete_records_before(offset)
-        tier = getattr(plog, "remote_tier", None)
-        if tier is not None:
-            tier.delete_records_before(offset)
+        if ITieredLog.providedBy(plog) and plog.remote_tier is not None:
+            plog.remote_tier.delete_records_before(offset)
         return self.earliest_offset
 
     def data_ready(self):

@@ -34,6 +34,7 @@ Invariants:
 
 from bisect import bisect_right
 from functools import partial
+from typing import Any
 
 from twisted.logger import Logger
 
@@ -62,7 +63,7 @@ class BasePartitionLog:
     #: topic with remote.storage.enable, attached by the remote log manager:
     #: reads below the local log start go to it, and retention deletes only
     #: segments it holds. None otherwise (no cost on any path).
-    remote_tier = None
+    remote_tier: Any = None
 
     def __init__(self, topic, partition, config, reactor=None, fsync=FSYNC_INTERVAL):
         if fsync not in (FSYNC_NEVER, FSYNC_INTERVAL, FSYNC_ALWAYS):

@@ -38,6 +38,7 @@ from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
 from pluglog.errors import RemoteStorageError
+from pluglog.interfaces import ITieredLog
 from pluglog.retention import DeleteRetentionPolicy
 from pluglog.storage.remote.metadata import (
     COPY_SEGMENT_FINISHED,
@@ -164,12 +165,12 @@ class RemoteLogManager(service.Service):
                 )
             # Reads below the local start wait (not OFFSET_OUT_OF_RANGE) until loaded.
             for part in list(self.broker.partitions.values()):
-                if part.config.remote_storage_enable:
+                if part.config.remote_storage_enable and ITieredLog.providedBy(part.log):
                     self._attach(part)
             return
         now = self.broker.now_ms()
         for part in list(self.broker.partitions.values()):
-            if not part.config.remote_storage_enable or part.log_offline:
+            if not part.config.remote_storage_enable or not ITieredLog.providedBy(part.log):
                 continue
             tier = self._attach(part)
             key = (part.topic, part.index)
