@@ -1,0 +1,238 @@
+"""Tiered storage end to end: a real broker, a real ``moto_server`` S3, real clients.
+
+The broker's ``s3`` provider talks to moto's standalone server with the
+real boto3 client, through :class:`tests.tcp_gate.TcpGate` where a test
+cuts or stalls the network to it. Sizes are scaled down (32 KiB segments,
+64 KiB of local retention) so a topic holds many times its local
+retention in seconds; the 2 GB run belongs in bench/.
+"""
+
+import json
+import os
+import time
+import uuid
+
+import confluent_kafka
+import pytest
+
+from pluglog.storage.remote.metadata import RemoteSegment
+from pluglog.storage.remote.s3 import S3RemoteStorage
+from tests.broker_process import BrokerProcess, assert_refused
+from tests.integration.clients import CONSUMERS, by_partition, create_topic, make_records
+from tests.moto_s3 import DUMMY_CREDENTIALS, MotoServer
+from tests.tcp_gate import TcpGate
+
+SEGMENT_BYTES = 32768
+LOCAL_RETENTION = 65536
+TOPIC_CONFIG = {
+    "remote.storage.enable": "true",
+    "segment.bytes": str(SEGMENT_BYTES),
+    "local.retention.bytes": str(LOCAL_RETENTION),
+    "file.delete.delay.ms": "0",
+}
+
+
+@pytest.fixture(scope="module")
+def moto(tmp_path_factory):
+    saved = {key: os.environ.get(key) for key in DUMMY_CREDENTIALS}
+    os.environ.update(DUMMY_CREDENTIALS)  # inherited by the broker processes
+    server = MotoServer(str(tmp_path_factory.mktemp("moto"))).start()
+    yield server
+    server.stop()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture
+def bucket(moto):
+    name = f"pluglog-{uuid.uuid4().hex[:12]}"
+    moto.client().create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture
+def gate(moto):
+    relay = TcpGate(moto.port)
+    yield relay
+    relay.close()
+
+
+def tiered_broker(tmp_path, endpoint, bucket, **extra):
+    settings = {
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.name": "s3",
+        "rsm.config.s3.bucket": bucket,
+        "rsm.config.s3.endpoint.url": endpoint,
+        "rsm.config.s3.region": "us-east-1",
+        "rsm.config.s3.prefix": "cluster-a/",
+        "remote.log.manager.task.interval.ms": "200",
+        "log.retention.check.interval.ms": "200",
+        "remote.log.metadata.topic.num.partitions": "1",
+        **extra,
+    }
+    return BrokerProcess(tmp_path / "data", settings=settings)
+
+
+def local_segments(broker, topic):
+    directory = os.path.join(broker.data_dir, f"{topic}-0")
+    return sorted(n for n in os.listdir(directory) if n.endswith(".log"))
+
+
+def local_bytes(broker, topic):
+    directory = os.path.join(broker.data_dir, f"{topic}-0")
+    return sum(os.path.getsize(os.path.join(directory, n)) for n in local_segments(broker, topic))
+
+
+def remote_ids(moto, bucket, topic):
+    """Segment ids with a ``.log`` object in the bucket."""
+    client = moto.client()
+    pages = client.get_paginator("list_objects_v2").paginate(
+        Bucket=bucket, Prefix=f"cluster-a/{topic}-0/"
+    )
+    names = [obj["Key"] for page in pages for obj in page.get("Contents", [])]
+    return {n.rsplit("-", 1)[1].split(".")[0] for n in names if n.endswith(".log")}
+
+
+def remote_log_bytes(moto, bucket, topic):
+    listed = moto.client().list_objects_v2(Bucket=bucket, Prefix=f"cluster-a/{topic}-0/")
+    return sum(obj["Size"] for obj in listed.get("Contents", []) if obj["Key"].endswith(".log"))
+
+
+def wait_for(condition, timeout=30, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def metadata_states(bootstrap):
+    """Every ``__remote_log_metadata`` record, in order: (key, value or None)."""
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"md-{time.monotonic_ns()}"}
+    )
+    tp = confluent_kafka.TopicPartition("__remote_log_metadata", 0)
+    _low, high = consumer.get_watermark_offsets(tp, timeout=10)
+    consumer.assign([confluent_kafka.TopicPartition("__remote_log_metadata", 0, 0)])
+    out = []
+    deadline = time.monotonic() + 30
+    while (not out or out[-1][0] < high - 1) and high and time.monotonic() < deadline:
+        for msg in consumer.consume(500, 0.5):
+            assert not msg.error(), msg.error()
+            out.append((msg.offset(), json.loads(msg.key()), msg.value()))
+    consumer.close()
+    return [(key, value) for _offset, key, value in out]
+
+
+def latest_segments(records):
+    """segment id -> its newest RemoteSegment (None once tombstoned)."""
+    latest = {}
+    for key, value in records:
+        if key[0] == "segment":
+            latest[key[3]] = None if value is None else RemoteSegment.from_json(value)
+    return latest
+
+
+def offsets(bootstrap, topic):
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "wm"})
+    try:
+        return consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, 0), timeout=10)
+    finally:
+        consumer.close()
+
+
+def test_s3_provider_copies_with_multipart_fetches_ranges_and_deletes(moto, bucket, tmp_path):
+    storage = S3RemoteStorage(bucket, moto.url, "us-east-1", "p/", multipart_threshold=5 << 20)
+    storage.check()
+    big = tmp_path / "big.log"
+    data = os.urandom(6 << 20)  # two parts of a multipart upload
+    big.write_bytes(data)
+    seg = RemoteSegment.new("t", 0, 0, 99, 1, len(data), [(0, 0)])
+    storage.copy_segment(seg, {"log": str(big), "leader_epoch": b"0\n1\n0 0\n"})
+    head = moto.client().head_object(Bucket=bucket, Key="p/" + seg.object_key("log"))
+    assert head["ETag"].strip('"').endswith("-2")  # S3's multipart ETag: two parts
+    assert storage.fetch(seg, "log", 5 << 20, (5 << 20) + 10) == data[5 << 20 : (5 << 20) + 10]
+    assert storage.fetch(seg, "leader_epoch", 0, None) == b"0\n1\n0 0\n"
+    storage.delete_segment(seg)
+    listed = moto.client().list_objects_v2(Bucket=bucket, Prefix="p/")
+    assert listed.get("KeyCount", 0) == 0
+
+
+def test_a_missing_bucket_stops_the_broker_with_one_line(moto, tmp_path):
+    exited = tiered_broker(tmp_path, moto.url, "no-such-bucket").run_until_exit()
+    line = assert_refused(exited, "rsm.config.s3.bucket", "no-such-bucket", "does not exist")
+    assert moto.url in line
+
+
+def test_an_unreachable_store_stops_the_broker_with_one_line(tmp_path, gate, bucket):
+    gate.close()
+    exited = tiered_broker(tmp_path, gate.url, bucket).run_until_exit(timeout=60)
+    assert_refused(exited, "rsm.config.s3.bucket", "cannot be reached")
+
+
+def test_compacted_topics_cannot_be_tiered(moto, bucket, tmp_path):
+    broker = tiered_broker(tmp_path, moto.url, bucket).start()
+    try:
+        with pytest.raises(confluent_kafka.KafkaException) as info:
+            create_topic(
+                broker.bootstrap,
+                "compacted",
+                1,
+                {"remote.storage.enable": "true", "cleanup.policy": "compact"},
+            )
+        error = info.value.args[0]
+        assert error.code() == confluent_kafka.KafkaError.INVALID_CONFIG
+        assert error.str() == "Remote log storage is unsupported for the compacted topics"
+    finally:
+        broker.stop()
+
+
+def test_history_beyond_local_retention_is_read_from_offset_zero_by_every_client(
+    moto, bucket, tmp_path
+):
+    broker = tiered_broker(tmp_path, moto.url, bucket).start()
+    try:
+        topic = "history"
+        create_topic(broker.bootstrap, topic, 1, TOPIC_CONFIG)
+        records = make_records(24000, partitions=1)
+        from tests.integration.clients import produce_confluent
+
+        produce_confluent(broker.bootstrap, topic, records, **{"batch.num.messages": 200})
+        # Uploads finish and local retention leaves about two segments plus the tail.
+        wait_for(
+            lambda: local_bytes(broker, topic) <= LOCAL_RETENTION + 2 * SEGMENT_BYTES,
+            what="local retention after uploads",
+        )
+        assert local_segments(broker, topic)[0] != "00000000000000000000.log"
+        assert remote_log_bytes(moto, bucket, topic) > 10 * LOCAL_RETENTION
+        low, high = offsets(broker.bootstrap, topic)
+        assert (low, high) == (0, len(records))  # ListOffsets earliest: the remote start
+        expected = by_partition(records)[0]
+        for name in ("confluent", "kafka-python"):
+            got = CONSUMERS[name](broker.bootstrap, topic, 1, len(records))
+            assert [(k, v, h) for _p, k, v, h in got] == expected, name
+    finally:
+        broker.stop()
+
+
+def test_kcat_reads_the_remote_history(moto, bucket, tmp_path):
+    broker = tiered_broker(tmp_path, moto.url, bucket).start()
+    try:
+        topic = "kcat-history"
+        create_topic(broker.bootstrap, topic, 1, TOPIC_CONFIG)
+        records = make_records(15000, partitions=1, kcat=True)
+        from tests.integration.clients import produce_confluent
+
+        produce_confluent(broker.bootstrap, topic, records, **{"batch.num.messages": 200})
+        wait_for(
+            lambda: local_bytes(broker, topic) <= LOCAL_RETENTION + 2 * SEGMENT_BYTES,
+            what="local retention after uploads",
+        )
+        got = CONSUMERS["kcat"](broker.bootstrap, topic, 1, len(records))
+        assert [(k, v, h) for _p, k, v, h in got] == by_partition(records)[0]
+    finally:
+        broker.stop()
