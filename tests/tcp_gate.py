@@ -56,11 +56,12 @@ class TcpGate:
         with self._lock:
             conns, self._conns = self._conns, []
         for conn in conns:
-            try:
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
-                conn.close()
-            except OSError:
-                pass
+            # shutdown() first: it wakes the relay thread blocked in recv().
+            for step in (lambda c: c.shutdown(socket.SHUT_RDWR), lambda c: c.close()):
+                try:
+                    step(conn)
+                except OSError:
+                    pass
 
     def _accept(self, server):
         while True:

@@ -236,3 +236,106 @@ def test_kcat_reads_the_remote_history(moto, bucket, tmp_path):
         assert [(k, v, h) for _p, k, v, h in got] == by_partition(records)[0]
     finally:
         broker.stop()
+
+
+def produce(bootstrap, topic, records):
+    from tests.integration.clients import produce_confluent
+
+    produce_confluent(bootstrap, topic, records, **{"batch.num.messages": 200})
+
+
+def uploaded_down_to_retention(broker, topic):
+    wait_for(
+        lambda: local_bytes(broker, topic) <= LOCAL_RETENTION + 2 * SEGMENT_BYTES,
+        what="uploads and local retention",
+    )
+
+
+def test_a_store_outage_keeps_produce_tail_reads_and_local_data(moto, bucket, gate, tmp_path):
+    broker = tiered_broker(tmp_path, gate.url, bucket).start()
+    try:
+        topic = "outage"
+        create_topic(broker.bootstrap, topic, 1, TOPIC_CONFIG)
+        before = make_records(6000, partitions=1)
+        produce(broker.bootstrap, topic, before)
+        uploaded_down_to_retention(broker, topic)
+        gate.close()  # to the broker, the S3 server is gone: connections refused
+        during = make_records(6000, partitions=1, seed=6000)
+        produce(broker.bootstrap, topic, during)
+        # The tail is read as usual while the store is away.
+        tail = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "t"})
+        tail.assign([confluent_kafka.TopicPartition(topic, 0, len(before))])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < len(during) and time.monotonic() < deadline:
+            got += [m.value() for m in tail.consume(1000, 0.5) if not m.error()]
+        tail.close()
+        assert got == [v for _p, _k, v, _h in during]
+        # An upload fails (botocore's retry included), logged once...
+        wait_for(
+            lambda: "remote storage of outage-0 failed" in broker.log_since_start(),
+            what="the failure log line",
+        )
+        time.sleep(1)  # ...and the passes after it fail too
+        # Nothing written during the outage left the disk: it is not uploaded.
+        first_local = int(local_segments(broker, topic)[0].split(".")[0])
+        assert first_local <= len(before)
+        assert local_bytes(broker, topic) > LOCAL_RETENTION + 2 * SEGMENT_BYTES
+        assert broker.log_since_start().count("remote storage of outage-0 failed") == 1
+        gate.open()
+        uploaded_down_to_retention(broker, topic)
+        wait_for(
+            lambda: "remote storage of outage-0 works again" in broker.log_since_start(),
+            what="the recovery log line",
+        )
+        everything = by_partition(before + during)[0]
+        got = CONSUMERS["confluent"](broker.bootstrap, topic, 1, len(everything))
+        assert [(k, v, h) for _p, k, v, h in got] == everything
+    finally:
+        broker.stop()
+
+
+def test_sigkill_mid_upload_leaves_no_partial_or_duplicate_segment(moto, bucket, gate, tmp_path):
+    broker = tiered_broker(tmp_path, gate.url, bucket).start()
+    try:
+        topic = "crash"
+        create_topic(broker.bootstrap, topic, 1, TOPIC_CONFIG)
+        first = make_records(5000, partitions=1)
+        produce(broker.bootstrap, topic, first)
+        uploaded_down_to_retention(broker, topic)
+        gate.stall()  # the next upload hangs after COPY_SEGMENT_STARTED
+        second = make_records(5000, partitions=1, seed=5000)
+        produce(broker.bootstrap, topic, second)
+
+        def hanging():
+            latest = latest_segments(metadata_states(broker.bootstrap))
+            return [s for s in latest.values() if s and s.state == "COPY_SEGMENT_STARTED"]
+
+        wait_for(hanging, what="an upload in progress")
+        orphan = hanging()[0]
+        broker.kill()
+        gate.close()
+        gate.open()
+        broker.start()
+        uploaded_down_to_retention(broker, topic)
+        wait_for(
+            lambda: (
+                latest_segments(metadata_states(broker.bootstrap)).get(orphan.segment_id, 1)
+                is None
+            ),
+            what="the interrupted upload's tombstone",
+        )
+        latest = latest_segments(metadata_states(broker.bootstrap))
+        live = sorted((s for s in latest.values() if s), key=lambda s: s.base_offset)
+        assert {s.state for s in live} == {"COPY_SEGMENT_FINISHED"}
+        # Contiguous from offset 0, no overlap: no segment twice.
+        assert live[0].base_offset == 0
+        for older, newer in zip(live, live[1:], strict=False):
+            assert newer.base_offset == older.next_offset
+        # The bucket holds exactly the finished segments: the partial one is gone.
+        assert remote_ids(moto, bucket, topic) == {s.segment_id for s in live}
+        everything = by_partition(first + second)[0]
+        got = CONSUMERS["confluent"](broker.bootstrap, topic, 1, len(everything))
+        assert [(k, v, h) for _p, k, v, h in got] == everything
+    finally:
+        broker.stop()
