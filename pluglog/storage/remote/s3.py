@@ -47,8 +47,14 @@ class S3RemoteStorage:
     def __init__(self, bucket, endpoint_url="", region="", prefix="", multipart_threshold=8 << 20):
         if not bucket:
             raise RemoteStorageError("rsm.config.s3.bucket is not set (the remote tier's bucket)")
-        import boto3  # a broker without tiered storage never imports boto3
-        from botocore.config import Config
+        try:
+            # A broker without tiered storage never imports boto3.
+            import boto3
+            from botocore.config import Config
+        except ImportError:
+            raise RemoteStorageError(
+                "the s3 remote storage provider needs boto3: pip install 'pluglog[s3]'"
+            ) from None
 
         self.bucket = bucket
         self.endpoint_url = endpoint_url or None
