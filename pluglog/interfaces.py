@@ -215,7 +215,11 @@ class ITieredLog(Interface):
     closed segments are files the remote log manager can upload
     (``segments``, each with ``log_path``, ``index``, ``time_index`` and
     ``txn_index``), and it serves offsets below its local start from the
-    :class:`pluglog.storage.remote.tier.RemoteTier` attached to it."""
+    :class:`pluglog.storage.remote.tier.RemoteTier` attached to it: reads
+    with a ``max_offset`` (consumers read below the high watermark) only. A
+    read without one is a follower's, which gets OFFSET_OUT_OF_RANGE there
+    and restarts at the leader's local start, so a new or wiped replica
+    copies only the local tail (KIP-405's follower bootstrap)."""
 
     remote_tier = Attribute(
         "the attached RemoteTier, or None: reads below log_start_offset go to "

@@ -217,7 +217,10 @@ class BasePartitionLog:
         end = self.log_end_offset
         if offset < self.log_start_offset or offset > end:
             tier = self.remote_tier
-            if tier is not None and offset < self.log_start_offset:
+            # Only bounded reads (consumers: below the high watermark) go to
+            # the remote tier; a follower's unbounded read gets OFFSET_OUT_OF_RANGE
+            # and restarts at the local start (KIP-405's follower bootstrap).
+            if tier is not None and offset < self.log_start_offset and max_offset is not None:
                 result = tier.read(
                     offset, max_bytes, max_offset, min_one_batch, self.log_start_offset, end
                 )

@@ -146,8 +146,18 @@ class RemoteLogManager(service.Service):
         return deferToThreadPool(self.reactor, pool, function, *args)
 
     def _cluster_event(self, event, payload):
-        if event == "deleted" and self.running:
+        if not self.running:
+            return
+        if event == "deleted":
             self._topic_deleted(getattr(payload, "name", payload))
+        elif event in ("created", "changed"):
+            # Attached at once (the broker's listener has opened the logs):
+            # retention must never see a tiered log without its tier.
+            name = getattr(payload, "name", None)
+            for (topic, _index), part in list(self.broker.partitions.items()):
+                if topic == name and part.config.remote_storage_enable:
+                    if ITieredLog.providedBy(part.log):
+                        self._attach(part)
 
     # -- the periodic pass ------------------------------------------------------------
 
@@ -268,7 +278,11 @@ class RemoteLogManager(service.Service):
         for segment in segments:
             if segment.next_offset <= tier.start_offset:
                 out.append(segment)
-            elif config.retention_ms >= 0 and now - segment.max_timestamp > config.retention_ms:
+            elif (
+                config.retention_ms >= 0
+                and segment.max_timestamp >= 0  # no timestamps: size decides
+                and now - segment.max_timestamp > config.retention_ms
+            ):
                 out.append(segment)
             else:
                 break

@@ -339,3 +339,81 @@ def test_sigkill_mid_upload_leaves_no_partial_or_duplicate_segment(moto, bucket,
         assert [(k, v, h) for _p, k, v, h in got] == everything
     finally:
         broker.stop()
+
+
+def remote_files(root, topic):
+    directory = os.path.join(root, f"{topic}-0")
+    if not os.path.isdir(directory):
+        return []
+    return sorted(n for n in os.listdir(directory) if n.endswith(".log"))
+
+
+def test_retention_delete_records_and_topic_deletion_reach_the_remote_tier(tmp_path):
+    """With the filesystem provider: total retention expires remote
+    segments, DeleteRecords moves the start in both tiers, and a deleted
+    topic's objects go."""
+    from confluent_kafka.admin import AdminClient
+
+    root = str(tmp_path / "remote")
+    settings = {
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.name": "filesystem",
+        "rsm.config.filesystem.root": root,
+        "remote.log.manager.task.interval.ms": "200",
+        "log.retention.check.interval.ms": "200",
+        "remote.log.metadata.topic.num.partitions": "1",
+    }
+    broker = BrokerProcess(tmp_path / "data", settings=settings).start()
+    try:
+        topic = "bounded"
+        total = 12 * SEGMENT_BYTES
+        create_topic(broker.bootstrap, topic, 1, {**TOPIC_CONFIG, "retention.bytes": str(total)})
+        records = make_records(15000, partitions=1)
+        produce(broker.bootstrap, topic, records)
+        uploaded_down_to_retention(broker, topic)
+
+        def remote_bytes():
+            directory = os.path.join(root, f"{topic}-0")
+            return sum(
+                os.path.getsize(os.path.join(directory, n)) for n in remote_files(root, topic)
+            )
+
+        # Kafka's rule: the oldest segments go while the rest (remote plus
+        # local not uploaded) still exceeds retention.bytes, so what stays is
+        # within one segment of it.
+        wait_for(
+            lambda: (
+                offsets(broker.bootstrap, topic)[0] > 0 and remote_bytes() <= total + SEGMENT_BYTES
+            ),
+            what="remote retention by size",
+        )
+        low, high = offsets(broker.bootstrap, topic)
+        assert 0 < low < high == len(records)
+        assert remote_bytes() > total - 3 * SEGMENT_BYTES  # only the excess went
+        # Everything from the new start is still there, across both tiers:
+        # nothing left the disk before its upload.
+        wait_for(
+            lambda: int(remote_files(root, topic)[0].split("-")[0]) == low,
+            what="the deleted segments' objects gone",
+        )
+        got = CONSUMERS["confluent"](broker.bootstrap, topic, 1, len(records) - low)
+        assert [(k, v, h) for _p, k, v, h in got] == by_partition(records)[0][low:]
+        # DeleteRecords to an offset inside the remote tier.
+        first_local = int(local_segments(broker, topic)[0].split(".")[0])
+        target = (low + first_local) // 2
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        futures = admin.delete_records([confluent_kafka.TopicPartition(topic, 0, target)])
+        answer = next(iter(futures.values())).result(timeout=30)
+        assert answer.low_watermark == target
+        assert offsets(broker.bootstrap, topic)[0] == target
+        wait_for(
+            lambda: int(remote_files(root, topic)[0].split("-")[0]) > low,
+            what="remote segments below the DeleteRecords offset deleted",
+        )
+        got = CONSUMERS["confluent"](broker.bootstrap, topic, 1, len(records) - target)
+        assert [(k, v, h) for _p, k, v, h in got] == by_partition(records)[0][target:]
+        # A deleted topic's remote segments go with it.
+        admin.delete_topics([topic])[topic].result(timeout=30)
+        wait_for(lambda: not remote_files(root, topic), what="remote objects deleted")
+    finally:
+        broker.stop()

@@ -76,7 +76,7 @@ def drain(log, start):
     """Read from ``start`` to the log end, retrying while the tier fetches."""
     offset, out = start, []
     while offset < log.log_end_offset:
-        result = log.read(offset, 5000)
+        result = log.read(offset, 5000, max_offset=log.log_end_offset)
         if not result.size:
             continue  # synchronous fetches: the next read hits the cache
         data = result.records if isinstance(result.records, bytes) else result.records.read()
@@ -180,16 +180,16 @@ def test_reads_below_the_local_start_come_from_the_remote_tier(tiered):
     tier.set_segments(uploaded)
     log.delete_oldest_segments(len(log.segments))
     assert log.log_start_offset > 0
-    assert log.read(0, 5000).size == 0
+    assert log.read(0, 5000, max_offset=log.log_end_offset).size == 0
     tier.loaded = True
     after = drain(log, 0)
     assert [d for _o, d in after] == [d for _o, d in before]
     assert woken  # fetched bytes wake parked fetches
     # A read starting mid-batch-run finds its batch through the index.
     middle = uploaded[1].base_offset + 7
-    result = log.read(middle, 5000)
+    result = log.read(middle, 5000, max_offset=log.log_end_offset)
     while not result.size:
-        result = log.read(middle, 5000)
+        result = log.read(middle, 5000, max_offset=log.log_end_offset)
     first = next(iter_batches(result.records))
     assert first.base_offset <= middle <= first.last_offset
 
@@ -221,7 +221,21 @@ def test_offsets_below_the_remote_start_are_out_of_range(tiered):
     assert moved == [uploaded[1].base_offset + 3]
     assert tier.log_start_offset == uploaded[1].base_offset + 3
     with pytest.raises(OffsetOutOfRangeError):
-        log.read(uploaded[0].base_offset, 5000)
+        log.read(uploaded[0].base_offset, 5000, max_offset=log.log_end_offset)
+
+
+def test_a_followers_read_below_the_local_start_is_out_of_range(tiered):
+    """KIP-405's follower bootstrap: a replica fetch (no max_offset) is not
+    served from the remote tier, so the follower restarts at the local start."""
+    log, remote = tiered
+    tier = RemoteTier("t", 0, remote, ChunkCache(1 << 20), synchronous)
+    log.remote_tier = tier
+    tier.set_segments(upload_closed(log, remote))
+    tier.loaded = True
+    log.delete_oldest_segments(len(log.segments))
+    assert log.read(0, 5000, max_offset=log.log_end_offset) is not None
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(0, 5000)
 
 
 def test_remote_storage_enable_follows_kafkas_topic_rules():
