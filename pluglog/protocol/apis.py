@@ -19,7 +19,10 @@ API_VERSIONS_KEY = 18
 SUPPORTED = {
     0: (0, 8),  # Produce; min 0 so librdkafka < 2.11.1 keeps gzip/snappy/lz4 on
     1: (4, 11),  # Fetch; v12+ is flexible and v13+ needs topic ids
-    2: (1, 5),  # ListOffsets
+    # ListOffsets: v6+ flexible, v7 MAX_TIMESTAMP (-3), v8 EARLIEST_LOCAL (-4,
+    # tiered storage). v7+ makes kafka-python infer Kafka 3.0 (its only
+    # effect: a 45 s default session timeout); v5 stays for aiokafka.
+    2: (1, 8),
     3: (0, 8),  # Metadata; v9+ flexible, v10+ topic ids
     8: (2, 7),  # OffsetCommit
     9: (1, 5),  # OffsetFetch

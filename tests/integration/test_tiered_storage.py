@@ -13,6 +13,8 @@ import time
 import uuid
 
 import confluent_kafka
+import kafka
+import kafka.protocol.consumer.offsets
 import pytest
 
 from pluglog.storage.remote.metadata import RemoteSegment
@@ -211,6 +213,25 @@ def test_history_beyond_local_retention_is_read_from_offset_zero_by_every_client
         assert remote_log_bytes(moto, bucket, topic) > 10 * LOCAL_RETENTION
         low, high = offsets(broker.bootstrap, topic)
         assert (low, high) == (0, len(records))  # ListOffsets earliest: the remote start
+        # ListOffsets v8 through kafka-python (flexible versions): earliest is
+        # the remote start, earliest-local the local log's, and the newest
+        # record's timestamp is found in the local tail.
+        first_local = int(local_segments(broker, topic)[0].split(".")[0])
+        spec = kafka.protocol.consumer.offsets.OffsetSpec
+        admin = kafka.KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        tp = kafka.TopicPartition(topic, 0)
+        try:
+            answers = {
+                name: admin.list_partition_offsets({tp: getattr(spec, name)})[tp]
+                for name in ("EARLIEST", "EARLIEST_LOCAL", "LATEST", "MAX_TIMESTAMP")
+            }
+        finally:
+            admin.close()
+        assert answers["EARLIEST"].offset == 0
+        assert answers["EARLIEST_LOCAL"].offset == first_local > 0
+        assert answers["LATEST"].offset == len(records)
+        assert first_local <= answers["MAX_TIMESTAMP"].offset < len(records)
+        assert answers["MAX_TIMESTAMP"].timestamp >= int(time.time() * 1000) - 120_000
         expected = by_partition(records)[0]
         for name in ("confluent", "kafka-python"):
             got = CONSUMERS[name](broker.bootstrap, topic, 1, len(records))

@@ -15,7 +15,7 @@ progress.
 from twisted.internet import defer
 
 from pluglog import protocol as codec
-from pluglog.broker.timestamps import offset_for_timestamp
+from pluglog.broker.timestamps import max_timestamp_offset, offset_for_timestamp
 from pluglog.errors import (
     NONE,
     NOT_LEADER_OR_FOLLOWER,
@@ -28,6 +28,8 @@ from pluglog.server.handlers.common import error_code, leader_error, per_partiti
 
 LATEST = -1
 EARLIEST = -2
+MAX_TIMESTAMP = -3  # ListOffsets v7+ (KIP-734)
+EARLIEST_LOCAL = -4  # ListOffsets v8+ (KIP-405): the local log's start
 
 
 def _partition_data(index, code, hw=-1, log_start=-1, records=b"", lso=None, aborted=()):
@@ -246,8 +248,15 @@ def handle_list_offsets(ctx, request):
         elif ts == EARLIEST:
             # Tiered storage: the remote tier's start (Kafka's logStartOffset).
             entry["offset"], entry["leader_epoch"] = part.earliest_offset, part.leader_epoch
+        elif ts == MAX_TIMESTAMP and ctx.version >= 7:
+            found = max_timestamp_offset(part.log, part.high_watermark)
+            if found is not None:
+                entry["offset"], entry["timestamp"] = found
+                entry["leader_epoch"] = part.leader_epoch
+        elif ts == EARLIEST_LOCAL and ctx.version >= 8:
+            entry["offset"], entry["leader_epoch"] = part.log.log_start_offset, part.leader_epoch
         elif ts < 0:
-            # MAX_TIMESTAMP (-3) needs ListOffsets v7, which is not served.
+            # Kafka's other specs (-5 latest tiered, v9) are not served.
             entry["error_code"] = UNSUPPORTED_VERSION
         else:
             found = offset_for_timestamp(part.log, ts, part.high_watermark)
