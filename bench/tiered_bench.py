@@ -55,13 +55,21 @@ def probe(bootstrap, topic, count, stop=None):
     """Stop-and-wait one-record produces; latencies in ms."""
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
     out = []
+    failed = []
     for i in range(count):
         if stop is not None and stop.is_set():
             break
         start = time.perf_counter()
-        producer.produce(topic, value=b"p" * 200, key=str(i).encode())
+        producer.produce(
+            topic,
+            value=b"p" * 200,
+            key=str(i).encode(),
+            on_delivery=lambda err, _msg: err is not None and failed.append(err),
+        )
         producer.flush(30)
         out.append((time.perf_counter() - start) * 1000)
+    if failed:
+        raise SystemExit(f"{len(failed)} probe produce(s) failed: {failed[0]}")
     return out
 
 
