@@ -357,6 +357,7 @@ class RemoteLogManager(service.Service):
             local.largest_timestamp,
             local.size,
             epochs_in_range(part.epochs.entries, local.base_offset, local.next_offset),
+            local.txn_index.entries,
         )
         started = remote.with_state(COPY_SEGMENT_STARTED, self.broker.now_ms(), self.node_id)
         yield self.store.write(started)

@@ -438,3 +438,53 @@ def test_retention_delete_records_and_topic_deletion_reach_the_remote_tier(tmp_p
         wait_for(lambda: not remote_files(root, topic), what="remote objects deleted")
     finally:
         broker.stop()
+
+
+def test_read_committed_skips_aborted_transactions_in_the_remote_tier(moto, bucket, tmp_path):
+    """The aborted-transaction index entries of uploaded segments travel in
+    the metadata: a read_committed consumer of remote history still skips
+    aborted records."""
+    broker = tiered_broker(tmp_path, moto.url, bucket).start()
+    try:
+        topic = "txn-history"
+        create_topic(broker.bootstrap, topic, 1, TOPIC_CONFIG)
+        producer = confluent_kafka.Producer(
+            {"bootstrap.servers": broker.bootstrap, "transactional.id": "tiered-txn"}
+        )
+        producer.init_transactions(30)
+        committed = []
+        for txn in range(24):
+            producer.begin_transaction()
+            values = [f"t{txn}-r{i}-".encode().ljust(200, b"x") for i in range(120)]
+            for value in values:
+                producer.produce(topic, value=value, partition=0)
+            producer.flush(30)  # the aborted records reach the log, not only the queue
+            if txn % 3 == 1:
+                producer.abort_transaction(30)
+            else:
+                producer.commit_transaction(30)
+                committed += values
+        uploaded_down_to_retention(broker, topic)
+        assert local_segments(broker, topic)[0] != "00000000000000000000.log"
+        # After a restart the partition knows only its local index entries.
+        broker.stop()
+        broker.start()
+        consumer = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": "rc",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+            }
+        )
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+        got = []
+        deadline = time.monotonic() + 60
+        while len(got) < len(committed) and time.monotonic() < deadline:
+            got += [m.value() for m in consumer.consume(1000, 0.5) if not m.error()]
+        time.sleep(1)  # nothing aborted may follow
+        got += [m.value() for m in consumer.consume(1000, 0.5) if not m.error()]
+        consumer.close()
+        assert got == committed
+    finally:
+        broker.stop()

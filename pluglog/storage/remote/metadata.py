@@ -61,9 +61,23 @@ class RemoteSegment:
     event_ms: int = -1
     #: The broker that wrote the state.
     broker_id: int = -1
+    #: The segment's aborted-transaction index entries, ``((producer id,
+    #: first offset, last offset, last stable offset), ...)``: kept in the
+    #: metadata so read_committed fetches of remote offsets need no GET.
+    aborted_txns: tuple = ()
 
     @classmethod
-    def new(cls, topic, partition, base_offset, end_offset, max_timestamp, size_bytes, epochs):
+    def new(
+        cls,
+        topic,
+        partition,
+        base_offset,
+        end_offset,
+        max_timestamp,
+        size_bytes,
+        epochs,
+        aborted_txns=(),
+    ):
         """A fresh upload's metadata, with a new unique segment id."""
         return cls(
             topic,
@@ -74,6 +88,7 @@ class RemoteSegment:
             max_timestamp,
             size_bytes,
             tuple((int(e), int(o)) for e, o in epochs),
+            aborted_txns=tuple(tuple(int(v) for v in entry) for entry in aborted_txns),
         )
 
     def with_state(self, state, event_ms, broker_id):
@@ -98,6 +113,7 @@ class RemoteSegment:
     def to_json(self):
         data = dataclasses.asdict(self)
         data["leader_epochs"] = [list(pair) for pair in self.leader_epochs]
+        data["aborted_txns"] = [list(entry) for entry in self.aborted_txns]
         data["version"] = 1
         return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
@@ -106,6 +122,7 @@ class RemoteSegment:
         data = json.loads(raw)
         data.pop("version", None)
         data["leader_epochs"] = tuple(tuple(pair) for pair in data.get("leader_epochs", ()))
+        data["aborted_txns"] = tuple(tuple(entry) for entry in data.get("aborted_txns", ()))
         fields = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in fields})
 

@@ -245,6 +245,20 @@ class RemoteTier:
                 return max(segment.base_offset, start), segment.max_timestamp
         return None
 
+    def aborted_between(self, start, end):
+        """The remote segments' aborted transactions that may hold data in
+        ``[start, end)`` (marker at or after ``start``, first offset before
+        ``end``), as ``(producer id, first offset, last offset, last stable
+        offset)`` in marker order."""
+        out = []
+        for segment in self.segments:
+            if segment.next_offset <= start:
+                continue
+            for entry in segment.aborted_txns:
+                if entry[2] >= start and entry[1] < end:
+                    out.append(entry)
+        return out
+
     def _bytes(self, segment, start, end):
         """Bytes ``[start, end)`` of the segment's records if every chunk is
         cached; otherwise start fetching the missing ones and return None."""
