@@ -69,7 +69,11 @@ def make_remote_log_manager(broker):
         )
     storage = broker.registry.build("remote_storage", name, config, broker.reactor)
     storage.check()
-    return RemoteLogManager(broker, storage)
+    # The inter-broker connection (TLS, SASL as configured), for metadata
+    # partitions another broker leads; deferred like the broker's own import.
+    from pluglog.replication.peer import connect
+
+    return RemoteLogManager(broker, storage, connect)
 
 
 def _copy(storage, segment, files):
@@ -90,13 +94,13 @@ class RemoteLogManager(service.Service):
 
     name = "remote-log-manager"
 
-    def __init__(self, broker, storage):
+    def __init__(self, broker, storage, connect=None):
         config = broker.config
         self.broker = broker
         self.reactor = broker.reactor
         self.storage = storage
         self.node_id = broker.node_id
-        self.store = MetadataStore(broker)
+        self.store = MetadataStore(broker, connect)
         self.cache = ChunkCache(config.remote_log_index_file_cache_total_size_bytes)
         self.copier_pool = ThreadPool(0, config.remote_log_manager_thread_pool_size, "pluglog-rlm")
         self.reader_pool = ThreadPool(0, config.remote_log_reader_threads, "pluglog-rlm-reader")
@@ -106,6 +110,9 @@ class RemoteLogManager(service.Service):
         #: metadata partition -> {(topic, partition): PartitionMetadata}, once loaded
         self.metadata = {}
         self._loading = set()
+        #: (topic, partition) -> the leader epoch whose metadata this broker
+        #: read when it became leader (it uploads only in that epoch)
+        self._led = {}
         self._busy = set()
         self._failing = set()
         self._loop = None
@@ -134,6 +141,7 @@ class RemoteLogManager(service.Service):
             tier.on_ready = None
         self.copier_pool.stop()
         self.reader_pool.stop()
+        self.store.close()
         return super().stopService()
 
     def _guarded(self):
@@ -184,15 +192,22 @@ class RemoteLogManager(service.Service):
                 continue
             tier = self._attach(part)
             key = (part.topic, part.index)
-            loaded = self.metadata.get(self.store.partition_of(*key))
+            index = self.store.partition_of(*key)
+            loaded = self.metadata.get(index)
             if loaded is None:
-                self._load(self.store.partition_of(*key))
+                self._load(index)
                 continue
             meta = loaded.setdefault(key, PartitionMetadata())
             if not tier.loaded:
                 self._install(tier, meta)
             self._local_retention(part, now)
-            if part.is_leader and key not in self._busy:
+            if not part.is_leader:
+                continue
+            if self._led.get(key) != part.leader_epoch:
+                # Newly led (a failover, a restart): the metadata the previous
+                # leader wrote is read again before this broker uploads.
+                self._load(index)
+            elif key not in self._busy:
                 self._busy.add(key)
                 d = self._lead(part, tier, meta)
                 d.addErrback(self._lead_failed, key)
@@ -226,16 +241,19 @@ class RemoteLogManager(service.Service):
         tier.loaded = True
 
     def _load(self, index):
+        """(Re)read metadata partition ``index`` from its local replica,
+        which must be its leader or in its ISR (so it holds every state a
+        previous leader had acknowledged)."""
         if index in self._loading:
             return
         part = self.broker.partitions.get((METADATA_TOPIC, index))
-        if part is None or not (part.is_leader or part.high_watermark > 0):
-            return  # not hosted here (yet), or no role yet
+        if part is None or not (part.is_leader or self.node_id in part.isr):
+            return  # not hosted here (yet), no role yet, or behind its leader
         self._loading.add(index)
 
         def loaded(found):
             self._loading.discard(index)
-            self.metadata[index] = found
+            self._merge(index, found)
             log.info(
                 "loaded the remote segments of {n} partition(s) from {t}-{i}",
                 n=len(found),
@@ -249,6 +267,30 @@ class RemoteLogManager(service.Service):
             log.failure("loading {t}-{i} failed", failure, t=METADATA_TOPIC, i=index)
 
         self.store.load(part).addCallbacks(loaded, failed)
+
+    def _merge(self, index, found):
+        """Install a fresh read of metadata partition ``index``. A partition
+        this broker has kept leading keeps its in-memory state (it is the
+        only writer and has applied every state it wrote); every other one
+        takes what was read, and those led now are marked as loaded in their
+        current leader epoch."""
+        old = self.metadata.get(index, {})
+        merged = {}
+        for (topic, partition), part in list(self.broker.partitions.items()):
+            if topic == METADATA_TOPIC or self.store.partition_of(topic, partition) != index:
+                continue
+            key = (topic, partition)
+            if part.is_leader and self._led.get(key) == part.leader_epoch and key in old:
+                merged[key] = old[key]
+            elif part.is_leader:
+                self._led[key] = part.leader_epoch
+        for key, meta in found.items():
+            merged.setdefault(key, meta)
+        self.metadata[index] = merged
+        for key, meta in merged.items():
+            tier = self.tiers.get(key)
+            if tier is not None:
+                self._install(tier, meta)
 
     # -- retention ----------------------------------------------------------------------
 
@@ -302,15 +344,16 @@ class RemoteLogManager(service.Service):
     @defer.inlineCallbacks
     def _lead(self, part, tier, meta):
         key = (part.topic, part.index)
+        epoch = part.leader_epoch
         # What a crash (or a failed store) left half done goes first: a
         # started copy is never visible, its objects are deleted.
         for orphan in meta.in_state(COPY_SEGMENT_STARTED, DELETE_SEGMENT_STARTED):
             yield self._delete_remote(orphan, meta, tier)
-        while self.running and part.is_leader:
+        while self.running and part.is_leader and part.leader_epoch == epoch:
             segment = self._eligible(part, tier)
             if segment is None:
                 break
-            yield self._upload(part, tier, meta, segment)
+            yield self._upload(part, tier, meta, segment, epoch)
         for segment in self._expired(part, tier, self.broker.now_ms()):
             if segment.next_offset > tier.start_offset:
                 tier.start_offset = segment.next_offset
@@ -348,7 +391,7 @@ class RemoteLogManager(service.Service):
         return None
 
     @defer.inlineCallbacks
-    def _upload(self, part, tier, meta, local):
+    def _upload(self, part, tier, meta, local, epoch):
         remote = RemoteSegment.new(
             part.topic,
             part.index,
@@ -370,6 +413,10 @@ class RemoteLogManager(service.Service):
             "leader_epoch": epoch_checkpoint_bytes(started.leader_epochs),
         }
         yield self._in_thread(self.copier_pool, _copy, self.storage, started, files)
+        if not (part.is_leader and part.leader_epoch == epoch):
+            # Leadership moved during the copy: the new leader owns the
+            # partition's metadata now and deletes this copy as unfinished.
+            return
         finished = started.with_state(COPY_SEGMENT_FINISHED, self.broker.now_ms(), self.node_id)
         yield self.store.write(finished)
         meta.apply(finished)

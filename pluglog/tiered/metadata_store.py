@@ -18,7 +18,9 @@ replica, one chunk per reactor turn. Runs on the reactor thread.
 
 from twisted.internet import defer, task
 
+from pluglog.errors import NONE, KafkaError
 from pluglog.group.store import InternalTopic, OffsetStore, check_acknowledged, partition_for
+from pluglog.protocol import api_keys
 from pluglog.protocol import records as batches
 from pluglog.storage.remote.metadata import (
     DELETE_SEGMENT_FINISHED,
@@ -28,6 +30,9 @@ from pluglog.storage.remote.metadata import (
 )
 
 METADATA_TOPIC = "__remote_log_metadata"
+#: Produce to another broker's metadata partition: non-flexible, acks=all.
+_PRODUCE_VERSION = 8
+_CONNECT_TIMEOUT_S = 10.0
 
 
 class PartitionMetadata:
@@ -55,11 +60,17 @@ class PartitionMetadata:
 class MetadataStore:
     """Appends and reads ``__remote_log_metadata`` records."""
 
-    def __init__(self, broker):
+    def __init__(self, broker, connect=None):
         self.broker = broker
         self.num_partitions = broker.config.remote_log_metadata_topic_num_partitions
         self.write_timeout_s = broker.config.offsets_commit_timeout_ms / 1000.0
-        self._topic = InternalTopic(broker, METADATA_TOPIC)
+        # Not internal, as in Kafka: brokers produce to the partitions others lead.
+        self._topic = InternalTopic(broker, METADATA_TOPIC, internal=False)
+        #: ``connect(reactor, config, host, port, client_id, timeout)``: the
+        #: inter-broker connection (pluglog.replication.peer) for writes to a
+        #: metadata partition another broker leads.
+        self.connect = connect
+        self._peers = {}
 
     def ensure_topic(self):
         """A Deferred that fires once the topic exists."""
@@ -101,10 +112,55 @@ class MetadataStore:
     def _append(self, topic, partition, key, value):
         part = self.local_partition(topic, partition, leader=True)
         if part is None:
-            return defer.fail(
-                RuntimeError(f"{METADATA_TOPIC} partition of {topic}-{partition} is not led here")
-            )
+            # Led by another broker (a cluster): a Produce with acks=all to it.
+            return self._produce_remote(self.partition_of(topic, partition), key, value)
         return defer.maybeDeferred(self._write, part, key, value)
+
+    @defer.inlineCallbacks
+    def _produce_remote(self, index, key, value):
+        state = self.broker.coordinator.partition_state(METADATA_TOPIC, index)
+        leader = getattr(state, "leader", -1)
+        address = None
+        for node, host, port, _rack in self.broker.coordinator.brokers():
+            if node == leader:
+                address = (host, port)
+        if address is None or self.connect is None:
+            raise RuntimeError(f"{METADATA_TOPIC}-{index} has no reachable leader")
+        proto = self._peers.get(leader)
+        if proto is None or not proto.connected:
+            proto = yield self.connect(
+                self.broker.reactor,
+                self.broker.config,
+                address[0],
+                address[1],
+                f"remote-log-metadata-{self.broker.node_id}",
+                _CONNECT_TIMEOUT_S,
+            )
+            self._peers[leader] = proto
+        now = self.broker.now_ms()
+        batch = batches.build_batch([batches.Record(key, value, (), now)], base_timestamp=now)
+        request = {
+            "transactional_id": None,
+            "acks": -1,
+            "timeout_ms": int(self.write_timeout_s * 1000),
+            "topic_data": [
+                {"name": METADATA_TOPIC, "partition_data": [{"index": index, "records": batch}]}
+            ],
+        }
+        try:
+            response = yield proto.request(api_keys.PRODUCE, _PRODUCE_VERSION, request)
+        except Exception:
+            self._peers.pop(leader, None)
+            proto.close()
+            raise
+        code = response["responses"][0]["partition_responses"][0]["error_code"]
+        if code != NONE:
+            raise KafkaError(f"{METADATA_TOPIC}-{index} on broker {leader}: error {code}")
+
+    def close(self):
+        for proto in self._peers.values():
+            proto.close()
+        self._peers.clear()
 
     def _write(self, part, key, value):
         now = self.broker.now_ms()
