@@ -112,22 +112,26 @@ def wait_for(condition, timeout=30, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def metadata_states(bootstrap):
-    """Every ``__remote_log_metadata`` record, in order: (key, value or None)."""
-    consumer = confluent_kafka.Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"md-{time.monotonic_ns()}"}
-    )
-    tp = confluent_kafka.TopicPartition("__remote_log_metadata", 0)
-    _low, high = consumer.get_watermark_offsets(tp, timeout=10)
-    consumer.assign([confluent_kafka.TopicPartition("__remote_log_metadata", 0, 0)])
+def metadata_states(bootstrap, partitions=1):
+    """Every ``__remote_log_metadata`` record, partition by partition, in
+    order (a partition's records all go to one): (key, value or None)."""
     out = []
-    deadline = time.monotonic() + 30
-    while (not out or out[-1][0] < high - 1) and high and time.monotonic() < deadline:
-        for msg in consumer.consume(500, 0.5):
-            assert not msg.error(), msg.error()
-            out.append((msg.offset(), json.loads(msg.key()), msg.value()))
-    consumer.close()
-    return [(key, value) for _offset, key, value in out]
+    for index in range(partitions):
+        consumer = confluent_kafka.Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": f"md-{time.monotonic_ns()}"}
+        )
+        tp = confluent_kafka.TopicPartition("__remote_log_metadata", index)
+        _low, high = consumer.get_watermark_offsets(tp, timeout=10)
+        consumer.assign([confluent_kafka.TopicPartition("__remote_log_metadata", index, 0)])
+        got = []
+        deadline = time.monotonic() + 30
+        while (not got or got[-1][0] < high - 1) and high and time.monotonic() < deadline:
+            for msg in consumer.consume(500, 0.5):
+                assert not msg.error(), msg.error()
+                got.append((msg.offset(), json.loads(msg.key()), msg.value()))
+        consumer.close()
+        out += [(key, value) for _offset, key, value in got]
+    return out
 
 
 def latest_segments(records):
