@@ -112,6 +112,8 @@ class Broker:
         #: The built-in log cleaner once its service is made (its ``stats``
         #: are read by pluglog.metrics); None when log.cleaner.enable is false.
         self.cleaner = None
+        #: The remote log manager (pluglog.tiered) when tiered storage is on.
+        self.remote_log_manager = None
 
     def now_ms(self):
         return int(self.reactor.seconds() * 1000)

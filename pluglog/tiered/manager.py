@@ -35,6 +35,7 @@ from twisted.application import service
 from twisted.internet import defer, task
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from pluglog.errors import RemoteStorageError
@@ -73,7 +74,8 @@ def make_remote_log_manager(broker):
     # partitions another broker leads; deferred like the broker's own import.
     from pluglog.replication.peer import connect
 
-    return RemoteLogManager(broker, storage, connect)
+    broker.remote_log_manager = RemoteLogManager(broker, storage, connect)
+    return broker.remote_log_manager
 
 
 def _copy(storage, segment, files):
@@ -117,10 +119,15 @@ class RemoteLogManager(service.Service):
         self._failing = set()
         self._loop = None
         self._retention = DeleteRetentionPolicy()
-        #: Totals since start (read by tests and, later, metrics).
+        #: Totals since start (pluglog.metrics.tiered reads them on scrape).
         self.segments_copied = 0
         self.bytes_copied = 0
         self.segments_deleted = 0
+        self.copy_failures = 0
+        #: Remote reads (reader pool calls): count, errors, seconds in all.
+        self.remote_reads = 0
+        self.remote_read_errors = 0
+        self.remote_read_seconds = 0.0
 
     # -- service ------------------------------------------------------------------
 
@@ -152,6 +159,20 @@ class RemoteLogManager(service.Service):
 
     def _in_thread(self, pool, function, *args):
         return deferToThreadPool(self.reactor, pool, function, *args)
+
+    def _remote_read(self, function, *args):
+        """A tier's fetch in the reader pool, timed (the remote fetch
+        latency the metrics report: the reactor's clock, queueing included)."""
+        started = self.reactor.seconds()
+
+        def done(result):
+            self.remote_reads += 1
+            self.remote_read_seconds += self.reactor.seconds() - started
+            if isinstance(result, Failure):
+                self.remote_read_errors += 1
+            return result
+
+        return self._in_thread(self.reader_pool, function, *args).addBoth(done)
 
     def _cluster_event(self, event, payload):
         if not self.running:
@@ -222,7 +243,7 @@ class RemoteLogManager(service.Service):
                 part.index,
                 self.storage,
                 self.cache,
-                lambda f, *a: self._in_thread(self.reader_pool, f, *a),
+                self._remote_read,
             )
             tier.on_ready = lambda key=key: self._wake(key)
             tier.on_start_moved = lambda offset, key=key: self._start_moved(key, offset)
@@ -365,6 +386,7 @@ class RemoteLogManager(service.Service):
             log.info("remote storage of {t}-{i} works again", t=part.topic, i=part.index)
 
     def _lead_failed(self, failure, key):
+        self.copy_failures += 1
         if key not in self._failing:
             self._failing.add(key)
             log.warn(

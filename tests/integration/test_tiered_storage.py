@@ -492,3 +492,60 @@ def test_read_committed_skips_aborted_transactions_in_the_remote_tier(moto, buck
         assert got == committed
     finally:
         broker.stop()
+
+
+def test_metrics_report_the_remote_tier(tmp_path):
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.broker_process import free_port
+
+    root = str(tmp_path / "remote")
+    http = free_port()
+    settings = {
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.name": "filesystem",
+        "rsm.config.filesystem.root": root,
+        "remote.log.manager.task.interval.ms": "200",
+        "remote.log.metadata.topic.num.partitions": "1",
+    }
+    broker = BrokerProcess(
+        tmp_path / "data",
+        settings=settings,
+        extra_args=["--http", f"tcp:{http}:interface=127.0.0.1"],
+    ).start()
+    try:
+        topic = "metered-history"
+        create_topic(broker.bootstrap, topic, 1, TOPIC_CONFIG)
+        records = make_records(6000, partitions=1)
+        produce(broker.bootstrap, topic, records)
+        uploaded_down_to_retention(broker, topic)
+        got = CONSUMERS["confluent"](broker.bootstrap, topic, 1, len(records))
+        assert len(got) == len(records)
+
+        def scrape():
+            with urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=10) as r:
+                text = r.read().decode()
+            out = {}
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    if sample.labels.get("topic", topic) == topic:
+                        out[sample.name] = sample.value
+            return out
+
+        remote_files_now = remote_files(root, topic)
+        directory = os.path.join(root, f"{topic}-0")
+        remote_size = sum(os.path.getsize(os.path.join(directory, n)) for n in remote_files_now)
+        wait_for(lambda: scrape()["pluglog_remote_copy_lag_bytes"] == 0, what="no upload lag")
+        metrics = scrape()
+        assert metrics["pluglog_remote_log_size_bytes"] == remote_size
+        assert metrics["pluglog_remote_copied_segments_total"] == len(remote_files_now)
+        assert metrics["pluglog_remote_copied_bytes_total"] == remote_size
+        assert metrics["pluglog_remote_log_start_offset"] == 0
+        assert metrics["pluglog_remote_read_seconds_count"] > 0
+        assert metrics["pluglog_remote_read_seconds_sum"] > 0
+        assert metrics["pluglog_remote_read_errors_total"] == 0
+        assert metrics["pluglog_remote_cache_hits_total"] > 0
+    finally:
+        broker.stop()
