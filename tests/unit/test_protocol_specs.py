@@ -119,6 +119,9 @@ def test_no_advertised_version_is_flexible_except_known_ones():
     # DescribeConfigs v4 (#26): kafka-python 3 sends it; v3 keeps a
     # non-flexible version with types and documentation for the others.
     configs = {(32, 4)}
+    # ListOffsets v6-v8 (#25): v8 carries EARLIEST_LOCAL (-4, tiered
+    # storage); v5 stays for aiokafka.
+    configs |= {(2, 6), (2, 7), (2, 8)}
     # Transactions (#22): v3 of the producer's APIs is what kafka-python
     # sends; WriteTxnMarkers v1 and the operators' APIs are flexible only.
     txn = {(24, 3), (25, 3), (26, 3), (27, 1), (28, 3), (61, 0), (65, 0), (66, 0), (66, 1)}
@@ -126,14 +129,17 @@ def test_no_advertised_version_is_flexible_except_known_ones():
     assert flexible == expected
 
 
-def test_kafka_python_infers_kafka_2_6_and_gets_the_epoch_bump_it_then_uses():
+def test_kafka_python_infers_kafka_3_0_and_gets_the_epoch_bump_it_then_uses():
     # kafka-python gates behaviour (idempotence, zstd, epoch bumps) on the
-    # broker release it infers from ApiVersions. The client quota APIs make it
-    # Kafka 2.6, from which it bumps producer epochs with InitProducerId v3
-    # (KIP-360): that version must be served. The operator APIs must not move
-    # the inference further (DescribeLogDirs v5 alone would make it Kafka 4.3).
+    # broker release it infers from ApiVersions. ListOffsets v7+ (#25, for
+    # EARLIEST_LOCAL) makes it Kafka 3.0, whose only effect over 2.6 is its
+    # 45 s default session timeout; from 2.5 on it bumps producer epochs
+    # with InitProducerId v3 (KIP-360): that version must be served. The
+    # operator APIs must not move the inference further (DescribeLogDirs v5
+    # alone would make it Kafka 4.3).
     from kafka.protocol.broker_version_data import infer_broker_version_from_api_versions
 
-    assert infer_broker_version_from_api_versions(dict(SUPPORTED)) == (2, 6)
+    assert infer_broker_version_from_api_versions(dict(SUPPORTED)) == (3, 0)
+    assert SUPPORTED[2] == (1, 8)
     assert SUPPORTED[22][1] >= 3 and APIS[22].defines(3)
     assert SUPPORTED[48] == (0, 1) and SUPPORTED[49] == (0, 1)
