@@ -143,6 +143,12 @@ class Broker:
             return  # the coordinator answers INVALID_CONFIG
         if effective.remote_storage_enable:
             check_remote_storage(effective, self.config.remote_log_storage_system_enable)
+        elif topic in self.topic_configs and self.topic_configs[topic].remote_storage_enable:
+            # Kafka 3.6-3.8's rule: its remote data would be left unreachable
+            # (and its local segments kept for an upload that never comes).
+            raise InvalidConfigError(
+                "Disabling remote storage feature on the topic level is not supported."
+            )
         self.storage_checks.new_topic(topic, effective, replication_factor)
 
     @defer.inlineCallbacks

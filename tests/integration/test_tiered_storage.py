@@ -180,7 +180,7 @@ def test_an_unreachable_store_stops_the_broker_with_one_line(tmp_path, gate, buc
     assert_refused(exited, "rsm.config.s3.bucket", "cannot be reached")
 
 
-def test_compacted_topics_cannot_be_tiered(moto, bucket, tmp_path):
+def test_compacted_topics_cannot_be_tiered_nor_tiered_topics_untiered(moto, bucket, tmp_path):
     broker = tiered_broker(tmp_path, moto.url, bucket).start()
     try:
         with pytest.raises(confluent_kafka.KafkaException) as info:
@@ -193,6 +193,34 @@ def test_compacted_topics_cannot_be_tiered(moto, bucket, tmp_path):
         error = info.value.args[0]
         assert error.code() == confluent_kafka.KafkaError.INVALID_CONFIG
         assert error.str() == "Remote log storage is unsupported for the compacted topics"
+        # Nor may a tiered topic turn it off again (Kafka 3.6's rule).
+        from confluent_kafka.admin import (
+            AdminClient,
+            AlterConfigOpType,
+            ConfigEntry,
+            ConfigResource,
+        )
+
+        create_topic(broker.bootstrap, "tiered", 1, {"remote.storage.enable": "true"})
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        resource = ConfigResource(
+            ConfigResource.Type.TOPIC,
+            "tiered",
+            incremental_configs=[
+                ConfigEntry(
+                    "remote.storage.enable",
+                    "false",
+                    incremental_operation=AlterConfigOpType.SET,
+                )
+            ],
+        )
+        with pytest.raises(confluent_kafka.KafkaException) as info:
+            admin.incremental_alter_configs([resource])[resource].result(30)
+        error = info.value.args[0]
+        assert error.code() == confluent_kafka.KafkaError.INVALID_CONFIG
+        assert (
+            error.str() == "Disabling remote storage feature on the topic level is not supported."
+        )
     finally:
         broker.stop()
 
