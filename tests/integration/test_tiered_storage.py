@@ -264,6 +264,13 @@ def test_history_beyond_local_retention_is_read_from_offset_zero_by_every_client
         assert answers["LATEST"].offset == len(records)
         assert first_local <= answers["MAX_TIMESTAMP"].offset < len(records)
         assert answers["MAX_TIMESTAMP"].timestamp >= int(time.time() * 1000) - 120_000
+        # The operator's view: where the local log starts, the rest is remote.
+        from tests.integration.test_cli import cli
+
+        out = cli(broker, "topics", "describe", topic).stdout
+        assert f"Start: 0\tEnd: {len(records)}\tLocalStart: {first_local}" in out
+        described = json.loads(cli(broker, "topics", "describe", topic, "--json").stdout)
+        assert described["partitions"][0]["local_start_offset"] == first_local
         expected = by_partition(records)[0]
         for name in ("confluent", "kafka-python"):
             got = CONSUMERS[name](broker.bootstrap, topic, 1, len(records))
