@@ -397,11 +397,14 @@ class Partition(PartitionTransactions):
     def earliest_offset(self):
         """The first offset readable from either tier: the remote tier's
         start when the log has one (tiered storage), else the log start
-        (ListOffsets EARLIEST, DeleteRecords' low watermark)."""
+        (ListOffsets EARLIEST, DeleteRecords' low watermark). None while a
+        remote tier's metadata is still being read (after a start)."""
         plog = self.log
         start = plog.log_start_offset
         tier = plog.remote_tier if ITieredLog.providedBy(plog) else None
         if tier is not None:
+            if not tier.loaded:
+                return None  # not known until the remote metadata is read
             remote = tier.log_start_offset
             if remote is not None and remote < start:
                 return remote
@@ -415,7 +418,8 @@ class Partition(PartitionTransactions):
             plog.delete_records_before(offset)
         if ITieredLog.providedBy(plog) and plog.remote_tier is not None:
             plog.remote_tier.delete_records_before(offset)
-        return self.earliest_offset
+        earliest = self.earliest_offset
+        return plog.log_start_offset if earliest is None else earliest
 
     def data_ready(self):
         """Bytes a parked fetch waited for arrived (a remote tier read): wake it."""

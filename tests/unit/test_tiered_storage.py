@@ -274,3 +274,25 @@ def test_rsm_config_keys_are_typed_and_plugin_keys_pass_through():
     assert config.topic_defaults.local_retention_bytes == 1000
     assert TopicConfig(retention_ms=5).effective_local_retention_ms == 5
     assert CHUNK_BYTES == 1 << 20
+
+
+def test_the_earliest_offset_waits_for_the_remote_metadata(tiered):
+    """ListOffsets EARLIEST of a tiered partition: unknown (the handler
+    answers the retriable OFFSET_NOT_AVAILABLE) until the tier is loaded,
+    then the remote start; DeleteRecords moves it in both tiers."""
+    from pluglog.broker.partition import Partition
+
+    log, remote = tiered
+    part = Partition("t", 0, log, CONFIG)
+    assert part.earliest_offset == 0  # no tier: the log's own start
+    tier = RemoteTier("t", 0, remote, ChunkCache(1 << 20), synchronous)
+    log.remote_tier = tier
+    uploaded = upload_closed(log, remote)
+    log.delete_oldest_segments(len(uploaded))  # nothing goes: not known as uploaded
+    assert part.earliest_offset is None
+    tier.set_segments(uploaded)
+    tier.loaded = True
+    log.delete_oldest_segments(len(uploaded))
+    assert log.log_start_offset == uploaded[-1].next_offset
+    assert part.earliest_offset == 0
+    assert part.delete_records(uploaded[1].base_offset + 1) == uploaded[1].base_offset + 1

@@ -19,6 +19,7 @@ from pluglog.broker.timestamps import max_timestamp_offset, offset_for_timestamp
 from pluglog.errors import (
     NONE,
     NOT_LEADER_OR_FOLLOWER,
+    OFFSET_NOT_AVAILABLE,
     OFFSET_OUT_OF_RANGE,
     UNSUPPORTED_VERSION,
     KafkaError,
@@ -246,8 +247,13 @@ def handle_list_offsets(ctx, request):
             latest = part.last_stable_offset if committed else part.high_watermark
             entry["offset"], entry["leader_epoch"] = latest, part.leader_epoch
         elif ts == EARLIEST:
-            # Tiered storage: the remote tier's start (Kafka's logStartOffset).
-            entry["offset"], entry["leader_epoch"] = part.earliest_offset, part.leader_epoch
+            # Tiered storage: the remote tier's start (Kafka's logStartOffset);
+            # unknown for a moment after a start: the client retries.
+            earliest = part.earliest_offset
+            if earliest is None:
+                entry["error_code"] = OFFSET_NOT_AVAILABLE
+            else:
+                entry["offset"], entry["leader_epoch"] = earliest, part.leader_epoch
         elif ts == MAX_TIMESTAMP and ctx.version >= 7:
             found = max_timestamp_offset(part.log, part.high_watermark)
             if found is not None:
