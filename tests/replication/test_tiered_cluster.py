@@ -102,6 +102,9 @@ def test_a_new_leader_continues_uploads_and_a_wiped_replica_copies_only_the_tail
     second = make_records(6000, partitions=1, seed=6000)
     produce_confluent(c.bootstrap, TOPIC, second, acks="all", **{"batch.num.messages": 200})
     c.wait_for(lambda: trimmed(c.brokers[second_leader]), what="the new leader's uploads")
+    # The surviving follower follows the leader's local start: its copies go too.
+    follower = next(n for n in c.live() if n != second_leader)
+    c.wait_for(lambda: trimmed(c.brokers[follower]), what="the follower's local retention")
     after = check_metadata(c.bootstrap)
     assert after[0].segment_id == before[0].segment_id  # kept, not uploaded again
     assert after[-1].next_offset > before[-1].next_offset
