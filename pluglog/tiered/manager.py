@@ -268,8 +268,11 @@ class RemoteLogManager(service.Service):
         if index in self._loading:
             return
         part = self.broker.partitions.get((METADATA_TOPIC, index))
-        if part is None or not (part.is_leader or self.node_id in part.isr):
-            return  # not hosted here (yet), no role yet, or behind its leader
+        if part is not None and (part.is_leader or self.node_id in part.isr):
+            reading = self.store.load(part)
+        else:
+            # No in-sync replica here: read it from its leader, as a consumer.
+            reading = self.store.load_remote(index)
         self._loading.add(index)
 
         def loaded(found):
@@ -285,9 +288,11 @@ class RemoteLogManager(service.Service):
 
         def failed(failure):
             self._loading.discard(index)
-            log.failure("loading {t}-{i} failed", failure, t=METADATA_TOPIC, i=index)
+            # One line: retried on the next pass (a leader may be moving).
+            why = failure.getErrorMessage()
+            log.warn("loading {t}-{i} failed: {e}", t=METADATA_TOPIC, i=index, e=why)
 
-        self.store.load(part).addCallbacks(loaded, failed)
+        reading.addCallbacks(loaded, failed)
 
     def _merge(self, index, found):
         """Install a fresh read of metadata partition ``index``. A partition

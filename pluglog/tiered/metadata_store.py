@@ -18,7 +18,7 @@ replica, one chunk per reactor turn. Runs on the reactor thread.
 
 from twisted.internet import defer, task
 
-from pluglog.errors import NONE, KafkaError
+from pluglog.errors import NONE, OFFSET_OUT_OF_RANGE, KafkaError
 from pluglog.group.store import InternalTopic, OffsetStore, check_acknowledged, partition_for
 from pluglog.protocol import api_keys
 from pluglog.protocol import records as batches
@@ -32,6 +32,9 @@ from pluglog.storage.remote.metadata import (
 METADATA_TOPIC = "__remote_log_metadata"
 #: Produce to another broker's metadata partition: non-flexible, acks=all.
 _PRODUCE_VERSION = 8
+#: Reads of a metadata partition no local replica holds: Fetch v11 (non-flexible).
+_FETCH_VERSION = 11
+_FETCH_BYTES = 8 << 20
 _CONNECT_TIMEOUT_S = 10.0
 
 
@@ -117,7 +120,9 @@ class MetadataStore:
         return defer.maybeDeferred(self._write, part, key, value)
 
     @defer.inlineCallbacks
-    def _produce_remote(self, index, key, value):
+    def _leader_connection(self, index):
+        """The inter-broker connection to the leader of metadata partition
+        ``index``: a Deferred of ``(leader id, protocol)``."""
         state = self.broker.coordinator.partition_state(METADATA_TOPIC, index)
         leader = getattr(state, "leader", -1)
         address = None
@@ -137,6 +142,21 @@ class MetadataStore:
                 _CONNECT_TIMEOUT_S,
             )
             self._peers[leader] = proto
+        return leader, proto
+
+    @defer.inlineCallbacks
+    def _request(self, index, api_key, version, body):
+        leader, proto = yield self._leader_connection(index)
+        try:
+            response = yield proto.request(api_key, version, body)
+        except Exception:
+            self._peers.pop(leader, None)
+            proto.close()
+            raise
+        return leader, response
+
+    @defer.inlineCallbacks
+    def _produce_remote(self, index, key, value):
         now = self.broker.now_ms()
         batch = batches.build_batch([batches.Record(key, value, (), now)], base_timestamp=now)
         request = {
@@ -147,12 +167,7 @@ class MetadataStore:
                 {"name": METADATA_TOPIC, "partition_data": [{"index": index, "records": batch}]}
             ],
         }
-        try:
-            response = yield proto.request(api_keys.PRODUCE, _PRODUCE_VERSION, request)
-        except Exception:
-            self._peers.pop(leader, None)
-            proto.close()
-            raise
+        leader, response = yield self._request(index, api_keys.PRODUCE, _PRODUCE_VERSION, request)
         code = response["responses"][0]["partition_responses"][0]["error_code"]
         if code != NONE:
             raise KafkaError(f"{METADATA_TOPIC}-{index} on broker {leader}: error {code}")
@@ -170,31 +185,86 @@ class MetadataStore:
         return wait.addCallback(check_acknowledged, part)
 
     def load(self, part):
-        """Read metadata partition ``part``: a Deferred of ``{(topic,
-        partition): PartitionMetadata}``."""
+        """Read metadata partition ``part`` (a local replica): a Deferred of
+        ``{(topic, partition): PartitionMetadata}``."""
         found = {}
-
-        def apply(chunk):
-            for record in chunk:
-                key = parse_key(record.key)
-                tp = (key[1], key[2])
-                meta = found.get(tp)
-                if meta is None:
-                    meta = found[tp] = PartitionMetadata()
-                if key[0] == "start":
-                    if record.value is not None:
-                        meta.start_offset = int(record.value)
-                elif record.value is None:
-                    meta.segments.pop(key[3], None)
-                else:
-                    meta.apply(RemoteSegment.from_json(record.value))
 
         @defer.inlineCallbacks
         def run():
             for chunk in OffsetStore.read_chunks(part):
-                apply(chunk)
+                _apply(found, chunk)
                 # One chunk per reactor turn: other requests keep flowing.
                 yield task.deferLater(self.broker.reactor, 0, lambda: None)
             return found
 
         return run()
+
+    @defer.inlineCallbacks
+    def load_remote(self, index):
+        """Read metadata partition ``index`` from its leader, as a consumer
+        (below its high watermark), for a broker that hosts no in-sync
+        replica of it: a Deferred like :meth:`load`'s."""
+        found = {}
+        offset = 0
+        while True:
+            body = {
+                "replica_id": -1,
+                "max_wait_ms": 0,
+                "min_bytes": 0,
+                "max_bytes": _FETCH_BYTES,
+                "isolation_level": 0,
+                "session_id": 0,
+                "session_epoch": -1,  # sessionless (KIP-227)
+                "topics": [
+                    {
+                        "topic": METADATA_TOPIC,
+                        "partitions": [
+                            {
+                                "partition": index,
+                                "current_leader_epoch": -1,
+                                "fetch_offset": offset,
+                                "log_start_offset": -1,
+                                "partition_max_bytes": _FETCH_BYTES,
+                            }
+                        ],
+                    }
+                ],
+                "forgotten_topics_data": [],
+                "rack_id": "",
+            }
+            leader, response = yield self._request(index, api_keys.FETCH, _FETCH_VERSION, body)
+            answer = response["responses"][0]["partitions"][0]
+            code = answer["error_code"]
+            if code == OFFSET_OUT_OF_RANGE and offset < answer["log_start_offset"]:
+                offset = answer["log_start_offset"]
+                continue
+            if code != NONE:
+                raise KafkaError(f"{METADATA_TOPIC}-{index} on broker {leader}: error {code}")
+            data = answer["records"] or b""
+            if not isinstance(data, bytes | bytearray | memoryview):
+                data = data.read()
+            chunk = []
+            for batch in batches.iter_batches(bytes(data), verify_crc=False):
+                offset = batch.base_offset + batch.last_offset_delta + 1
+                if not batch.is_control:
+                    chunk.extend(batch.records)
+            _apply(found, chunk)
+            if offset >= answer["high_watermark"] or not chunk and not data:
+                return found
+
+
+def _apply(found, records):
+    """Fold ``__remote_log_metadata`` records into ``found``."""
+    for record in records:
+        key = parse_key(record.key)
+        tp = (key[1], key[2])
+        meta = found.get(tp)
+        if meta is None:
+            meta = found[tp] = PartitionMetadata()
+        if key[0] == "start":
+            if record.value is not None:
+                meta.start_offset = int(record.value)
+        elif record.value is None:
+            meta.segments.pop(key[3], None)
+        else:
+            meta.apply(RemoteSegment.from_json(record.value))
