@@ -49,6 +49,8 @@ setup(
     extras_require={
         "test": _requirements("requirements-test.txt"),
         "jsonschema": ["jsonschema>=4.18"],
+        # tiered storage's s3 provider (pluglog.storage.remote.s3 imports it)
+        "s3": ["boto3>=1.34"],
         "docs": ["sphinx>=7"],
     },
     entry_points={"console_scripts": ["pluglog = pluglog.cli.main:main"]},

@@ -79,13 +79,34 @@ def pluglog_register_coordinators():
 
 
 @hookimpl
-def pluglog_add_services(broker):
-    """The log cleaner (compaction), unless log.cleaner.enable is false."""
-    if not broker.config.log_cleaner_enable:
-        return None
-    from pluglog.broker.log_cleaner import make_log_cleaner
+def pluglog_register_remote_storage():
+    from pluglog.storage.remote import make_filesystem_storage, make_s3_storage
 
-    return make_log_cleaner(broker)
+    return {"s3": make_s3_storage, "filesystem": make_filesystem_storage}
+
+
+@hookimpl
+def pluglog_add_services(broker):
+    """The log cleaner (compaction), unless log.cleaner.enable is false, and
+    the remote log manager (tiered storage) when
+    remote.log.storage.system.enable is true."""
+    services = []
+    if broker.config.log_cleaner_enable:
+        from pluglog.broker.log_cleaner import make_log_cleaner
+
+        services.append(make_log_cleaner(broker))
+    if broker.config.remote_log_storage_system_enable:
+        from pluglog.tiered.manager import make_remote_log_manager
+
+        services.append(make_remote_log_manager(broker))
+    if len(services) <= 1:
+        return services[0] if services else None
+    from twisted.application.service import MultiService
+
+    both = MultiService()
+    for service in services:
+        service.setServiceParent(both)
+    return both
 
 
 @hookimpl

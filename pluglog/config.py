@@ -75,6 +75,21 @@ class TopicConfig:
     follower_replication_throttled_replicas: str = ""
     confluent_key_schema_validation: bool = False
     confluent_value_schema_validation: bool = False
+    remote_storage_enable: bool = False
+    local_retention_ms: int = -2
+    local_retention_bytes: int = -2
+
+    @property
+    def effective_local_retention_ms(self):
+        """local.retention.ms, or retention.ms when it is -2."""
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self):
+        """local.retention.bytes, or retention.bytes when it is -2."""
+        if self.local_retention_bytes == -2:
+            return self.retention_bytes
+        return self.local_retention_bytes
 
     def throttled(self, side, partition, broker):
         """True if ``broker``'s replica of ``partition`` is throttled on ``side``
@@ -243,6 +258,25 @@ class BrokerConfig:
     sasl_mechanism_inter_broker_protocol: str = "PLAIN"
     inter_broker_sasl_username: str = ""
     inter_broker_sasl_password: str = ""
+    #: Tiered storage (KIP-405): Kafka's RemoteLogManagerConfig names and defaults.
+    remote_log_storage_system_enable: bool = False
+    remote_log_storage_manager_class_name: str = ""
+    remote_log_manager_thread_pool_size: int = 10
+    remote_log_manager_task_interval_ms: int = 30000
+    remote_log_reader_threads: int = 10
+    #: Bounds the cache of remote indexes and record chunks together.
+    remote_log_index_file_cache_total_size_bytes: int = 1073741824
+    remote_log_metadata_topic_num_partitions: int = 50
+    remote_log_metadata_topic_replication_factor: int = 3
+    rsm_config_s3_bucket: str = ""
+    rsm_config_s3_endpoint_url: str = ""
+    rsm_config_s3_region: str = ""
+    rsm_config_s3_prefix: str = ""
+    #: Segments at least this large go up as S3 multipart uploads.
+    rsm_config_s3_multipart_threshold_bytes: int = 8388608
+    rsm_config_filesystem_root: str = ""
+    #: Other ``rsm.config.*`` keys (a plugin provider's own), as given.
+    rsm_config_extra: dict = field(default_factory=dict)
     topic_defaults: TopicConfig = field(default_factory=TopicConfig)
     plugin_sections: dict = field(default_factory=dict)
     #: Broker-level Kafka keys set in the config file or with --set
@@ -251,6 +285,15 @@ class BrokerConfig:
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
+
+    def rsm_config(self, name, default=""):
+        """The remote storage provider's key ``rsm.config.<name>`` (a named
+        key of the table or any other one given), as its typed value or
+        ``default``."""
+        attr = "rsm_config_" + name.replace(".", "_")
+        if hasattr(self, attr):
+            return getattr(self, attr)
+        return self.rsm_config_extra.get("rsm.config." + name, default)
 
     def plugin_section(self, name):
         """The keys of the config file's ``[name]`` section (a plugin's own
@@ -281,6 +324,11 @@ def parse_settings(settings, base=None):
             topic_overrides[key] = value
         elif key == "log.retention.hours":
             topic_overrides["retention.ms"] = str(int_parser(-1)(key, value) * 3600000)
+        elif key.startswith("rsm.config."):
+            # A remote storage plugin's own key: passed through, unchecked here.
+            extra = dict(broker_changes.get("rsm_config_extra", base.rsm_config_extra))
+            extra[key] = str(value)
+            broker_changes["rsm_config_extra"] = extra
         else:
             raise ConfigError(f"unknown config key {key!r}")
     if topic_overrides:

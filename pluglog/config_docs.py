@@ -197,6 +197,44 @@ CONFIG_DOCS = {
     "inter.broker.sasl.username": (_S, "The brokers' own SASL user."),
     "inter.broker.sasl.password": (_P, "The password of that user."),
     "log.dirs": (_S, "The directory holding this broker's logs (--data-dir)."),
+    "remote.log.storage.system.enable": (_B, "Turn tiered storage (KIP-405) on for this broker."),
+    "remote.log.storage.manager.class.name": (
+        _S,
+        "The remote storage provider by name: s3, filesystem or a plugin's.",
+    ),
+    "remote.log.manager.thread.pool.size": (
+        _I,
+        "Threads that upload and delete remote segments (the reactor never waits on them).",
+    ),
+    "remote.log.manager.task.interval.ms": (
+        _L,
+        "How often each led partition is checked for segments to upload or expire.",
+    ),
+    "remote.log.reader.threads": (_I, "Threads that read remote segments for fetches."),
+    "remote.log.index.file.cache.total.size.bytes": (
+        _L,
+        "Bytes of remote indexes and record chunks kept in memory (LRU).",
+    ),
+    "remote.log.metadata.topic.num.partitions": (_I, "Partitions of __remote_log_metadata."),
+    "remote.log.metadata.topic.replication.factor": (
+        SHORT,
+        "Replication factor of __remote_log_metadata, capped at the live brokers.",
+    ),
+    "rsm.config.s3.bucket": (_S, "The S3 bucket of the remote tier (must exist)."),
+    "rsm.config.s3.endpoint.url": (
+        _S,
+        "The S3 endpoint URL (empty: AWS's own); any S3-compatible server.",
+    ),
+    "rsm.config.s3.region": (_S, "The S3 region (empty: boto3's usual sources)."),
+    "rsm.config.s3.prefix": (_S, "Key prefix of every object pluglog writes in the bucket."),
+    "rsm.config.s3.multipart.threshold.bytes": (
+        _L,
+        "Objects at least this large are uploaded in parts (multipart upload).",
+    ),
+    "rsm.config.filesystem.root": (
+        _S,
+        "The directory of the filesystem provider (e.g. a network mount).",
+    ),
     # Topic keys
     "segment.bytes": (_I, "Roll a segment at this size."),
     "segment.ms": (_L, "Roll a segment at this age."),
@@ -240,6 +278,18 @@ CONFIG_DOCS = {
     ),
     "confluent.key.schema.validation": (_B, "Refuse keys without a registered schema id."),
     "confluent.value.schema.validation": (_B, "Refuse values without a registered schema id."),
+    "remote.storage.enable": (
+        _B,
+        "Keep closed segments in the remote tier (needs remote.log.storage.system.enable).",
+    ),
+    "local.retention.ms": (
+        _L,
+        "Delete uploaded local segments older than this (-2: as retention.ms).",
+    ),
+    "local.retention.bytes": (
+        _L,
+        "Delete uploaded local segments above this size (-2: as retention.bytes).",
+    ),
 }
 
 # The broker-level defaults of the topic keys: the same type and text.
@@ -261,6 +311,8 @@ _BROKER_NAMES = {
     "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
     "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
     "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "local.retention.ms": "log.local.retention.ms",
+    "local.retention.bytes": "log.local.retention.bytes",
 }
 for _topic_key, _broker_key in _BROKER_NAMES.items():
     _type, _doc = CONFIG_DOCS[_topic_key]

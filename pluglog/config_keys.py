@@ -251,6 +251,20 @@ TOPIC_KEYS = {
         "",
         "follower.replication.throttled.replicas",
     ),
+    # Tiered storage (KIP-405), Kafka's names: -2 means "as retention.*".
+    "remote.storage.enable": (
+        "remote_storage_enable",
+        _parse_bool,
+        False,
+        "remote.storage.enable",
+    ),
+    "local.retention.ms": ("local_retention_ms", int_parser(-2), -2, "log.local.retention.ms"),
+    "local.retention.bytes": (
+        "local_retention_bytes",
+        int_parser(-2),
+        -2,
+        "log.local.retention.bytes",
+    ),
     # Confluent Server's names: refuse records without a registered schema id.
     "confluent.key.schema.validation": (
         "confluent_key_schema_validation",
@@ -370,6 +384,43 @@ BROKER_KEYS = {
         _positive_rate,
     ),
     "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", int_parser(1024)),
+    # Tiered storage (KIP-405), Kafka's names (RemoteLogManagerConfig). The
+    # provider's own keys are rsm.config.* (Kafka's default prefix).
+    "remote.log.storage.system.enable": ("remote_log_storage_system_enable", _parse_bool),
+    "remote.log.storage.manager.class.name": (
+        "remote_log_storage_manager_class_name",
+        _string,
+    ),
+    "remote.log.manager.thread.pool.size": (
+        "remote_log_manager_thread_pool_size",
+        int_parser(1, 1024),
+    ),
+    "remote.log.manager.task.interval.ms": (
+        "remote_log_manager_task_interval_ms",
+        int_parser(1),
+    ),
+    "remote.log.reader.threads": ("remote_log_reader_threads", int_parser(1, 1024)),
+    "remote.log.index.file.cache.total.size.bytes": (
+        "remote_log_index_file_cache_total_size_bytes",
+        int_parser(1),
+    ),
+    "remote.log.metadata.topic.num.partitions": (
+        "remote_log_metadata_topic_num_partitions",
+        int_parser(1),
+    ),
+    "remote.log.metadata.topic.replication.factor": (
+        "remote_log_metadata_topic_replication_factor",
+        int_parser(1),
+    ),
+    "rsm.config.s3.bucket": ("rsm_config_s3_bucket", _string),
+    "rsm.config.s3.endpoint.url": ("rsm_config_s3_endpoint_url", _string),
+    "rsm.config.s3.region": ("rsm_config_s3_region", _string),
+    "rsm.config.s3.prefix": ("rsm_config_s3_prefix", _string),
+    "rsm.config.s3.multipart.threshold.bytes": (
+        "rsm_config_s3_multipart_threshold_bytes",
+        int_parser(5 << 20),
+    ),
+    "rsm.config.filesystem.root": ("rsm_config_filesystem_root", _string),
     # Client quotas: static per-client-id defaults and the rate windows.
     "quota.producer.default": ("quota_producer_default", int_parser(1)),
     "quota.consumer.default": ("quota_consumer_default", int_parser(1)),

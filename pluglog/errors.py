@@ -24,6 +24,10 @@ class ConfigError(PluglogError, ValueError):
     """A configuration key has a bad value; the message names key and value."""
 
 
+class RemoteStorageError(PluglogError):
+    """The remote tier's object store failed (IRemoteLogStorage); one line."""
+
+
 class KafkaError(PluglogError):
     """An error that has a Kafka error code."""
 

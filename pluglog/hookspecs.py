@@ -65,6 +65,12 @@ def pluglog_register_authorizers():
 
 
 @hookspec
+def pluglog_register_remote_storage():
+    """Return ``{name: factory}`` of IRemoteLogStorage providers
+    (``remote.log.storage.manager.class.name``)."""
+
+
+@hookspec
 def pluglog_add_services(broker):
     """Return an IService to run inside the broker (or None)."""
 

@@ -210,6 +210,23 @@ class ITransactionIndexLog(Interface):
         first_offset, last_offset, last_stable_offset)`` in marker order."""
 
 
+class ITieredLog(Interface):
+    """A log that can have a remote tier (tiered storage, KIP-405): its
+    closed segments are files the remote log manager can upload
+    (``segments``, each with ``log_path``, ``index``, ``time_index`` and
+    ``txn_index``), and it serves offsets below its local start from the
+    :class:`pluglog.storage.remote.tier.RemoteTier` attached to it: reads
+    with a ``max_offset`` (consumers read below the high watermark) only. A
+    read without one is a follower's, which gets OFFSET_OUT_OF_RANGE there
+    and restarts at the leader's local start, so a new or wiped replica
+    copies only the local tail (KIP-405's follower bootstrap)."""
+
+    remote_tier = Attribute(
+        "the attached RemoteTier, or None: reads below log_start_offset go to "
+        "it, and delete_oldest_segments removes only segments it holds"
+    )
+
+
 class IOfflineLog(IPartitionLog):
     """The broker's stand-in for a log that could not be opened: every data
     operation raises KafkaStorageError (pluglog.storage.offline)."""
@@ -262,6 +279,42 @@ class ICompactingStorage(ILogStorage):
 class IReplicatingStorage(ILogStorage):
     """A storage whose logs all provide :class:`IReplicatedLog`. Without it
     the broker refuses to host a follower replica of any partition."""
+
+
+class IRemoteLogStorage(Interface):
+    """The remote tier's object store (KIP-405's RemoteStorageManager).
+
+    Chosen by ``remote.log.storage.manager.class.name`` among the providers
+    of ``pluglog_register_remote_storage`` (built-in: ``s3``,
+    ``filesystem``); ``factory(config, reactor)`` reads its own keys under
+    ``rsm.config.`` (:meth:`pluglog.config.BrokerConfig.rsm_config`).
+    Unlike every other interface here, the methods BLOCK: the broker calls
+    them in its remote-storage thread pools, never on the reactor thread.
+    Errors are :class:`pluglog.errors.RemoteStorageError` with one line.
+
+    ``segment`` arguments are
+    :class:`pluglog.storage.remote.metadata.RemoteSegment` values: the
+    provider names objects from ``segment.topic``, ``segment.partition``,
+    ``segment.base_offset`` and ``segment.segment_id`` (unique per upload,
+    so a retried or duplicated upload never overwrites a visible one).
+    """
+
+    def check():
+        """Verify at start-up that the store is reachable and writable
+        (bucket exists, credentials work); raise RemoteStorageError."""
+
+    def copy_segment(segment, files):
+        """Upload one closed segment. ``files`` maps each part to a local
+        path or to bytes: ``log`` (the records), ``index``, ``timeindex``,
+        ``txnindex`` (may be absent) and ``leader_epoch`` (the checkpoint
+        slice, bytes). Returns nothing once every part is stored."""
+
+    def fetch(segment, part, start, end):
+        """Return bytes ``[start, end)`` of the segment's ``part`` (``end``
+        None: to the end of the object)."""
+
+    def delete_segment(segment):
+        """Delete every object of the segment (missing objects are fine)."""
 
 
 class IPartitioner(Interface):

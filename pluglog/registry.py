@@ -28,6 +28,7 @@ KINDS = {
     "sink": ("pluglog_register_sinks", interfaces.ISink),
     "authenticator": ("pluglog_register_authenticators", interfaces.IAuthenticator),
     "authorizer": ("pluglog_register_authorizers", interfaces.IAuthorizer),
+    "remote_storage": ("pluglog_register_remote_storage", interfaces.IRemoteLogStorage),
 }
 
 

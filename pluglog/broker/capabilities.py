@@ -28,11 +28,18 @@ from pluglog.interfaces import (
     IPartitionLog,
     IReplicatedLog,
     IReplicatingStorage,
+    ITieredLog,
 )
 from pluglog.registry import describe_invalid, verify_provider
 
 #: capabilities a log may declare; each declared one is verified like the base
-OPTIONAL_LOG_INTERFACES = (IFlushableLog, IReplicatedLog, ICompactableLog, IDirectoryLog)
+OPTIONAL_LOG_INTERFACES = (
+    IFlushableLog,
+    IReplicatedLog,
+    ICompactableLog,
+    IDirectoryLog,
+    ITieredLog,
+)
 
 
 def is_compacted(topic_config):
@@ -75,6 +82,13 @@ class StorageChecks:
                 f"storage that compacts, and storage {self.name!r} does not declare "
                 "ICompactingStorage"
             )
+        if topic_config.remote_storage_enable and not ITieredLog.implementedBy(
+            self.storage.log_class
+        ):
+            raise InvalidConfigError(
+                f"topic {name!r}: remote.storage.enable=true needs a storage whose logs are "
+                f"segment files (ITieredLog), and storage {self.name!r} has none"
+            )
         if replication_factor > 1 and not IReplicatingStorage.providedBy(self.storage):
             raise InvalidReplicationFactorError(
                 f"topic {name!r}: replication factor {replication_factor} needs a storage "
@@ -97,6 +111,13 @@ class StorageChecks:
                 ICompactableLog,
                 f"topic {name!r} has cleanup.policy={topic_config.cleanup_policy} but the "
                 f"{self.name!r} storage's log ({cls.__name__}) cannot compact",
+            )
+        if topic_config.remote_storage_enable and not ITieredLog.providedBy(plog):
+            raise PluginError(
+                self.plugin,
+                ITieredLog,
+                f"topic {name!r} has remote.storage.enable=true but the {self.name!r} "
+                f"storage's log ({cls.__name__}) has no segment files to upload",
             )
         if replication_factor > 1 and not IReplicatedLog.providedBy(plog):
             raise PluginError(

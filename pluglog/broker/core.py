@@ -44,6 +44,32 @@ def is_internal(meta):
     return bool(getattr(meta, "internal", False)) or meta.name in INTERNAL_TOPICS
 
 
+def check_remote_storage(topic_config, system_enabled):
+    """Kafka's LogConfig checks of a topic with remote.storage.enable=true:
+    raise InvalidConfigError with Kafka's message."""
+    if not system_enabled:
+        raise InvalidConfigError(
+            "Tiered Storage functionality is disabled in the broker. "
+            "Topic cannot be configured with remote log storage."
+        )
+    if "compact" in topic_config.cleanup_policy:
+        raise InvalidConfigError("Remote log storage is unsupported for the compacted topics")
+    for kind in ("bytes", "ms"):
+        total = getattr(topic_config, f"retention_{kind}")
+        local = getattr(topic_config, f"local_retention_{kind}")
+        if total > -1 and local != -2:
+            if local == -1:
+                raise InvalidConfigError(
+                    f"Invalid value -1 for configuration local.retention.{kind}: "
+                    f"Value must not be -1 as retention.{kind} value is set as {total}."
+                )
+            if local > total:
+                raise InvalidConfigError(
+                    f"Invalid value {local} for configuration local.retention.{kind}: "
+                    f"Value must not be more than retention.{kind} property value: {total}"
+                )
+
+
 class Broker:
     """One broker's components and partitions."""
 
@@ -95,6 +121,8 @@ class Broker:
         #: The built-in log cleaner once its service is made (its ``stats``
         #: are read by pluglog.metrics); None when log.cleaner.enable is false.
         self.cleaner = None
+        #: The remote log manager (pluglog.tiered) when tiered storage is on.
+        self.remote_log_manager = None
 
     def now_ms(self):
         return int(self.reactor.seconds() * 1000)
@@ -122,6 +150,14 @@ class Broker:
             effective = self.config.topic_defaults.with_overrides(configs)
         except ConfigError:
             return  # the coordinator answers INVALID_CONFIG
+        if effective.remote_storage_enable:
+            check_remote_storage(effective, self.config.remote_log_storage_system_enable)
+        elif topic in self.topic_configs and self.topic_configs[topic].remote_storage_enable:
+            # Kafka 3.6-3.8's rule: its remote data would be left unreachable
+            # (and its local segments kept for an upload that never comes).
+            raise InvalidConfigError(
+                "Disabling remote storage feature on the topic level is not supported."
+            )
         self.storage_checks.new_topic(topic, effective, replication_factor)
 
     @defer.inlineCallbacks

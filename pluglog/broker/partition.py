@@ -43,7 +43,7 @@ from pluglog.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
 )
-from pluglog.interfaces import IOfflineLog
+from pluglog.interfaces import IOfflineLog, ITieredLog
 from pluglog.replication.epochs import LeaderEpochCache
 from pluglog.storage.compaction import recompress, require_keys
 from pluglog.storage.records import validate_batches
@@ -394,6 +394,40 @@ class Partition(PartitionTransactions):
         self.epochs.truncate_from_end(-1)
         self.high_watermark = offset
         self._reset_producers()
+
+    # -- tiers -------------------------------------------------------------------
+
+    @property
+    def earliest_offset(self):
+        """The first offset readable from either tier: the remote tier's
+        start when the log has one (tiered storage), else the log start
+        (ListOffsets EARLIEST, DeleteRecords' low watermark). None while a
+        remote tier's metadata is still being read (after a start)."""
+        plog = self.log
+        start = plog.log_start_offset
+        tier = plog.remote_tier if ITieredLog.providedBy(plog) else None
+        if tier is not None:
+            if not tier.loaded:
+                return None  # not known until the remote metadata is read
+            remote = tier.log_start_offset
+            if remote is not None and remote < start:
+                return remote
+        return start
+
+    def delete_records(self, offset):
+        """DeleteRecords up to ``offset`` in both tiers; returns the new
+        low watermark."""
+        plog = self.log
+        if offset > plog.log_start_offset:
+            plog.delete_records_before(offset)
+        if ITieredLog.providedBy(plog) and plog.remote_tier is not None:
+            plog.remote_tier.delete_records_before(offset)
+        earliest = self.earliest_offset
+        return plog.log_start_offset if earliest is None else earliest
+
+    def data_ready(self):
+        """Bytes a parked fetch waited for arrived (a remote tier read): wake it."""
+        self._wake()
 
     # -- waiters -------------------------------------------------------------------
 

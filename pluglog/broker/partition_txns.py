@@ -29,7 +29,7 @@ from pluglog.broker.producer_state import ProducerStateTable
 from pluglog.broker.txn_state import AbortedTxn, PartitionTxns
 from pluglog.errors import InvalidProducerEpochError, NotLeaderOrFollowerError
 from pluglog.fileutil import atomic_write
-from pluglog.interfaces import IDirectoryLog, ITransactionIndexLog
+from pluglog.interfaces import IDirectoryLog, ITieredLog, ITransactionIndexLog
 from pluglog.protocol.control import COMMIT, marker_batch, markers_in
 
 log = Logger()
@@ -205,10 +205,13 @@ class PartitionTransactions:
         """AbortedTransactions of a read_committed fetch of ``[start, end)``."""
         if not self._producers_loaded:
             self._load_producers()
-        return [
-            {"producer_id": e.producer_id, "first_offset": e.first_offset}
-            for e in self.txns.aborted_between(start, end)
-        ]
+        found = [(e.producer_id, e.first_offset) for e in self.txns.aborted_between(start, end)]
+        plog = self.log
+        if start < plog.log_start_offset and ITieredLog.providedBy(plog) and plog.remote_tier:
+            # Tiered storage: the index entries of segments now only remote.
+            remote = [(e[0], e[1]) for e in plog.remote_tier.aborted_between(start, end)]
+            found = sorted(set(found) | set(remote), key=lambda pair: pair[1])
+        return [{"producer_id": pid, "first_offset": first} for pid, first in found]
 
     def transactions_for_cleaning(self):
         """``(first unstable offset or None, [(producer id, first offset,

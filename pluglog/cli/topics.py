@@ -58,17 +58,20 @@ def list_topics(client, args):
         print(name)
 
 
-def end_offsets(client, topic, partitions, timestamp, skip_leaderless=False, isolation_level=0):
-    """``{partition: offset}`` for ``timestamp`` (-2 earliest, -1 latest),
-    asked of each partition's leader; ``skip_leaderless`` leaves out
-    partitions that have none instead of failing. ``isolation_level=1``
-    (read_committed): "latest" is the last stable offset."""
+def end_offsets(
+    client, topic, partitions, timestamp, skip_leaderless=False, isolation_level=0, version=5
+):
+    """``{partition: offset}`` for ``timestamp`` (-2 earliest, -1 latest,
+    -4 the local log's start with ``version=8``), asked of each partition's
+    leader; ``skip_leaderless`` leaves out partitions that have none instead
+    of failing. ``isolation_level=1`` (read_committed): "latest" is the last
+    stable offset."""
     out = {}
     for leader, parts in router(client).by_leader(topic, partitions, skip_leaderless):
         wanted = [{"partition_index": p, "timestamp": timestamp} for p in parts]
         resp = leader.request(
             codec.LIST_OFFSETS,
-            5,
+            version,
             {
                 "replica_id": -1,
                 "isolation_level": isolation_level,
@@ -86,6 +89,23 @@ def end_offsets(client, topic, partitions, timestamp, skip_leaderless=False, iso
     return out
 
 
+def local_starts(client, topic, partitions):
+    """``{partition: local log start}`` (ListOffsets v8 EARLIEST_LOCAL), or
+    ``{}`` from a broker without it."""
+    try:
+        return end_offsets(client, topic, partitions, -4, skip_leaderless=True, version=8)
+    except Exception:  # an older broker (UNSUPPORTED_VERSION) has no remote tier
+        return {}
+
+
+def tiered_note(start, local_start):
+    """The describe line's tail for a tiered partition: where the local log
+    starts, when offsets below it are in the remote tier."""
+    if start is None or local_start is None or local_start <= start:
+        return ""
+    return f"\tLocalStart: {local_start} (remote: {local_start - start} offsets)"
+
+
 def describe_topic(client, args):
     if args.under_replicated or args.unavailable:
         return cluster.print_unhealthy(client, args)
@@ -101,6 +121,7 @@ def describe_topic(client, args):
     # A partition without a live leader shows "-" instead of failing the command.
     start = end_offsets(client, args.topic, parts, -2, skip_leaderless=True)
     end = end_offsets(client, args.topic, parts, -1, skip_leaderless=True)
+    local = local_starts(client, args.topic, parts)
     resp = client.request(
         codec.DESCRIBE_CONFIGS,
         1,
@@ -123,6 +144,7 @@ def describe_topic(client, args):
                         "replicas": p["replica_nodes"],
                         "isr": p["isr_nodes"],
                         "start_offset": start.get(p["partition_index"]),
+                        "local_start_offset": local.get(p["partition_index"]),
                         "end_offset": end.get(p["partition_index"]),
                     }
                     for p in sorted(topic["partitions"], key=lambda p: p["partition_index"])
@@ -139,6 +161,7 @@ def describe_topic(client, args):
         print(
             f"\tPartition: {index}\tLeader: {p['leader_id']}\tReplicas: {p['replica_nodes']}\t"
             f"Isr: {p['isr_nodes']}\tStart: {start.get(index, '-')}\tEnd: {end.get(index, '-')}"
+            + tiered_note(start.get(index), local.get(index))
         )
     for item in result["configs"]:
         marker = "*" if item["config_source"] == 1 else " "

@@ -335,9 +335,12 @@ class InternalTopic:
     """Creates one internal topic on first need; callers meanwhile share
     the one creation (``__consumer_offsets``, ``__transaction_state``)."""
 
-    def __init__(self, broker, name):
+    def __init__(self, broker, name, internal=True):
         self.broker = broker
         self.name = name
+        #: Created as internal (clients may not produce to it). Kafka's
+        #: ``__remote_log_metadata`` is not: other brokers produce to it.
+        self.internal = internal
         self._waiters = []
 
     def ensure(self, spec):
@@ -349,9 +352,8 @@ class InternalTopic:
         self._waiters.append(waiter)
         if len(self._waiters) == 1:
             count, factor, configs = spec()
-            self.broker.create_topic(self.name, count, factor, configs, internal=True).addBoth(
-                self._created
-            )
+            made = self.broker.create_topic(self.name, count, factor, configs, self.internal)
+            made.addBoth(self._created)
         return waiter
 
     def _created(self, result):

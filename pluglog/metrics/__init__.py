@@ -2,7 +2,8 @@
 
 :mod:`pluglog.metrics.recorder` owns the hot-path counters the server bumps
 per request (latency histograms, error codes, bytes out, throttle time);
-:mod:`pluglog.metrics.traffic` and :mod:`pluglog.metrics.state` are
+:mod:`pluglog.metrics.traffic`, :mod:`pluglog.metrics.state` and
+:mod:`pluglog.metrics.tiered` (tiered storage) are
 prometheus_client collectors that read those counters and the broker's state
 (partitions, replication, coordination, consumer groups) on scrape;
 :mod:`pluglog.metrics.registry` puts them and the process collector into one

@@ -15,6 +15,7 @@ from pluglog.metrics.state import (
     PartitionCollector,
     ReplicationCollector,
 )
+from pluglog.metrics.tiered import TieredCollector
 from pluglog.metrics.traffic import TrafficCollector
 
 
@@ -27,6 +28,7 @@ def broker_registry(broker, metrics):
     registry.register(GroupCollector(broker))
     registry.register(CleanerCollector(broker))
     registry.register(FetchSessionCollector(broker))
+    registry.register(TieredCollector(broker))
     # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds, ...
     ProcessCollector(registry=registry)
     return registry

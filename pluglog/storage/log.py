@@ -34,6 +34,7 @@ Invariants:
 
 from bisect import bisect_right
 from functools import partial
+from typing import Any
 
 from twisted.logger import Logger
 
@@ -57,6 +58,12 @@ class BasePartitionLog:
     Subclasses provide ``_new_segment(base_offset, now_ms)`` and may override
     ``_sync_directory()``.
     """
+
+    #: The remote tier (:class:`pluglog.storage.remote.tier.RemoteTier`) of a
+    #: topic with remote.storage.enable, attached by the remote log manager:
+    #: reads below the local log start go to it, and retention deletes only
+    #: segments it holds. None otherwise (no cost on any path).
+    remote_tier: Any = None
 
     def __init__(self, topic, partition, config, reactor=None, fsync=FSYNC_INTERVAL):
         if fsync not in (FSYNC_NEVER, FSYNC_INTERVAL, FSYNC_ALWAYS):
@@ -209,6 +216,16 @@ class BasePartitionLog:
     def read(self, offset, max_bytes, max_offset=None, min_one_batch=True):
         end = self.log_end_offset
         if offset < self.log_start_offset or offset > end:
+            tier = self.remote_tier
+            # Only bounded reads (consumers: below the high watermark) go to
+            # the remote tier; a follower's unbounded read gets OFFSET_OUT_OF_RANGE
+            # and restarts at the local start (KIP-405's follower bootstrap).
+            if tier is not None and offset < self.log_start_offset and max_offset is not None:
+                result = tier.read(
+                    offset, max_bytes, max_offset, min_one_batch, self.log_start_offset, end
+                )
+                if result is not None:
+                    return result
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside [{self.log_start_offset}, {end}] "
                 f"of {self.topic}-{self.partition}"
@@ -223,6 +240,11 @@ class BasePartitionLog:
         return ReadResult(b"", 0, -1, self.log_start_offset, end)
 
     def offset_for_timestamp(self, timestamp_ms):
+        tier = self.remote_tier
+        if tier is not None:
+            found = tier.offset_for_timestamp(timestamp_ms)
+            if found is not None and found[0] < self.log_start_offset:
+                return found
         for segment in self.segments:
             if segment.next_offset <= self.log_start_offset:
                 continue
@@ -252,9 +274,16 @@ class BasePartitionLog:
         self.log_start_offset = offset
         # Whole segments whose every offset is below the new start go.
         count = bisect_right(self._bases, offset) - 1
-        return self.delete_oldest_segments(count)
+        return self._delete_oldest(count)
 
     def delete_oldest_segments(self, count):
+        tier = self.remote_tier
+        if tier is not None:
+            # Tiered: a segment leaves the disk only once its upload is confirmed.
+            count = min(count, tier.uploaded_count(self.segments))
+        return self._delete_oldest(count)
+
+    def _delete_oldest(self, count):
         count = max(0, min(count, len(self.segments) - 1))
         for segment in self.segments[:count]:
             self._delete_segment(segment)

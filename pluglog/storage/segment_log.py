@@ -22,6 +22,7 @@ from pluglog.interfaces import (
     IFlushableLog,
     IPartitionLog,
     IReplicatedLog,
+    ITieredLog,
     ITransactionIndexLog,
 )
 from pluglog.storage.filenames import DELETED_SUFFIX, LOG_SUFFIX, TMP_SUFFIX, parse_segment_file
@@ -47,6 +48,7 @@ class ISegmentFilesLog(IDirectoryLog):
     ICompactableLog,
     ISegmentFilesLog,
     ITransactionIndexLog,
+    ITieredLog,
 )
 class SegmentPartitionLog(BasePartitionLog):
     """IPartitionLog over segment files in ``directory``.

@@ -67,7 +67,8 @@ def test_kafka_python_describe_configs(shared_broker, admin):
 
 def test_kafka_python_describe_configs_v4_types_and_sources(shared_broker, admin):
     # kafka-python 3 sends DescribeConfigs v4 (flexible) and names the v3+
-    # config types; the broker it infers is unchanged (no DescribeConfigs probe).
+    # config types; the broker it infers does not depend on it (no DescribeConfigs
+    # probe): ListOffsets v7+ makes it Kafka 3.0.
     from kafka.admin import ConfigResource as KpResource
     from kafka.admin import ConfigResourceType, KafkaAdminClient
 

@@ -210,7 +210,7 @@ FETCH = Api(
 LIST_OFFSETS = Api(
     2,
     "ListOffsets",
-    "0-5",
+    "0-8",
     "6+",
     request=[
         F("replica_id", "int32"),

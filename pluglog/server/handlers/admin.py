@@ -381,9 +381,7 @@ def handle_delete_records(ctx, request):
             entry["error_code"] = OFFSET_OUT_OF_RANGE
             return entry
         try:
-            if offset > part.log.log_start_offset:
-                part.log.delete_records_before(offset)
-            entry["low_watermark"] = part.log.log_start_offset
+            entry["low_watermark"] = part.delete_records(offset)
         except KafkaError as exc:
             entry["error_code"] = error_code(exc)
         return entry

@@ -16,11 +16,12 @@ from twisted.internet import defer
 
 from pluglog import protocol as codec
 from pluglog.broker.replica_selection import preferred_read_replica
-from pluglog.broker.timestamps import offset_for_timestamp
+from pluglog.broker.timestamps import max_timestamp_offset, offset_for_timestamp
 from pluglog.errors import (
     FENCED_LEADER_EPOCH,
     NONE,
     NOT_LEADER_OR_FOLLOWER,
+    OFFSET_NOT_AVAILABLE,
     OFFSET_OUT_OF_RANGE,
     UNKNOWN_TOPIC_ID,
     UNSUPPORTED_VERSION,
@@ -38,6 +39,8 @@ from pluglog.server.handlers.leaders import current_leader, leader_endpoints
 
 LATEST = -1
 EARLIEST = -2
+MAX_TIMESTAMP = -3  # ListOffsets v7+ (KIP-734)
+EARLIEST_LOCAL = -4  # ListOffsets v8+ (KIP-405): the local log's start
 
 
 def _partition_data(index, code, hw=-1, log_start=-1, records=b"", lso=None, aborted=()):
@@ -186,7 +189,12 @@ def _read_all(broker, request, first_pass=True, version=0):
                 # a moment, and a consumer already past it must get an empty
                 # answer, not OFFSET_OUT_OF_RANGE (which resets it by
                 # auto.offset.reset: records read twice or skipped).
-                if offset < plog.log_start_offset or offset > plog.log_end_offset:
+                # Below the local start may still be in range: the remote
+                # tier's (unknown for a moment after a start: not judged).
+                earliest = part.earliest_offset
+                if earliest is None:
+                    earliest = min(offset, plog.log_start_offset)
+                if offset < earliest or offset > plog.log_end_offset:
                     code = OFFSET_OUT_OF_RANGE
                 out.append(
                     _partition_data(
@@ -355,9 +363,22 @@ def handle_list_offsets(ctx, request):
             latest = part.last_stable_offset if committed else part.high_watermark
             entry["offset"], entry["leader_epoch"] = latest, part.leader_epoch
         elif ts == EARLIEST:
+            # Tiered storage: the remote tier's start (Kafka's logStartOffset);
+            # unknown for a moment after a start: the client retries.
+            earliest = part.earliest_offset
+            if earliest is None:
+                entry["error_code"] = OFFSET_NOT_AVAILABLE
+            else:
+                entry["offset"], entry["leader_epoch"] = earliest, part.leader_epoch
+        elif ts == MAX_TIMESTAMP and ctx.version >= 7:
+            found = max_timestamp_offset(part.log, part.high_watermark)
+            if found is not None:
+                entry["offset"], entry["timestamp"] = found
+                entry["leader_epoch"] = part.leader_epoch
+        elif ts == EARLIEST_LOCAL and ctx.version >= 8:
             entry["offset"], entry["leader_epoch"] = part.log.log_start_offset, part.leader_epoch
         elif ts < 0:
-            # MAX_TIMESTAMP (-3) needs ListOffsets v7, which is not served.
+            # Kafka's other specs (-5 latest tiered, v9) are not served.
             entry["error_code"] = UNSUPPORTED_VERSION
         else:
             found = offset_for_timestamp(part.log, ts, part.high_watermark)

@@ -1,0 +1,125 @@
+"""Tiered storage on a 3-broker cluster (real ZooKeeper, real broker processes).
+
+The remote tier is the ``filesystem`` provider on a directory all three
+brokers share, as a network mount would be. A leader SIGKILLed while it
+uploads is replaced by one that continues where ``__remote_log_metadata``
+says (no duplicate, no partial segment); a replica whose data dir is wiped
+copies only the local tail from the leader (KIP-405's follower bootstrap),
+and consumers from offset 0 still get every record.
+"""
+
+import os
+import shutil
+import time
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.integration.clients import CONSUMERS, by_partition, make_records, produce_confluent
+from tests.integration.test_tiered_storage import (
+    LOCAL_RETENTION,
+    SEGMENT_BYTES,
+    TOPIC_CONFIG,
+    latest_segments,
+    metadata_states,
+)
+
+TOPIC = "tiered-cluster"
+
+
+def local_logs(broker):
+    directory = os.path.join(broker.data_dir, f"{TOPIC}-0")
+    if not os.path.isdir(directory):
+        return []
+    return sorted(n for n in os.listdir(directory) if n.endswith(".log"))
+
+
+def local_bytes(broker):
+    directory = os.path.join(broker.data_dir, f"{TOPIC}-0")
+    return sum(os.path.getsize(os.path.join(directory, n)) for n in local_logs(broker))
+
+
+def trimmed(broker):
+    return local_bytes(broker) <= LOCAL_RETENTION + 2 * SEGMENT_BYTES
+
+
+def check_metadata(bootstrap):
+    """The finished segments are contiguous from the first and never overlap."""
+    latest = latest_segments(metadata_states(bootstrap, partitions=2))
+    live = sorted((s for s in latest.values() if s), key=lambda s: s.base_offset)
+    assert live
+    assert {s.state for s in live} == {"COPY_SEGMENT_FINISHED"}, {s.state for s in live}
+    for older, newer in zip(live, live[1:], strict=False):
+        assert newer.base_offset == older.next_offset, (older, newer)
+    return live
+
+
+def test_a_new_leader_continues_uploads_and_a_wiped_replica_copies_only_the_tail(
+    cluster, tmp_path
+):
+    root = str(tmp_path / "shared-remote")
+    c = cluster(
+        3,
+        settings={
+            "remote.log.storage.system.enable": "true",
+            "remote.log.storage.manager.class.name": "filesystem",
+            "rsm.config.filesystem.root": root,
+            "remote.log.manager.task.interval.ms": "200",
+            "log.retention.check.interval.ms": "200",
+            "remote.log.metadata.topic.num.partitions": "2",
+        },
+    )
+    # Made beforehand so broker 1 leads the metadata and broker 2 the data:
+    # the data's leader writes its segment states through another broker.
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    topics = [
+        NewTopic(
+            "__remote_log_metadata",
+            num_partitions=2,
+            replica_assignment=[[1, 2, 3], [1, 2, 3]],
+            config={"cleanup.policy": "compact", "min.insync.replicas": "2"},
+        ),
+        NewTopic(
+            TOPIC,
+            num_partitions=1,
+            replica_assignment=[[2, 3, 1]],
+            config={**TOPIC_CONFIG, "min.insync.replicas": "2"},
+        ),
+    ]
+    for future in admin.create_topics(topics).values():
+        future.result(30)
+    c.wait_for_isr(TOPIC, 1, 3)
+    c.wait_for_isr("__remote_log_metadata", 2, 3)
+    assert c.leader(TOPIC) == 2 and c.leader("__remote_log_metadata", 1) == 1
+    first = make_records(6000, partitions=1)
+    produce_confluent(c.bootstrap, TOPIC, first, acks="all", **{"batch.num.messages": 200})
+    leader = c.leader(TOPIC)
+    c.wait_for(lambda: trimmed(c.brokers[leader]), what="the first leader's uploads")
+    before = check_metadata(c.bootstrap)
+
+    c.kill(leader)
+    c.wait_for(lambda: c.leader(TOPIC) not in (leader, -1), what="a new leader")
+    second_leader = c.leader(TOPIC)
+    second = make_records(6000, partitions=1, seed=6000)
+    produce_confluent(c.bootstrap, TOPIC, second, acks="all", **{"batch.num.messages": 200})
+    c.wait_for(lambda: trimmed(c.brokers[second_leader]), what="the new leader's uploads")
+    # The surviving follower follows the leader's local start: its copies go too.
+    follower = next(n for n in c.live() if n != second_leader)
+    c.wait_for(lambda: trimmed(c.brokers[follower]), what="the follower's local retention")
+    after = check_metadata(c.bootstrap)
+    assert after[0].segment_id == before[0].segment_id  # kept, not uploaded again
+    assert after[-1].next_offset > before[-1].next_offset
+    assert {s.broker_id for s in after} >= {leader, second_leader}
+
+    # The killed broker comes back with an empty data dir.
+    shutil.rmtree(c.brokers[leader].data_dir)
+    started = time.monotonic()
+    wiped = c.restart(leader)
+    c.wait_for_isr(TOPIC, 1, 3, timeout=60)
+    caught_up_s = time.monotonic() - started
+    first_local = int(local_logs(wiped)[0].split(".")[0])
+    assert first_local > 0  # no history copied: it starts at the leader's local start
+    assert local_bytes(wiped) < local_bytes(c.brokers[second_leader]) + 2 * SEGMENT_BYTES
+    everything = by_partition(first + second)[0]
+    got = CONSUMERS["confluent"](c.bootstrap, TOPIC, 1, len(everything))
+    assert [(k, v, h) for _p, k, v, h in got] == everything
+    print(f"wiped replica in sync after {caught_up_s:.1f} s from offset {first_local}")
