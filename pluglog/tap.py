@@ -8,6 +8,7 @@ Under twistd a usage error prints one line (not the help) and exits 2.
 """
 
 import os
+import re
 import socket
 import sys
 
@@ -25,6 +26,9 @@ from pluglog.config import (
     split_host_port,
 )
 from pluglog.errors import ConfigError, PluginError
+
+#: How each worker (and the tests' brokers) runs twistd from a Python argv.
+TWISTD_RUN = "from twisted.scripts.twistd import run; run()"
 
 
 def parse_host_port(value, option="--advertised-listener"):
@@ -89,6 +93,13 @@ class Options(usage.Options):
             "text",
             "text, or json: one JSON object per line (pluglog.jsonlog).",
         ],
+        [
+            "workers",
+            None,
+            "1",
+            "Broker processes on this host, supervised as one unit (pluglog.supervisor); "
+            "more than 1 needs --coordinator zookeeper.",
+        ],
     ]
 
     def __init__(self):
@@ -106,6 +117,8 @@ class Options(usage.Options):
         """As ``twistd pluglog``, a usage error is one line on stderr and
         exit 2 (twistd's own runner prints the whole help first and buries
         the error under it); used directly, UsageError is raised."""
+        # The arguments as given: --workers passes them on to each worker.
+        self.raw_args = list(sys.argv[1:] if options is None else options)
         try:
             super().parseOptions(options)
         except usage.UsageError as exc:
@@ -234,6 +247,58 @@ class Options(usage.Options):
             raise usage.UsageError(str(exc)) from None
         self.broker_config = config
         self.plugin_manager = manager
+        self.worker_commands = self._worker_commands(config)
+
+    def _worker_commands(self, config):
+        """One ``twistd pluglog`` argv per worker, or [] for one process."""
+        try:
+            count = int(self["workers"])
+        except ValueError:
+            raise usage.UsageError(
+                f"--workers: expected an integer, got {self['workers']!r}"
+            ) from None
+        if count < 1:
+            raise usage.UsageError(f"--workers: must be >= 1, got {self['workers']!r}")
+        if count == 1:
+            return []
+        if config.coordinator != "zookeeper":
+            raise usage.UsageError(
+                f"--workers {count} needs --coordinator zookeeper: the workers are brokers "
+                "of one cluster and share its metadata through ZooKeeper"
+            )
+        if config.listeners:
+            raise usage.UsageError(
+                "--workers with named listeners (listeners=...) is not supported; "
+                "use --listen tcp:PORT"
+            )
+        listen = _port_and_rest("--listen", self["listen"])
+        http = _port_and_rest("--http", self["http"]) if self["http"] is not None else None
+        advertised = None
+        if self["advertised-listener"]:
+            advertised = parse_host_port(self["advertised-listener"])
+        commands = []
+        for i in range(count):
+            args = [*self.raw_args, "--workers", "1"]
+            args += ["--listen", f"tcp:{listen[0] + i}{listen[1]}"]
+            args += ["--data-dir", os.path.join(config.data_dir, f"worker-{i}")]
+            args += ["--broker-id", str(config.broker_id + i)]
+            if advertised is not None:
+                args += ["--advertised-listener", f"{advertised[0]}:{advertised[1] + i}"]
+            if http is not None:
+                args += ["--http", f"tcp:{http[0] + i}{http[1]}"]
+            commands.append(
+                [
+                    sys.executable,
+                    "-c",
+                    TWISTD_RUN,
+                    "-n",
+                    "--pidfile=",
+                    "--logfile=-",
+                    "pluglog",
+                    *args,
+                ]
+            )
+        return commands
 
     def _log_format(self):
         # twistd builds its log observer after parsing, from its --logger
@@ -251,9 +316,24 @@ class Options(usage.Options):
             self.parent["logger"] = jsonlog.OBSERVER
 
 
+def _port_and_rest(flag, strport):
+    """``(port, ":interface=...")`` of a ``tcp:PORT[:...]`` strport (--workers
+    gives each worker the next port)."""
+    found = re.fullmatch(r"tcp:(\d+)((?::.*)?)", strport or "")
+    if found is None:
+        raise usage.UsageError(f"{flag}: --workers needs tcp:PORT[:...], got {strport!r}")
+    return int(found.group(1)), found.group(2)
+
+
 def makeService(options):
-    """Build the broker service from parsed Options."""
+    """Build the broker service from parsed Options (the supervisor of the
+    workers with --workers N > 1)."""
     from pluglog.service import BrokerService
+
+    if options.worker_commands:
+        from pluglog.supervisor import WorkerSupervisor
+
+        return WorkerSupervisor(options.worker_commands)
 
     broker_service = BrokerService(options.broker_config, options.plugin_manager)
     broker_service.exit_nonzero_on_failure = True
