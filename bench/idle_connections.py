@@ -22,7 +22,6 @@ import shutil
 import socket
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,12 +32,7 @@ sys.path.insert(0, HERE)
 import confluent_kafka  # noqa: E402
 
 from pluglog import protocol as codec  # noqa: E402
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.broker_process import BrokerProcess  # noqa: E402
 
 
 def proc_status(pid, field):
@@ -62,32 +56,8 @@ def open_fds(pid):
 
 
 def start_broker(work):
-    port = free_port()
-    data = tempfile.mkdtemp(dir=work)
-    argv = [
-        sys.executable,
-        "-c",
-        "from twisted.scripts.twistd import run; run()",
-        "-n",
-        "--pidfile=",
-        "--logfile=" + os.path.join(data, "broker.log"),
-        "pluglog",
-        "--listen",
-        f"tcp:{port}:interface=127.0.0.1",
-        "--advertised-listener",
-        f"127.0.0.1:{port}",
-        "--data-dir",
-        os.path.join(data, "d"),
-    ]
-    proc = subprocess.Popen(argv, env=dict(os.environ, PYTHONPATH=HERE))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, port
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit("broker did not start")
+    broker = BrokerProcess(os.path.join(work, "data")).start(timeout=60)
+    return broker, broker.port
 
 
 def _request(api, version, correlation_id, body):
@@ -166,7 +136,8 @@ def main():
     parser.add_argument("--n", type=int, default=200000)
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="idle-conns-")
-    proc, port = start_broker(work)
+    broker, port = start_broker(work)
+    proc = broker.proc
     alone, beside, rss_base, rss_idle, fds_idle = [], [], [], [], []
     try:
         measure(proc, port, args.n // 4)  # warm-up: topic auto-created, caches
@@ -194,8 +165,7 @@ def main():
             )
             time.sleep(2)  # the broker notices the closes
     finally:
-        proc.terminate()
-        proc.wait(60)
+        broker.stop(60)
         shutil.rmtree(work, ignore_errors=True)
     med = statistics.median
     added = (med(rss_idle) - med(rss_base)) / 1024

@@ -26,7 +26,6 @@ import argparse
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,14 +38,9 @@ sys.path.insert(0, ROOT)
 from pluglog import protocol as codec  # noqa: E402
 from pluglog.cli.groups import _assignment  # noqa: E402
 from pluglog.client.blocking import BlockingClient  # noqa: E402
+from tests.broker_process import BrokerProcess, free_port  # noqa: E402
 
 PARTITIONS = 12
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def cpu_seconds(pid):
@@ -138,27 +132,11 @@ def main():
         return worker(args)
 
     work = tempfile.mkdtemp(prefix="many-groups-")
-    port, http_port = free_port(), free_port()
-    broker = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from twisted.scripts.twistd import run; run()",
-            "-n",
-            "--pidfile=",
-            "--logfile=" + os.path.join(work, "broker.log"),
-            "pluglog",
-            "--listen",
-            f"tcp:{port}:interface=127.0.0.1",
-            "--advertised-listener",
-            f"127.0.0.1:{port}",
-            "--data-dir",
-            os.path.join(work, "d"),
-            "--http",
-            f"tcp:{http_port}:interface=127.0.0.1",
-        ],
-        env=dict(os.environ, PYTHONPATH=ROOT),
-    )
+    http_port = free_port()
+    process = BrokerProcess(
+        os.path.join(work, "data"), extra_args=["--http", f"tcp:{http_port}:interface=127.0.0.1"]
+    ).start(timeout=60)
+    broker, port = process.proc, process.port
     args.bootstrap = f"127.0.0.1:{port}"
     workers = {}
     try:
@@ -238,8 +216,7 @@ def main():
     finally:
         for proc in workers.values():
             proc.kill()
-        broker.terminate()
-        broker.wait(60)
+        process.stop(60)
 
 
 if __name__ == "__main__":

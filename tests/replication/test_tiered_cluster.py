@@ -53,12 +53,13 @@ def check_metadata(bootstrap):
     return live
 
 
-def test_a_new_leader_continues_uploads_and_a_wiped_replica_copies_only_the_tail(
-    cluster, tmp_path
-):
+def tiered_cluster(cluster, tmp_path, brokers, topic, data_replicas):
+    """A cluster with tiered storage on a shared filesystem root, the
+    metadata topic on brokers 1-3 (led by broker 1) and ``topic`` placed on
+    ``data_replicas`` (its first is the leader), both fully in sync."""
     root = str(tmp_path / "shared-remote")
     c = cluster(
-        3,
+        brokers,
         settings={
             "remote.log.storage.system.enable": "true",
             "remote.log.storage.manager.class.name": "filesystem",
@@ -68,8 +69,6 @@ def test_a_new_leader_continues_uploads_and_a_wiped_replica_copies_only_the_tail
             "remote.log.metadata.topic.num.partitions": "2",
         },
     )
-    # Made beforehand so broker 1 leads the metadata and broker 2 the data:
-    # the data's leader writes its segment states through another broker.
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
     topics = [
         NewTopic(
@@ -79,16 +78,25 @@ def test_a_new_leader_continues_uploads_and_a_wiped_replica_copies_only_the_tail
             config={"cleanup.policy": "compact", "min.insync.replicas": "2"},
         ),
         NewTopic(
-            TOPIC,
+            topic,
             num_partitions=1,
-            replica_assignment=[[2, 3, 1]],
+            replica_assignment=[data_replicas],
             config={**TOPIC_CONFIG, "min.insync.replicas": "2"},
         ),
     ]
     for future in admin.create_topics(topics).values():
         future.result(30)
-    c.wait_for_isr(TOPIC, 1, 3)
+    c.wait_for_isr(topic, 1, 3)
     c.wait_for_isr("__remote_log_metadata", 2, 3)
+    return c
+
+
+def test_a_new_leader_continues_uploads_and_a_wiped_replica_copies_only_the_tail(
+    cluster, tmp_path
+):
+    # Broker 1 leads the metadata and broker 2 the data: the data's leader
+    # writes its segment states through another broker.
+    c = tiered_cluster(cluster, tmp_path, 3, TOPIC, [2, 3, 1])
     assert c.leader(TOPIC) == 2 and c.leader("__remote_log_metadata", 1) == 1
     first = make_records(6000, partitions=1)
     produce_confluent(c.bootstrap, TOPIC, first, acks="all", **{"batch.num.messages": 200})

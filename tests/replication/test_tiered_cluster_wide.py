@@ -7,47 +7,19 @@ same, and broker 1 (which hosts the metadata) continues after broker 4 is
 killed.
 """
 
-from confluent_kafka.admin import AdminClient, NewTopic
-
 from tests.integration.clients import CONSUMERS, by_partition, make_records, produce_confluent
-from tests.integration.test_tiered_storage import TOPIC_CONFIG
-from tests.replication.test_tiered_cluster import check_metadata, local_logs, trimmed
+from tests.replication.test_tiered_cluster import (
+    check_metadata,
+    local_logs,
+    tiered_cluster,
+    trimmed,
+)
 
 TOPIC = "tiered-cluster"
 
 
 def test_a_leader_without_a_metadata_replica_reads_and_writes_it_remotely(cluster, tmp_path):
-    root = str(tmp_path / "shared-remote")
-    c = cluster(
-        4,
-        settings={
-            "remote.log.storage.system.enable": "true",
-            "remote.log.storage.manager.class.name": "filesystem",
-            "rsm.config.filesystem.root": root,
-            "remote.log.manager.task.interval.ms": "200",
-            "log.retention.check.interval.ms": "200",
-            "remote.log.metadata.topic.num.partitions": "2",
-        },
-    )
-    admin = AdminClient({"bootstrap.servers": c.bootstrap})
-    topics = [
-        NewTopic(
-            "__remote_log_metadata",
-            num_partitions=2,
-            replica_assignment=[[1, 2, 3], [1, 2, 3]],
-            config={"cleanup.policy": "compact", "min.insync.replicas": "2"},
-        ),
-        NewTopic(
-            TOPIC,
-            num_partitions=1,
-            replica_assignment=[[4, 1, 2]],
-            config={**TOPIC_CONFIG, "min.insync.replicas": "2"},
-        ),
-    ]
-    for future in admin.create_topics(topics).values():
-        future.result(30)
-    c.wait_for_isr(TOPIC, 1, 3)
-    c.wait_for_isr("__remote_log_metadata", 2, 3)
+    c = tiered_cluster(cluster, tmp_path, 4, TOPIC, [4, 1, 2])
     assert c.leader(TOPIC) == 4
     first = make_records(6000, partitions=1)
     produce_confluent(c.bootstrap, TOPIC, first, acks="all", **{"batch.num.messages": 200})
