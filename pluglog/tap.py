@@ -175,7 +175,10 @@ class Options(usage.Options):
             "listen": listen,
             "advertised_host": host,
             "advertised_port": adv_port,
-            "data_dir": os.path.abspath(self["data-dir"]),
+            # log.dirs (JBOD) wins over --data-dir, its single-dir shorthand.
+            "data_dir": config.log_dirs[0]
+            if config.log_dirs
+            else os.path.abspath(self["data-dir"]),
         }
         if self["http"] is not None:
             changes["http"] = self["http"]

@@ -18,7 +18,7 @@ from pluglog.broker.quotas import ClientQuotas
 from pluglog.broker.quotas import attach as attach_quotas
 from pluglog.broker.topic_ids import TopicIds
 from pluglog.broker.txn_markers import write_txn_markers
-from pluglog.datadir import DataDirLock
+from pluglog.datadir import DataDirLocks
 from pluglog.errors import (
     ConfigError,
     InvalidConfigError,
@@ -81,7 +81,7 @@ class Broker:
         # Before anything reads or writes in the data dir (recovery, the
         # clean-shutdown marker, the coordinator's files): a second broker
         # process on the same dir stops here, having touched nothing.
-        self.data_dir_lock = DataDirLock.acquire(config.data_dir)
+        self.data_dir_lock = DataDirLocks.acquire(config.data_dirs)
         #: Opened by start() once the coordinator has checked meta.properties.
         self.storage = None
         self.storage_checks = None

@@ -1,4 +1,9 @@
-"""The log manager: every partition log of one data directory.
+"""The log manager: every partition log of the broker's log dirs.
+
+``log.dirs`` (JBOD) may list several directories; each has its own
+checkpoints and clean-shutdown marker and holds whole partitions. A new
+partition goes to the dir with the fewest partitions (Kafka's rule); a
+partition found in two dirs stops start-up with one line naming both.
 
 Format (see :mod:`pluglog.storage.filenames`): one ``<topic>-<partition>/``
 directory per log, plus two checkpoint files in Kafka's text format::
@@ -95,7 +100,7 @@ def write_checkpoint(path, entries):
 
 @implementer(ICompactingStorage, IReplicatingStorage)
 class SegmentLogStorage:
-    """ILogStorage over segment files in ``data_dir``."""
+    """ILogStorage over segment files in one or more log dirs."""
 
     log_class = SegmentPartitionLog
 
@@ -107,7 +112,10 @@ class SegmentLogStorage:
         fsync=FSYNC_INTERVAL,
         max_open_segments=0,
     ):
-        self.data_dir = os.path.abspath(data_dir)
+        # ``data_dir``: one directory or a sequence of them (``log.dirs``, JBOD).
+        dirs = [data_dir] if isinstance(data_dir, (str, os.PathLike)) else list(data_dir)
+        self.data_dirs = [os.path.abspath(d) for d in dirs]
+        self.data_dir = self.data_dirs[0]
         # Descriptors scale with segments in use, not with all of them.
         self.open_segments = OpenSegments(max_open_segments)
         self.topic_defaults = topic_defaults or TopicConfig()
@@ -115,33 +123,37 @@ class SegmentLogStorage:
         self.fsync = fsync
         self._logs = {}
         self._offline = {}
+        #: (topic, partition) -> the log dir holding it (offline ones too)
+        self._dir_of = {}
         self._pending_deletes = {}
         self.closed = False
-        try:
-            os.makedirs(self.data_dir, exist_ok=True)
-            marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
-            self.opened_clean = os.path.exists(marker)
-            if self.opened_clean:
-                os.unlink(marker)
-                fsync_directory(self.data_dir)
-            self._load_logs()
-        except OSError as exc:
-            raise KafkaStorageError(f"cannot open data directory {data_dir}: {exc}") from exc
+        self.opened_clean = True
+        for directory in self.data_dirs:
+            try:
+                os.makedirs(directory, exist_ok=True)
+                marker = os.path.join(directory, CLEAN_SHUTDOWN_FILE)
+                clean = os.path.exists(marker)
+                if clean:
+                    os.unlink(marker)
+                    fsync_directory(directory)
+                self.opened_clean = self.opened_clean and clean
+                self._load_logs(directory, clean)
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot open data directory {directory}: {exc}") from exc
         self.write_checkpoints()
 
-    def _path(self, name):
-        return os.path.join(self.data_dir, name)
+    def _path(self, name, directory=None):
+        return os.path.join(directory or self.data_dir, name)
 
-    def _load_logs(self):
-        clean = self.opened_clean
+    def _load_logs(self, directory, clean):
         try:
-            recovery_points = read_checkpoint(self._path(RECOVERY_POINT_CHECKPOINT))
-            start_offsets = read_checkpoint(self._path(LOG_START_OFFSET_CHECKPOINT))
+            recovery_points = read_checkpoint(self._path(RECOVERY_POINT_CHECKPOINT, directory))
+            start_offsets = read_checkpoint(self._path(LOG_START_OFFSET_CHECKPOINT, directory))
         except CheckpointError:
             # Without trustworthy recovery points, re-scan everything.
             recovery_points, start_offsets, clean = {}, {}, False
-        for name in sorted(os.listdir(self.data_dir)):
-            path = self._path(name)
+        for name in sorted(os.listdir(directory)):
+            path = self._path(name, directory)
             if name.endswith(DELETED_SUFFIX):
                 if os.path.isdir(path):
                     shutil.rmtree(path, ignore_errors=True)
@@ -154,6 +166,15 @@ class SegmentLogStorage:
             parsed = parse_log_dir_name(name)
             if parsed is None or not os.path.isdir(path):
                 continue
+            other = self._dir_of.get(parsed)
+            if other is not None:
+                # Serving either copy could lose the other's records: the
+                # operator decides which one goes.
+                raise KafkaStorageError(
+                    f"partition {parsed[0]}-{parsed[1]} is in two log dirs, {other} and "
+                    f"{directory}: remove the stale copy and restart"
+                )
+            self._dir_of[parsed] = directory
             try:
                 self._logs[parsed] = SegmentPartitionLog(
                     path,
@@ -178,6 +199,19 @@ class SegmentLogStorage:
                     reason=str(exc),
                 )
 
+    def _choose_dir(self):
+        """Kafka's rule (LogManager.nextLogDirs): the dir with the fewest
+        partitions, the first listed on a tie."""
+        counts = dict.fromkeys(self.data_dirs, 0)
+        for directory in self._dir_of.values():
+            if directory in counts:
+                counts[directory] += 1
+        return min(self.data_dirs, key=lambda d: counts[d])
+
+    def dir_of(self, topic, partition):
+        """The log dir holding the partition, or None."""
+        return self._dir_of.get((topic, partition))
+
     def open_log(self, topic, partition, topic_config=None):
         config = topic_config or self.topic_defaults
         reason = self._offline.get((topic, partition))
@@ -185,8 +219,9 @@ class SegmentLogStorage:
             raise KafkaStorageError(f"{topic}-{partition} could not be opened: {reason}")
         log = self._logs.get((topic, partition))
         if log is None:
+            directory = self._choose_dir()
             log = SegmentPartitionLog(
-                self._path(log_dir_name(topic, partition)),
+                self._path(log_dir_name(topic, partition), directory),
                 topic,
                 partition,
                 config,
@@ -195,6 +230,7 @@ class SegmentLogStorage:
                 open_segments=self.open_segments,
             )
             self._logs[(topic, partition)] = log
+            self._dir_of[(topic, partition)] = directory
         else:
             log.config = config
         return log
@@ -210,6 +246,7 @@ class SegmentLogStorage:
         """Rename the partition directory to ``*.deleted`` and remove it after
         file.delete.delay.ms (at once without a reactor)."""
         self._offline.pop((topic, partition), None)
+        self._dir_of.pop((topic, partition), None)
         log = self._logs.pop((topic, partition), None)
         if log is None:
             return
@@ -239,16 +276,18 @@ class SegmentLogStorage:
         return list(self._logs.values())
 
     def write_checkpoints(self):
-        """Write the recovery-point and log-start-offset checkpoints."""
-        logs = self._logs
-        write_checkpoint(
-            self._path(RECOVERY_POINT_CHECKPOINT),
-            {key: log.recovery_point for key, log in logs.items()},
-        )
-        write_checkpoint(
-            self._path(LOG_START_OFFSET_CHECKPOINT),
-            {key: log.log_start_offset for key, log in logs.items()},
-        )
+        """Write the recovery-point and log-start-offset checkpoints, one
+        pair per log dir naming the logs in it (as Kafka does)."""
+        for directory in self.data_dirs:
+            logs = {k: log for k, log in self._logs.items() if self._dir_of.get(k) == directory}
+            write_checkpoint(
+                self._path(RECOVERY_POINT_CHECKPOINT, directory),
+                {key: log.recovery_point for key, log in logs.items()},
+            )
+            write_checkpoint(
+                self._path(LOG_START_OFFSET_CHECKPOINT, directory),
+                {key: log.log_start_offset for key, log in logs.items()},
+            )
 
     def maybe_flush_all(self, now_ms):
         """Run each log's time-based flush (the broker's flush scheduler)."""
@@ -270,7 +309,8 @@ class SegmentLogStorage:
                 call.cancel()
             self._remove(log, path)
         self.write_checkpoints()
-        with open(self._path(CLEAN_SHUTDOWN_FILE), "wb") as handle:
-            os.fsync(handle.fileno())
-        fsync_directory(self.data_dir)
+        for directory in self.data_dirs:
+            with open(self._path(CLEAN_SHUTDOWN_FILE, directory), "wb") as handle:
+                os.fsync(handle.fileno())
+            fsync_directory(directory)
         self.closed = True
