@@ -5,6 +5,8 @@ checkpoints; new partitions go to the dir with the fewest."""
 import os
 import shutil
 
+from kafka.admin import KafkaAdminClient
+
 from pluglog.datadir import meta_properties, read_meta_properties
 from pluglog.storage.filenames import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT
 from pluglog.storage.manager import read_checkpoint
@@ -93,4 +95,41 @@ def test_a_second_broker_on_any_of_the_log_dirs_is_refused(tmp_path):
         exited = BrokerProcess(tmp_path / "other", settings={"log.dirs": str(b)}).run_until_exit()
         assert_refused(exited, f"data dir {b} is in use by another broker process")
     finally:
+        broker.stop()
+
+
+def _sizes_on_disk(directory, topic):
+    out = {}
+    for part in _partitions(directory, topic):
+        folder = directory / f"{topic}-{part}"
+        out[part] = sum(f.stat().st_size for f in folder.glob("*.log"))
+    return out
+
+
+def test_kafka_python_describe_log_dirs_reports_each_dir(tmp_path):
+    broker, (a, b) = _jbod(tmp_path)
+    broker.start()
+    admin = None
+    try:
+        create_topic(broker.bootstrap, "sizes", partitions=4)
+        produce_confluent(broker.bootstrap, "sizes", make_records(200, partitions=4))
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        (answer,) = admin.describe_log_dirs()
+        dirs = {d["log_dir"]: d for d in answer["log_dirs"]}
+        assert sorted(dirs) == sorted([str(a), str(b)])
+        for directory in (a, b):
+            entry = dirs[str(directory)]
+            assert entry["error_code"] == 0
+            assert entry["total_bytes"] >= entry["usable_bytes"] > 0
+            sizes = {
+                p["partition_index"]: p["partition_size"]
+                for t in entry["topics"]
+                if t["name"] == "sizes"
+                for p in t["partitions"]
+            }
+            on_disk = _sizes_on_disk(directory, "sizes")
+            assert len(sizes) == 2 and sizes == on_disk and all(on_disk.values())
+    finally:
+        if admin is not None:
+            admin.close()
         broker.stop()

@@ -20,6 +20,7 @@ from pluglog.errors import (
     ELECTION_NOT_NEEDED,
     INVALID_REPLICA_ASSIGNMENT,
     INVALID_REPLICATION_FACTOR,
+    KAFKA_STORAGE_ERROR,
     NONE,
     NOT_CONTROLLER,
     UNKNOWN_TOPIC_OR_PARTITION,
@@ -136,8 +137,9 @@ def _disk_space(path):
 
 
 def handle_describe_log_dirs(ctx, request):
-    """One log dir, the data dir, with the size of every partition this
-    broker hosts (or of the requested ones it hosts)."""
+    """Every log dir (``log.dirs``) with the size of each partition it holds
+    of those this broker hosts (or of the requested ones); a failed dir
+    answers KAFKA_STORAGE_ERROR and no partitions, as Kafka's does."""
     broker = ctx.broker
     wanted = request["topics"]
     if wanted is None:
@@ -149,11 +151,16 @@ def handle_describe_log_dirs(ctx, request):
             for p in t["partitions"]
             if (t["topic"], p) in broker.partitions
         ]
-    topics = {}
+    storage = broker.storage
+    dirs = list(getattr(storage, "data_dirs", None) or broker.config.data_dirs)
+    failed = storage.failed_dirs() if hasattr(storage, "failed_dirs") else {}
+    dir_of = getattr(storage, "dir_of", None)
+    by_dir = {directory: {} for directory in dirs}
     for key in keys:
         part = broker.partitions[key]
+        directory = (dir_of(*key) if dir_of else None) or dirs[0]
         leo = part.log.log_end_offset
-        topics.setdefault(key[0], []).append(
+        by_dir.setdefault(directory, {}).setdefault(key[0], []).append(
             {
                 "partition_index": key[1],
                 "partition_size": part.log.size_bytes,
@@ -162,20 +169,22 @@ def handle_describe_log_dirs(ctx, request):
                 "is_future_key": False,
             }
         )
-    total, usable = _disk_space(broker.config.data_dir)
-    return {
-        "throttle_time_ms": 0,
-        "error_code": NONE,
-        "results": [
+    results = []
+    for directory, topics in by_dir.items():
+        if directory in failed:
+            results.append({"error_code": KAFKA_STORAGE_ERROR, "log_dir": directory, "topics": []})
+            continue
+        total, usable = _disk_space(directory)
+        results.append(
             {
                 "error_code": NONE,
-                "log_dir": os.path.abspath(broker.config.data_dir),
+                "log_dir": os.path.abspath(directory),
                 "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
                 "total_bytes": total,
                 "usable_bytes": usable,
             }
-        ],
-    }
+        )
+    return {"throttle_time_ms": 0, "error_code": NONE, "results": results}
 
 
 # -- ElectLeaders ----------------------------------------------------------------
