@@ -45,7 +45,7 @@ from zope.interface import implementer
 from pluglog.config import TopicConfig
 from pluglog.errors import KafkaStorageError
 from pluglog.fileutil import atomic_write, fsync_directory
-from pluglog.interfaces import ICompactingStorage, IReplicatingStorage
+from pluglog.interfaces import ICompactingStorage, ILogDirStorage, IReplicatingStorage
 from pluglog.storage.filenames import (
     CLEAN_SHUTDOWN_FILE,
     DELETED_SUFFIX,
@@ -98,7 +98,7 @@ def write_checkpoint(path, entries):
     atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
 
 
-@implementer(ICompactingStorage, IReplicatingStorage)
+@implementer(ICompactingStorage, IReplicatingStorage, ILogDirStorage)
 class SegmentLogStorage:
     """ILogStorage over segment files in one or more log dirs."""
 
@@ -125,6 +125,11 @@ class SegmentLogStorage:
         self._offline = {}
         #: (topic, partition) -> the log dir holding it (offline ones too)
         self._dir_of = {}
+        #: log dir -> (st_dev, st_ino) when opened: a dir renamed or removed
+        #: under the broker no longer matches (see probe_dirs)
+        self._dir_ids = {}
+        #: failed log dir -> reason; its partitions are offline until restart
+        self._failed = {}
         self._pending_deletes = {}
         self.closed = False
         self.opened_clean = True
@@ -137,6 +142,8 @@ class SegmentLogStorage:
                     os.unlink(marker)
                     fsync_directory(directory)
                 self.opened_clean = self.opened_clean and clean
+                st = os.stat(directory)
+                self._dir_ids[directory] = (st.st_dev, st.st_ino)
                 self._load_logs(directory, clean)
             except OSError as exc:
                 raise KafkaStorageError(f"cannot open data directory {directory}: {exc}") from exc
@@ -202,11 +209,58 @@ class SegmentLogStorage:
     def _choose_dir(self):
         """Kafka's rule (LogManager.nextLogDirs): the dir with the fewest
         partitions, the first listed on a tie."""
-        counts = dict.fromkeys(self.data_dirs, 0)
+        live = [d for d in self.data_dirs if d not in self._failed]
+        if not live:
+            raise KafkaStorageError("every log dir has failed")
+        counts = dict.fromkeys(live, 0)
         for directory in self._dir_of.values():
             if directory in counts:
                 counts[directory] += 1
-        return min(self.data_dirs, key=lambda d: counts[d])
+        return min(live, key=lambda d: counts[d])
+
+    def failed_dirs(self):
+        """``{log dir: reason}`` for the dirs that failed while serving."""
+        return dict(self._failed)
+
+    def probe_dirs(self):
+        """Check every live log dir is still the one opened and usable;
+        mark those that are not failed. Returns ``{dir: reason}`` of the
+        newly failed ones (the broker takes their partitions offline)."""
+        newly = {}
+        if len(self.data_dirs) == 1:
+            return newly  # the only dir: failing it would leave nothing to serve
+        for directory in self.data_dirs:
+            if directory in self._failed:
+                continue
+            try:
+                st = os.stat(directory)
+                if (st.st_dev, st.st_ino) != self._dir_ids.get(directory):
+                    raise FileNotFoundError(f"{directory} was replaced or removed")
+                os.listdir(directory)
+            except OSError as exc:
+                newly[directory] = str(exc)
+                self.mark_dir_failed(directory, str(exc))
+        return newly
+
+    def mark_dir_failed(self, directory, reason):
+        """Take ``directory`` out of service: its logs are closed and stay
+        offline (open_log refuses them) until the broker restarts."""
+        if directory in self._failed:
+            return
+        self._failed[directory] = reason
+        for key in [k for k, d in self._dir_of.items() if d == directory]:
+            log = self._logs.pop(key, None)
+            self._offline[key] = f"log dir {directory} failed: {reason}"
+            if log is not None:
+                try:
+                    log.close()
+                except (OSError, KafkaStorageError):
+                    # The dir is gone: nothing left to flush into; let go
+                    # of the descriptors all the same.
+                    for segment in log.segments:
+                        segment.deleted = True  # close without writing indexes
+                        segment.close()
+                    log.closed = True
 
     def dir_of(self, topic, partition):
         """The log dir holding the partition, or None."""
@@ -279,15 +333,22 @@ class SegmentLogStorage:
         """Write the recovery-point and log-start-offset checkpoints, one
         pair per log dir naming the logs in it (as Kafka does)."""
         for directory in self.data_dirs:
+            if directory in self._failed:
+                continue
             logs = {k: log for k, log in self._logs.items() if self._dir_of.get(k) == directory}
-            write_checkpoint(
-                self._path(RECOVERY_POINT_CHECKPOINT, directory),
-                {key: log.recovery_point for key, log in logs.items()},
-            )
-            write_checkpoint(
-                self._path(LOG_START_OFFSET_CHECKPOINT, directory),
-                {key: log.log_start_offset for key, log in logs.items()},
-            )
+            try:
+                write_checkpoint(
+                    self._path(RECOVERY_POINT_CHECKPOINT, directory),
+                    {key: log.recovery_point for key, log in logs.items()},
+                )
+                write_checkpoint(
+                    self._path(LOG_START_OFFSET_CHECKPOINT, directory),
+                    {key: log.log_start_offset for key, log in logs.items()},
+                )
+            except OSError as exc:
+                if len(self.data_dirs) == 1:
+                    raise  # the only dir: nothing left to serve from
+                self.mark_dir_failed(directory, str(exc))
 
     def maybe_flush_all(self, now_ms):
         """Run each log's time-based flush (the broker's flush scheduler)."""
@@ -310,6 +371,8 @@ class SegmentLogStorage:
             self._remove(log, path)
         self.write_checkpoints()
         for directory in self.data_dirs:
+            if directory in self._failed:
+                continue  # no clean marker: the next start recovers what is left
             with open(self._path(CLEAN_SHUTDOWN_FILE, directory), "wb") as handle:
                 os.fsync(handle.fileno())
             fsync_directory(directory)

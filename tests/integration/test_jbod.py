@@ -4,10 +4,15 @@ checkpoints; new partitions go to the dir with the fewest."""
 
 import os
 import shutil
+import time
 
 from kafka.admin import KafkaAdminClient
 
+from pluglog import protocol as codec
+from pluglog.client.blocking import BlockingClient
 from pluglog.datadir import meta_properties, read_meta_properties
+from pluglog.errors import KAFKA_STORAGE_ERROR
+from pluglog.protocol.records import Record, build_batch
 from pluglog.storage.filenames import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT
 from pluglog.storage.manager import read_checkpoint
 from tests.broker_process import BrokerProcess, assert_refused
@@ -129,6 +134,89 @@ def test_kafka_python_describe_log_dirs_reports_each_dir(tmp_path):
             }
             on_disk = _sizes_on_disk(directory, "sizes")
             assert len(sizes) == 2 and sizes == on_disk and all(on_disk.values())
+    finally:
+        if admin is not None:
+            admin.close()
+        broker.stop()
+
+
+def _wait_for(predicate, timeout=15):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
+def _produce(client, topic, partition, values):
+    body = {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout_ms": 5000,
+        "topic_data": [
+            {
+                "name": topic,
+                "partition_data": [
+                    {
+                        "index": partition,
+                        "records": build_batch([Record(value=v) for v in values], 1),
+                    }
+                ],
+            }
+        ],
+    }
+    response = client.request(codec.PRODUCE, 7, body)
+    return response["responses"][0]["partition_responses"][0]["error_code"]
+
+
+def test_failed_log_dir_takes_its_partitions_offline_and_the_others_are_served(tmp_path):
+    broker, (a, b) = _jbod(tmp_path)
+    broker.start()
+    admin = None
+    try:
+        create_topic(broker.bootstrap, "disks", partitions=4)
+        records = make_records(200, partitions=4)
+        produce_confluent(broker.bootstrap, "disks", records)
+        in_a, in_b = _partitions(a, "disks"), _partitions(b, "disks")
+        # The disk under b goes away while the broker runs.
+        gone = tmp_path / "disk1-gone"
+        os.rename(b, gone)
+        assert _wait_for(lambda: f"log dir {b} failed" in broker.log())
+        line = next(x for x in broker.log().splitlines() if f"log dir {b} failed" in x)
+        assert "2 partition(s) offline" in line
+        with BlockingClient.from_bootstrap(broker.bootstrap) as client:
+            meta = client.request(codec.METADATA, 8, {"topics": [{"name": "disks"}]})
+            parts = {p["partition_index"]: p for p in meta["topics"][0]["partitions"]}
+            for index in in_b:
+                assert parts[index]["error_code"] == KAFKA_STORAGE_ERROR
+                assert parts[index]["offline_replicas"] == [0]
+                assert _produce(client, "disks", index, [b"lost?"]) == KAFKA_STORAGE_ERROR
+                (fetched,) = client.fetch("disks", {index: 0})
+                assert fetched["error_code"] == KAFKA_STORAGE_ERROR
+            for index in in_a:
+                assert parts[index]["error_code"] == 0 and parts[index]["offline_replicas"] == []
+                assert _produce(client, "disks", index, [b"still-served"]) == 0
+        # A real client keeps producing to and consuming from the good dir.
+        more = [(p, None, f"after-{p}-{i}".encode(), []) for p in in_a for i in range(20)]
+        produce_confluent(broker.bootstrap, "disks", more)
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        (answer,) = admin.describe_log_dirs()
+        codes = {d["log_dir"]: d["error_code"] for d in answer["log_dirs"]}
+        assert codes == {str(a): 0, str(b): KAFKA_STORAGE_ERROR}
+        # New partitions go to the dir still in service.
+        create_topic(broker.bootstrap, "later", partitions=2)
+        assert _partitions(a, "later") == [0, 1]
+        assert "Traceback" not in broker.log()
+        broker.stop()
+        # The disk comes back: every record of both dirs is there.
+        os.rename(gone, b)
+        broker.start()
+        expected = records + more + [(p, None, b"still-served", []) for p in in_a]
+        got = consume_confluent(broker.bootstrap, "disks", 4, len(expected), timeout=30)
+        assert sorted((p, repr(v)) for p, _, v, _ in got) == sorted(
+            (p, repr(v)) for p, _, v, _ in expected
+        ), "lost or doubled records"
     finally:
         if admin is not None:
             admin.close()

@@ -25,6 +25,7 @@ from pluglog.errors import (
     NOT_CONTROLLER,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
+from pluglog.interfaces import ILogDirStorage
 from pluglog.security.acls import CLUSTER, CLUSTER_NAME
 from pluglog.server.authorization import authorized_operations
 from pluglog.server.handlers.common import error_code
@@ -152,9 +153,10 @@ def handle_describe_log_dirs(ctx, request):
             if (t["topic"], p) in broker.partitions
         ]
     storage = broker.storage
-    dirs = list(getattr(storage, "data_dirs", None) or broker.config.data_dirs)
-    failed = storage.failed_dirs() if hasattr(storage, "failed_dirs") else {}
-    dir_of = getattr(storage, "dir_of", None)
+    if ILogDirStorage.providedBy(storage):
+        dirs, failed, dir_of = list(storage.data_dirs), storage.failed_dirs(), storage.dir_of
+    else:  # one dir (a storage plugin without log dirs)
+        dirs, failed, dir_of = list(broker.config.data_dirs[:1]), {}, None
     by_dir = {directory: {} for directory in dirs}
     for key in keys:
         part = broker.partitions[key]
