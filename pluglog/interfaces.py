@@ -301,6 +301,11 @@ class ILogDirStorage(ILogStorage):
         """Take ``directory`` out of service: its logs stay offline (open_log
         raises KafkaStorageError) until restart."""
 
+    def move_log(topic, partition, destination):
+        """Move the partition's log into the log dir ``destination`` (one of
+        ``data_dirs``), crash-safe, and return the IPartitionLog now serving
+        it; KafkaStorageError when it cannot."""
+
 
 class IRemoteLogStorage(Interface):
     """The remote tier's object store (KIP-405's RemoteStorageManager).

@@ -56,6 +56,12 @@ from pluglog.storage.filenames import (
     parse_log_dir_name,
 )
 from pluglog.storage.log import FSYNC_INTERVAL
+from pluglog.storage.logdir_move import (
+    copy_log_dir,
+    future_name,
+    parse_future_name,
+    resolve_futures,
+)
 from pluglog.storage.openfiles import OpenSegments
 from pluglog.storage.segment_log import SegmentPartitionLog
 
@@ -131,6 +137,8 @@ class SegmentLogStorage:
         #: failed log dir -> reason; its partitions are offline until restart
         self._failed = {}
         self._pending_deletes = {}
+        #: future dirs found at start-up, {key: [paths]} (storage.logdir_move)
+        self._futures = {}
         self.closed = False
         self.opened_clean = True
         for directory in self.data_dirs:
@@ -147,6 +155,12 @@ class SegmentLogStorage:
                 self._load_logs(directory, clean)
             except OSError as exc:
                 raise KafkaStorageError(f"cannot open data directory {directory}: {exc}") from exc
+        try:
+            for key, path in resolve_futures(self._futures, set(self._dir_of)).items():
+                _log.info("finished moving {path} after a crash", path=path)
+                self._open_existing(key, path, os.path.dirname(path), 0, 0, False)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot finish a log dir move: {exc}") from exc
         self.write_checkpoints()
 
     def _path(self, name, directory=None):
@@ -170,6 +184,10 @@ class SegmentLogStorage:
             if name.endswith(TMP_SUFFIX) and os.path.isfile(path):
                 os.unlink(path)
                 continue
+            future = parse_future_name(name)
+            if future is not None and os.path.isdir(path):
+                self._futures.setdefault(future, []).append(path)
+                continue
             parsed = parse_log_dir_name(name)
             if parsed is None or not os.path.isdir(path):
                 continue
@@ -181,30 +199,40 @@ class SegmentLogStorage:
                     f"partition {parsed[0]}-{parsed[1]} is in two log dirs, {other} and "
                     f"{directory}: remove the stale copy and restart"
                 )
-            self._dir_of[parsed] = directory
-            try:
-                self._logs[parsed] = SegmentPartitionLog(
-                    path,
-                    parsed[0],
-                    parsed[1],
-                    self.topic_defaults,
-                    self.reactor,
-                    self.fsync,
-                    recovery_point=recovery_points.get(parsed, 0),
-                    log_start_offset=start_offsets.get(parsed, 0),
-                    clean=clean,
-                    open_segments=self.open_segments,
-                )
-            except (KafkaStorageError, OSError) as exc:
-                # One unreadable partition must not stop the broker: it stays
-                # offline (open_log refuses it) and the others are served.
-                self._offline[parsed] = str(exc)
-                _log.error(
-                    "partition {topic}-{partition} is offline: {reason}",
-                    topic=parsed[0],
-                    partition=parsed[1],
-                    reason=str(exc),
-                )
+            self._open_existing(
+                parsed,
+                path,
+                directory,
+                recovery_points.get(parsed, 0),
+                start_offsets.get(parsed, 0),
+                clean,
+            )
+
+    def _open_existing(self, key, path, directory, recovery_point, log_start_offset, clean):
+        self._dir_of[key] = directory
+        try:
+            self._logs[key] = SegmentPartitionLog(
+                path,
+                key[0],
+                key[1],
+                self.topic_defaults,
+                self.reactor,
+                self.fsync,
+                recovery_point=recovery_point,
+                log_start_offset=log_start_offset,
+                clean=clean,
+                open_segments=self.open_segments,
+            )
+        except (KafkaStorageError, OSError) as exc:
+            # One unreadable partition must not stop the broker: it stays
+            # offline (open_log refuses it) and the others are served.
+            self._offline[key] = str(exc)
+            _log.error(
+                "partition {topic}-{partition} is offline: {reason}",
+                topic=key[0],
+                partition=key[1],
+                reason=str(exc),
+            )
 
     def _choose_dir(self):
         """Kafka's rule (LogManager.nextLogDirs): the dir with the fewest
@@ -296,6 +324,56 @@ class SegmentLogStorage:
         """``{(topic, partition): reason}`` for logs that could not be opened."""
         return dict(self._offline)
 
+    def move_log(self, topic, partition, destination):
+        """Move the partition's log into the log dir ``destination``
+        (storage.logdir_move) and return the log now serving it; the old
+        one is retired like a deleted log. KafkaStorageError if it cannot."""
+        key = (topic, partition)
+        log = self._logs.get(key)
+        if log is None:
+            raise KafkaStorageError(f"{topic}-{partition} is not an online log here")
+        source = self._dir_of[key]
+        if destination in self._failed:
+            raise KafkaStorageError(f"log dir {destination} has failed")
+        if source == destination:
+            return log
+        name = log_dir_name(topic, partition)
+        future_dir = future_name(name)
+        if future_dir is None:
+            raise KafkaStorageError(f"{name}: the future dir name would be too long to move it")
+        future = os.path.join(destination, future_dir)
+        try:
+            log.flush()
+            copy_log_dir(log.directory, future)
+        except OSError as exc:
+            raise KafkaStorageError(f"copying {name} to {destination} failed: {exc}") from exc
+        # The swap: the source stops being the copy before the future
+        # becomes it, so a crash leaves one complete copy (see the module).
+        suffix = f".{uuid.uuid4().hex}{DELETED_SUFFIX}"
+        retired = os.path.join(source, name[: 255 - len(suffix)] + suffix)
+        os.replace(log.directory, retired)
+        fsync_directory(source)
+        target = os.path.join(destination, name)
+        os.replace(future, target)
+        fsync_directory(destination)
+        moved = SegmentPartitionLog(
+            target,
+            topic,
+            partition,
+            log.config,
+            self.reactor,
+            self.fsync,
+            recovery_point=log.recovery_point,
+            log_start_offset=log.log_start_offset,
+            clean=True,
+            open_segments=self.open_segments,
+        )
+        self._logs[key] = moved
+        self._dir_of[key] = destination
+        self._retire(log, retired)
+        self.write_checkpoints()
+        return moved
+
     def delete_log(self, topic, partition):
         """Rename the partition directory to ``*.deleted`` and remove it after
         file.delete.delay.ms (at once without a reactor)."""
@@ -310,13 +388,18 @@ class SegmentLogStorage:
         parent, name = os.path.split(log.directory)
         target = os.path.join(parent, name[: 255 - len(suffix)] + suffix)
         os.replace(log.directory, target)
+        self._retire(log, target)
+        self.write_checkpoints()
+
+    def _retire(self, log, target):
+        """Remove the renamed dir of a log no longer served after
+        file.delete.delay.ms (reads in flight may still use its files)."""
         delay_ms = log.config.file_delete_delay_ms
         if self.reactor is None or delay_ms <= 0:
             self._remove(log, target)
         else:
             call = self.reactor.callLater(delay_ms / 1000.0, self._remove, log, target)
             self._pending_deletes[target] = (log, call)
-        self.write_checkpoints()
 
     def _remove(self, log, path):
         self._pending_deletes.pop(path, None)

@@ -4,8 +4,12 @@ checkpoints; new partitions go to the dir with the fewest."""
 
 import os
 import shutil
+import threading
 import time
 
+import confluent_kafka
+from kafka import TopicPartitionReplica as KpTopicPartitionReplica
+from kafka import errors as kp_errors
 from kafka.admin import KafkaAdminClient
 
 from pluglog import protocol as codec
@@ -140,12 +144,12 @@ def test_kafka_python_describe_log_dirs_reports_each_dir(tmp_path):
         broker.stop()
 
 
-def _wait_for(predicate, timeout=15):
+def _wait_for(predicate, timeout=15, interval=0.1):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return True
-        time.sleep(0.1)
+        time.sleep(interval)
     return predicate()
 
 
@@ -220,4 +224,112 @@ def test_failed_log_dir_takes_its_partitions_offline_and_the_others_are_served(t
     finally:
         if admin is not None:
             admin.close()
+        broker.stop()
+
+
+def _where(dirs, topic, partition):
+    return [d for d in dirs if (d / f"{topic}-{partition}").is_dir()]
+
+
+def test_alter_replica_log_dirs_moves_a_partition_under_load_with_nothing_lost(tmp_path):
+    broker, (a, b) = _jbod(tmp_path)
+    broker.start()
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        create_topic(broker.bootstrap, "moving", partitions=2)
+        (home,) = _where((a, b), "moving", 0)
+        other = b if home == a else a
+        acked, failed, stop = [], [], threading.Event()
+
+        def produce():
+            producer = confluent_kafka.Producer(
+                {"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 2}
+            )
+
+            def done(err, msg):
+                (failed if err else acked).append(err or msg.value())
+
+            i = 0
+            while not stop.is_set():
+                producer.produce(
+                    "moving", value=f"r{i:06d}".encode(), partition=0, on_delivery=done
+                )
+                producer.poll(0)
+                i += 1
+                if i % 200 == 0:
+                    time.sleep(0.01)
+            producer.flush(30)
+
+        thread = threading.Thread(target=produce)
+        thread.start()
+        try:
+            assert _wait_for(lambda: len(acked) > 2000)
+            tpr = KpTopicPartitionReplica("moving", 0, 0)
+            assert admin.alter_replica_log_dirs({tpr: str(other)}) == {tpr: kp_errors.NoError}
+            assert _where((a, b), "moving", 0) == [other]
+            count = len(acked)
+            assert _wait_for(lambda: len(acked) > count + 2000)
+            # And back again, still under load.
+            assert admin.alter_replica_log_dirs({tpr: str(home)}) == {tpr: kp_errors.NoError}
+            count = len(acked)
+            assert _wait_for(lambda: len(acked) > count + 2000)
+        finally:
+            stop.set()
+            thread.join(60)
+        assert failed == []
+        assert _where((a, b), "moving", 0) == [home]
+        (answer,) = admin.describe_log_dirs()
+        held = {
+            d["log_dir"]: [
+                (t["name"], p["partition_index"]) for t in d["topics"] for p in t["partitions"]
+            ]
+            for d in answer["log_dirs"]
+        }
+        assert ("moving", 0) in held[str(home)] and ("moving", 0) not in held[str(other)]
+        got = consume_confluent(broker.bootstrap, "moving", 1, len(acked), timeout=60)
+        assert sorted(v for _, _, v, _ in got) == sorted(acked)  # each once, none lost
+        # Bad requests: an unknown dir, a partition this broker does not host.
+        bad = KpTopicPartitionReplica("moving", 9, 0)
+        answer = admin.alter_replica_log_dirs({tpr: str(tmp_path / "nowhere"), bad: str(a)})
+        assert answer[tpr] is kp_errors.LogDirNotFoundError
+        assert answer[bad] is kp_errors.ReplicaNotAvailableError
+        assert "Traceback" not in broker.log()
+    finally:
+        admin.close()
+        broker.stop()
+
+
+def test_sigkill_mid_move_leaves_exactly_one_complete_copy(tmp_path):
+    broker, (a, b) = _jbod(tmp_path)
+    broker.start()
+    try:
+        create_topic(broker.bootstrap, "big", partitions=1)
+        (home,) = _where((a, b), "big", 0)
+        other = b if home == a else a
+        records = [(0, None, os.urandom(512) + f"{i:07d}".encode(), []) for i in range(60_000)]
+        produce_confluent(broker.bootstrap, "big", records, acks="all")
+        body = {"dirs": [{"path": str(other), "topics": [{"name": "big", "partitions": [0]}]}]}
+
+        def move():
+            try:
+                with BlockingClient.from_bootstrap(broker.bootstrap) as client:
+                    client.request(codec.ALTER_REPLICA_LOG_DIRS, 2, body)
+            except Exception:  # the broker dies under it
+                pass
+
+        thread = threading.Thread(target=move)
+        thread.start()
+        # Kill while the copy runs: the future dir has appeared.
+        assert _wait_for(lambda: list(other.glob("big-0.*-future")), timeout=10, interval=0)
+        broker.kill()
+        thread.join(10)
+    finally:
+        broker.stop()
+    broker.start()
+    try:
+        assert len(_where((a, b), "big", 0)) == 1
+        assert not list(a.glob("*-future")) and not list(b.glob("*-future"))
+        got = consume_confluent(broker.bootstrap, "big", 1, len(records), timeout=60)
+        assert sorted(v for _, _, v, _ in got) == sorted(v for _, _, v, _ in records)
+    finally:
         broker.stop()

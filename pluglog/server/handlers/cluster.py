@@ -16,6 +16,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from pluglog import protocol as codec
+from pluglog.broker.log_dirs import move_partition
 from pluglog.errors import (
     ELECTION_NOT_NEEDED,
     INVALID_REPLICA_ASSIGNMENT,
@@ -187,6 +188,23 @@ def handle_describe_log_dirs(ctx, request):
             }
         )
     return {"throttle_time_ms": 0, "error_code": NONE, "results": results}
+
+
+def handle_alter_replica_log_dirs(ctx, request):
+    """Move partitions of this broker between its log dirs (broker.log_dirs)."""
+    broker = ctx.broker
+    results = {}
+    for entry in request["dirs"]:
+        destination = os.path.abspath(entry["path"]) if entry["path"] else ""
+        for topic in entry["topics"]:
+            parts = results.setdefault(topic["name"], [])
+            for index in topic["partitions"]:
+                code = move_partition(broker, topic["name"], index, destination)
+                parts.append({"partition_index": index, "error_code": code})
+    return {
+        "throttle_time_ms": 0,
+        "results": [{"topic_name": name, "partitions": parts} for name, parts in results.items()],
+    }
 
 
 # -- ElectLeaders ----------------------------------------------------------------
@@ -362,6 +380,7 @@ def handle_list_partition_reassignments(ctx, request):
 
 HANDLERS = {
     codec.DESCRIBE_CLUSTER: handle_describe_cluster,
+    codec.ALTER_REPLICA_LOG_DIRS: handle_alter_replica_log_dirs,
     codec.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
     codec.ELECT_LEADERS: handle_elect_leaders,
     codec.ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,
