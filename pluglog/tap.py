@@ -269,6 +269,11 @@ class Options(usage.Options):
                 f"--workers {count} needs --coordinator zookeeper: the workers are brokers "
                 "of one cluster and share its metadata through ZooKeeper"
             )
+        if config.log_dirs:
+            raise usage.UsageError(
+                f"--workers {count} with log.dirs is not supported (the workers would share "
+                "the dirs); give --data-dir: each worker gets <data-dir>/worker-<i>"
+            )
         if config.listeners:
             raise usage.UsageError(
                 "--workers with named listeners (listeners=...) is not supported; "
