@@ -20,7 +20,7 @@ from pluglog.errors import (
     REPLICA_NOT_AVAILABLE,
     KafkaStorageError,
 )
-from pluglog.interfaces import ILogDirStorage
+from pluglog.interfaces import ILogDirStorage, ITieredLog
 from pluglog.replication.epochs import LeaderEpochCache
 from pluglog.storage.offline import OfflineLog
 
@@ -99,6 +99,9 @@ def move_partition(broker, topic, index, destination):
         )
         return KAFKA_STORAGE_ERROR
     if moved is not part.log:
+        if ITieredLog.providedBy(moved) and ITieredLog.providedBy(part.log):
+            # Offsets below the local log start are read from the remote tier.
+            moved.remote_tier = part.log.remote_tier
         part.log = moved
         part.epochs = LeaderEpochCache.for_log(moved)
         log.info(

@@ -333,3 +333,47 @@ def test_sigkill_mid_move_leaves_exactly_one_complete_copy(tmp_path):
         assert sorted(v for _, _, v, _ in got) == sorted(v for _, _, v, _ in records)
     finally:
         broker.stop()
+
+
+def test_moving_a_tiered_partition_keeps_its_remote_records_readable(tmp_path):
+    """Tiered storage and JBOD together: after the move, offsets below the
+    local log start are still read from the remote tier."""
+    broker, (a, b) = _jbod(
+        tmp_path,
+        settings={
+            "remote.log.storage.system.enable": "true",
+            "remote.log.storage.manager.class.name": "filesystem",
+            "rsm.config.filesystem.root": str(tmp_path / "remote"),
+            "remote.log.manager.task.interval.ms": "200",
+            "remote.log.metadata.topic.num.partitions": "1",
+        },
+    )
+    broker.start()
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        config = {
+            "remote.storage.enable": "true",
+            "segment.bytes": "32768",
+            "local.retention.bytes": "65536",
+            "file.delete.delay.ms": "0",
+        }
+        create_topic(broker.bootstrap, "tiered", 1, config)
+        records = make_records(15000, partitions=1)
+        produce_confluent(broker.bootstrap, "tiered", records, **{"batch.num.messages": 200})
+        (home,) = _where((a, b), "tiered", 0)
+        other = b if home == a else a
+
+        def first_local():
+            names = sorted(n for n in os.listdir(home / "tiered-0") if n.endswith(".log"))
+            return int(names[0].split(".")[0])
+
+        assert _wait_for(lambda: first_local() > 3000, timeout=30)
+        tpr = KpTopicPartitionReplica("tiered", 0, 0)
+        assert admin.alter_replica_log_dirs({tpr: str(other)}) == {tpr: kp_errors.NoError}
+        assert _where((a, b), "tiered", 0) == [other]
+        got = consume_confluent(broker.bootstrap, "tiered", 1, len(records), timeout=60)
+        assert [(k, v, h) for _p, k, v, h in got] == by_partition(records)[0]
+        assert "Traceback" not in broker.log()
+    finally:
+        admin.close()
+        broker.stop()
