@@ -132,6 +132,9 @@ class BrokerConfig:
     advertised_host: str = "localhost"
     advertised_port: int = 9092
     data_dir: str = "./data"
+    #: ``log.dirs`` (JBOD): absolute paths; empty means the one ``data_dir``.
+    #: When set, ``data_dir`` is its first entry (the broker-wide files live there).
+    log_dirs: tuple = ()
     storage: str = "segments"
     coordinator: str = "local"
     fsync: str = "interval"
@@ -285,6 +288,11 @@ class BrokerConfig:
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
+
+    @property
+    def data_dirs(self):
+        """Every log dir of this broker, the first holding the broker-wide files."""
+        return tuple(self.log_dirs) or (self.data_dir,)
 
     def rsm_config(self, name, default=""):
         """The remote storage provider's key ``rsm.config.<name>`` (a named

@@ -9,6 +9,8 @@ parsers. Each parser is ``parse(key, value)`` and raises
 settings/INI readers that use these tables are in :mod:`pluglog.config`.
 """
 
+import os
+
 from pluglog.errors import ConfigError
 
 
@@ -80,6 +82,17 @@ _compression_type = _choice_parser("producer", "uncompressed", "gzip", "snappy",
 
 def _string(key, value):
     return str(value)
+
+
+def _dir_list(key, value):
+    """``log.dirs``: comma-separated directories, none empty, none twice."""
+    dirs = [part.strip() for part in str(value).split(",")]
+    if not all(dirs):
+        raise ConfigError(f"{key}: empty directory in {value!r}")
+    absolute = [os.path.abspath(d) for d in dirs]
+    if len(set(absolute)) != len(absolute):
+        raise ConfigError(f"{key}: a directory is listed twice in {value!r}")
+    return tuple(absolute)
 
 
 def _provider_name(key, value):
@@ -284,6 +297,7 @@ TOPIC_KEYS = {
 # Broker-level keys that are not topic defaults: key -> (attribute, parser).
 BROKER_KEYS = {
     "broker.id": ("broker_id", int_parser(0)),
+    "log.dirs": ("log_dirs", _dir_list),
     "num.partitions": ("num_partitions", int_parser(1, 100000)),
     "default.replication.factor": ("default_replication_factor", int_parser(1)),
     "auto.create.topics.enable": ("auto_create_topics_enable", _parse_bool),

@@ -80,6 +80,40 @@ class DataDirLock:
             os.close(fd)
 
 
+class DataDirLocks:
+    """The locks of every log dir (``log.dirs``), taken in order; all or none."""
+
+    def __init__(self, locks):
+        self.locks = locks
+
+    @classmethod
+    def acquire(cls, data_dirs):
+        locks = []
+        try:
+            for data_dir in data_dirs:
+                locks.append(DataDirLock.acquire(data_dir))
+        except BaseException:
+            for lock in locks:
+                lock.release()
+            raise
+        return cls(locks)
+
+    @property
+    def held(self):
+        return all(lock.held for lock in self.locks)
+
+    def release(self):
+        for lock in self.locks:
+            lock.release()
+
+
+def check_all_meta_properties(data_dirs, cluster_id, broker_id, coordinator, wanted):
+    """:func:`check_meta_properties` for each log dir: every dir must belong to
+    the same cluster and broker (the first refusal names its dir)."""
+    for data_dir in data_dirs:
+        check_meta_properties(data_dir, cluster_id, broker_id, coordinator, wanted)
+
+
 def _read_pid(fd):
     try:
         text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()

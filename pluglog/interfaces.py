@@ -281,6 +281,32 @@ class IReplicatingStorage(ILogStorage):
     the broker refuses to host a follower replica of any partition."""
 
 
+class ILogDirStorage(ILogStorage):
+    """A storage over several log dirs (``log.dirs``, JBOD) that notices a
+    failed one (docs/storage.rst, "Several log dirs")."""
+
+    data_dirs = Attribute("The log dirs, absolute paths, in ``log.dirs`` order")
+
+    def dir_of(topic, partition):
+        """The log dir holding the partition, or None."""
+
+    def failed_dirs():
+        """``{log dir: reason}`` of the dirs that failed while serving."""
+
+    def probe_dirs():
+        """Check each live dir is still usable; mark failed those that are
+        not and return them as ``{dir: reason}``."""
+
+    def mark_dir_failed(directory, reason):
+        """Take ``directory`` out of service: its logs stay offline (open_log
+        raises KafkaStorageError) until restart."""
+
+    def move_log(topic, partition, destination):
+        """Move the partition's log into the log dir ``destination`` (one of
+        ``data_dirs``), crash-safe, and return the IPartitionLog now serving
+        it; KafkaStorageError when it cannot."""
+
+
 class IRemoteLogStorage(Interface):
     """The remote tier's object store (KIP-405's RemoteStorageManager).
 

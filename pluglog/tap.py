@@ -175,7 +175,10 @@ class Options(usage.Options):
             "listen": listen,
             "advertised_host": host,
             "advertised_port": adv_port,
-            "data_dir": os.path.abspath(self["data-dir"]),
+            # log.dirs (JBOD) wins over --data-dir, its single-dir shorthand.
+            "data_dir": config.log_dirs[0]
+            if config.log_dirs
+            else os.path.abspath(self["data-dir"]),
         }
         if self["http"] is not None:
             changes["http"] = self["http"]
@@ -265,6 +268,11 @@ class Options(usage.Options):
             raise usage.UsageError(
                 f"--workers {count} needs --coordinator zookeeper: the workers are brokers "
                 "of one cluster and share its metadata through ZooKeeper"
+            )
+        if config.log_dirs:
+            raise usage.UsageError(
+                f"--workers {count} with log.dirs is not supported (the workers would share "
+                "the dirs); give --data-dir: each worker gets <data-dir>/worker-<i>"
             )
         if config.listeners:
             raise usage.UsageError(

@@ -12,13 +12,14 @@ from twisted.logger import Logger
 from pluglog.broker import dynamic_config, limits, topic_ids
 from pluglog.broker.capabilities import StorageChecks
 from pluglog.broker.fetch_sessions import FetchSessionCache
+from pluglog.broker.log_dirs import check_log_dirs
 from pluglog.broker.partition import Partition
 from pluglog.broker.producer_ids import ProducerIdAllocator
 from pluglog.broker.quotas import ClientQuotas
 from pluglog.broker.quotas import attach as attach_quotas
 from pluglog.broker.topic_ids import TopicIds
 from pluglog.broker.txn_markers import write_txn_markers
-from pluglog.datadir import DataDirLock
+from pluglog.datadir import DataDirLocks
 from pluglog.errors import (
     ConfigError,
     InvalidConfigError,
@@ -81,10 +82,12 @@ class Broker:
         # Before anything reads or writes in the data dir (recovery, the
         # clean-shutdown marker, the coordinator's files): a second broker
         # process on the same dir stops here, having touched nothing.
-        self.data_dir_lock = DataDirLock.acquire(config.data_dir)
+        self.data_dir_lock = DataDirLocks.acquire(config.data_dirs)
         #: Opened by start() once the coordinator has checked meta.properties.
         self.storage = None
         self.storage_checks = None
+        #: log dirs whose partitions were taken offline (broker.log_dirs)
+        self.failed_log_dirs = set()
         self._starting = True
         try:
             self.coordinator = registry.build("coordinator", config.coordinator, config, reactor)
@@ -387,7 +390,9 @@ class Broker:
         return deleted
 
     def flush_due(self):
-        """Flush logs whose flush.ms has passed (the 'interval' fsync policy)."""
+        """Flush logs whose flush.ms has passed (the 'interval' fsync policy);
+        first, take the partitions of a failed log dir offline."""
+        check_log_dirs(self)
         if self.config.fsync != "interval":
             return
         for part in list(self.partitions.values()):
@@ -396,6 +401,7 @@ class Broker:
 
     def checkpoint(self):
         self.storage.flush_all()
+        check_log_dirs(self)  # a checkpoint write may have failed a dir
         self.replicas.checkpoint_hw()
         # After the flush: a snapshot never names data that is not on disk.
         self._snapshot_producers()

@@ -276,6 +276,12 @@ class Partition(PartitionTransactions):
         if not entry[2].called:
             entry[2].callback(REQUEST_TIMED_OUT)
 
+    def fail_waits(self, code):
+        """The log went offline under the partition (a failed log dir):
+        answer the producers and fetches waiting on it."""
+        self._fail_hw_waits(code)
+        self._wake()
+
     def _fail_hw_waits(self, code):
         waits, self._hw_waits = self._hw_waits, []
         for _offset, _seq_no, d, call in waits:

@@ -25,7 +25,7 @@ from pluglog.coordination.topicchecks import (
     topic_configs,
     validate_topic_name,
 )
-from pluglog.datadir import COORDINATOR_KEY, LOCAL, check_meta_properties, read_meta_properties
+from pluglog.datadir import COORDINATOR_KEY, LOCAL, check_all_meta_properties, read_meta_properties
 from pluglog.errors import (
     ConfigError,
     InvalidConfigError,
@@ -95,8 +95,8 @@ class LocalCoordinator:
             self._cluster_id = props.get("cluster.id")
         if not self._cluster_id:
             self._cluster_id = _new_cluster_id()
-        check_meta_properties(
-            self.config.data_dir,
+        check_all_meta_properties(
+            self.config.data_dirs,
             self._cluster_id,
             self.config.broker_id,
             LOCAL,

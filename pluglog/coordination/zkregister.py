@@ -22,7 +22,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from pluglog.addresses import advertised_url
 from pluglog.coordination import zkdata as z
 from pluglog.coordination.local import _new_cluster_id
-from pluglog.datadir import ZOOKEEPER, check_meta_properties
+from pluglog.datadir import ZOOKEEPER, check_all_meta_properties
 from pluglog.errors import ConfigError
 from pluglog.fileutil import atomic_write
 from pluglog.security.interbroker import advertised_endpoints
@@ -56,8 +56,8 @@ class RegistrationMixin:
 
     def _check_meta_properties(self, cluster_id):
         """Kafka's meta.properties: a data dir belongs to one cluster and broker."""
-        check_meta_properties(
-            self.config.data_dir,
+        check_all_meta_properties(
+            self.config.data_dirs,
             cluster_id,
             self.broker_id,
             ZOOKEEPER,

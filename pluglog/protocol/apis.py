@@ -60,6 +60,7 @@ SUPPORTED = {
     69: (0, 0),  # ConsumerGroupDescribe
     32: (0, 4),  # DescribeConfigs; v3+ types and docs (not in kafka-python's release probe)
     33: (0, 1),  # AlterConfigs
+    34: (1, 2),  # AlterReplicaLogDirs (Kafka 4 dropped v0)
     35: (0, 4),  # DescribeLogDirs; v5 would make kafka-python infer Kafka 4.3
     37: (0, 1),  # CreatePartitions
     42: (0, 2),  # DeleteGroups [2]

@@ -436,6 +436,26 @@ def _describe_scram_denied(request):
     )
 
 
+def _alter_log_dirs_denied(request):
+    topics = {}
+    for entry in request["dirs"]:
+        for topic in entry["topics"]:
+            topics.setdefault(topic["name"], []).extend(topic["partitions"])
+    return {
+        "throttle_time_ms": 0,
+        "results": [
+            {
+                "topic_name": name,
+                "partitions": [
+                    {"partition_index": p, "error_code": CLUSTER_AUTHORIZATION_FAILED}
+                    for p in parts
+                ],
+            }
+            for name, parts in topics.items()
+        ],
+    }
+
+
 def _log_dirs_denied(request):
     return {"throttle_time_ms": 0, "error_code": CLUSTER_AUTHORIZATION_FAILED, "results": []}
 
@@ -450,6 +470,7 @@ MORE_CHECKS = {
     21: _per_topic(DELETE, "name", "partition_index", _delete_records_denied),
     22: _init_producer_id,
     23: _offset_for_leader_epoch,
+    34: _cluster(ALTER, _alter_log_dirs_denied),
     35: _cluster(DESCRIBE, _log_dirs_denied),
     37: _named_topics(ALTER, "topics", "name", "results"),
     42: _delete_groups,

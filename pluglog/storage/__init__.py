@@ -16,9 +16,9 @@ from pluglog.storage.memory import MemoryLogStorage
 
 
 def make_segment_storage(config, reactor):
-    """Segment files under ``config.data_dir`` with ``config.fsync`` policy."""
+    """Segment files under ``config.data_dirs`` with ``config.fsync`` policy."""
     return SegmentLogStorage(
-        config.data_dir,
+        config.data_dirs,
         config.topic_defaults,
         reactor,
         config.fsync,

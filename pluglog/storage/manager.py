@@ -1,4 +1,9 @@
-"""The log manager: every partition log of one data directory.
+"""The log manager: every partition log of the broker's log dirs.
+
+``log.dirs`` (JBOD) may list several directories; each has its own
+checkpoints and clean-shutdown marker and holds whole partitions. A new
+partition goes to the dir with the fewest partitions (Kafka's rule); a
+partition found in two dirs stops start-up with one line naming both.
 
 Format (see :mod:`pluglog.storage.filenames`): one ``<topic>-<partition>/``
 directory per log, plus two checkpoint files in Kafka's text format::
@@ -40,7 +45,7 @@ from zope.interface import implementer
 from pluglog.config import TopicConfig
 from pluglog.errors import KafkaStorageError
 from pluglog.fileutil import atomic_write, fsync_directory
-from pluglog.interfaces import ICompactingStorage, IReplicatingStorage
+from pluglog.interfaces import ICompactingStorage, ILogDirStorage, IReplicatingStorage
 from pluglog.storage.filenames import (
     CLEAN_SHUTDOWN_FILE,
     DELETED_SUFFIX,
@@ -51,6 +56,12 @@ from pluglog.storage.filenames import (
     parse_log_dir_name,
 )
 from pluglog.storage.log import FSYNC_INTERVAL
+from pluglog.storage.logdir_move import (
+    copy_log_dir,
+    future_name,
+    parse_future_name,
+    resolve_futures,
+)
 from pluglog.storage.openfiles import OpenSegments
 from pluglog.storage.segment_log import SegmentPartitionLog
 
@@ -93,9 +104,9 @@ def write_checkpoint(path, entries):
     atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
 
 
-@implementer(ICompactingStorage, IReplicatingStorage)
+@implementer(ICompactingStorage, IReplicatingStorage, ILogDirStorage)
 class SegmentLogStorage:
-    """ILogStorage over segment files in ``data_dir``."""
+    """ILogStorage over segment files in one or more log dirs."""
 
     log_class = SegmentPartitionLog
 
@@ -107,7 +118,10 @@ class SegmentLogStorage:
         fsync=FSYNC_INTERVAL,
         max_open_segments=0,
     ):
-        self.data_dir = os.path.abspath(data_dir)
+        # ``data_dir``: one directory or a sequence of them (``log.dirs``, JBOD).
+        dirs = [data_dir] if isinstance(data_dir, (str, os.PathLike)) else list(data_dir)
+        self.data_dirs = [os.path.abspath(d) for d in dirs]
+        self.data_dir = self.data_dirs[0]
         # Descriptors scale with segments in use, not with all of them.
         self.open_segments = OpenSegments(max_open_segments)
         self.topic_defaults = topic_defaults or TopicConfig()
@@ -115,33 +129,52 @@ class SegmentLogStorage:
         self.fsync = fsync
         self._logs = {}
         self._offline = {}
+        #: (topic, partition) -> the log dir holding it (offline ones too)
+        self._dir_of = {}
+        #: log dir -> (st_dev, st_ino) when opened: a dir renamed or removed
+        #: under the broker no longer matches (see probe_dirs)
+        self._dir_ids = {}
+        #: failed log dir -> reason; its partitions are offline until restart
+        self._failed = {}
         self._pending_deletes = {}
+        #: future dirs found at start-up, {key: [paths]} (storage.logdir_move)
+        self._futures = {}
         self.closed = False
+        self.opened_clean = True
+        for directory in self.data_dirs:
+            try:
+                os.makedirs(directory, exist_ok=True)
+                marker = os.path.join(directory, CLEAN_SHUTDOWN_FILE)
+                clean = os.path.exists(marker)
+                if clean:
+                    os.unlink(marker)
+                    fsync_directory(directory)
+                self.opened_clean = self.opened_clean and clean
+                st = os.stat(directory)
+                self._dir_ids[directory] = (st.st_dev, st.st_ino)
+                self._load_logs(directory, clean)
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot open data directory {directory}: {exc}") from exc
         try:
-            os.makedirs(self.data_dir, exist_ok=True)
-            marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
-            self.opened_clean = os.path.exists(marker)
-            if self.opened_clean:
-                os.unlink(marker)
-                fsync_directory(self.data_dir)
-            self._load_logs()
+            for key, path in resolve_futures(self._futures, set(self._dir_of)).items():
+                _log.info("finished moving {path} after a crash", path=path)
+                self._open_existing(key, path, os.path.dirname(path), 0, 0, False)
         except OSError as exc:
-            raise KafkaStorageError(f"cannot open data directory {data_dir}: {exc}") from exc
+            raise KafkaStorageError(f"cannot finish a log dir move: {exc}") from exc
         self.write_checkpoints()
 
-    def _path(self, name):
-        return os.path.join(self.data_dir, name)
+    def _path(self, name, directory=None):
+        return os.path.join(directory or self.data_dir, name)
 
-    def _load_logs(self):
-        clean = self.opened_clean
+    def _load_logs(self, directory, clean):
         try:
-            recovery_points = read_checkpoint(self._path(RECOVERY_POINT_CHECKPOINT))
-            start_offsets = read_checkpoint(self._path(LOG_START_OFFSET_CHECKPOINT))
+            recovery_points = read_checkpoint(self._path(RECOVERY_POINT_CHECKPOINT, directory))
+            start_offsets = read_checkpoint(self._path(LOG_START_OFFSET_CHECKPOINT, directory))
         except CheckpointError:
             # Without trustworthy recovery points, re-scan everything.
             recovery_points, start_offsets, clean = {}, {}, False
-        for name in sorted(os.listdir(self.data_dir)):
-            path = self._path(name)
+        for name in sorted(os.listdir(directory)):
+            path = self._path(name, directory)
             if name.endswith(DELETED_SUFFIX):
                 if os.path.isdir(path):
                     shutil.rmtree(path, ignore_errors=True)
@@ -151,32 +184,115 @@ class SegmentLogStorage:
             if name.endswith(TMP_SUFFIX) and os.path.isfile(path):
                 os.unlink(path)
                 continue
+            future = parse_future_name(name)
+            if future is not None and os.path.isdir(path):
+                self._futures.setdefault(future, []).append(path)
+                continue
             parsed = parse_log_dir_name(name)
             if parsed is None or not os.path.isdir(path):
                 continue
+            other = self._dir_of.get(parsed)
+            if other is not None:
+                # Serving either copy could lose the other's records: the
+                # operator decides which one goes.
+                raise KafkaStorageError(
+                    f"partition {parsed[0]}-{parsed[1]} is in two log dirs, {other} and "
+                    f"{directory}: remove the stale copy and restart"
+                )
+            self._open_existing(
+                parsed,
+                path,
+                directory,
+                recovery_points.get(parsed, 0),
+                start_offsets.get(parsed, 0),
+                clean,
+            )
+
+    def _open_existing(self, key, path, directory, recovery_point, log_start_offset, clean):
+        self._dir_of[key] = directory
+        try:
+            self._logs[key] = SegmentPartitionLog(
+                path,
+                key[0],
+                key[1],
+                self.topic_defaults,
+                self.reactor,
+                self.fsync,
+                recovery_point=recovery_point,
+                log_start_offset=log_start_offset,
+                clean=clean,
+                open_segments=self.open_segments,
+            )
+        except (KafkaStorageError, OSError) as exc:
+            # One unreadable partition must not stop the broker: it stays
+            # offline (open_log refuses it) and the others are served.
+            self._offline[key] = str(exc)
+            _log.error(
+                "partition {topic}-{partition} is offline: {reason}",
+                topic=key[0],
+                partition=key[1],
+                reason=str(exc),
+            )
+
+    def _choose_dir(self):
+        """Kafka's rule (LogManager.nextLogDirs): the dir with the fewest
+        partitions, the first listed on a tie."""
+        live = [d for d in self.data_dirs if d not in self._failed]
+        if not live:
+            raise KafkaStorageError("every log dir has failed")
+        counts = dict.fromkeys(live, 0)
+        for directory in self._dir_of.values():
+            if directory in counts:
+                counts[directory] += 1
+        return min(live, key=lambda d: counts[d])
+
+    def failed_dirs(self):
+        """``{log dir: reason}`` for the dirs that failed while serving."""
+        return dict(self._failed)
+
+    def probe_dirs(self):
+        """Check every live log dir is still the one opened and usable;
+        mark those that are not failed. Returns ``{dir: reason}`` of the
+        newly failed ones (the broker takes their partitions offline)."""
+        newly = {}
+        if len(self.data_dirs) == 1:
+            return newly  # the only dir: failing it would leave nothing to serve
+        for directory in self.data_dirs:
+            if directory in self._failed:
+                continue
             try:
-                self._logs[parsed] = SegmentPartitionLog(
-                    path,
-                    parsed[0],
-                    parsed[1],
-                    self.topic_defaults,
-                    self.reactor,
-                    self.fsync,
-                    recovery_point=recovery_points.get(parsed, 0),
-                    log_start_offset=start_offsets.get(parsed, 0),
-                    clean=clean,
-                    open_segments=self.open_segments,
-                )
-            except (KafkaStorageError, OSError) as exc:
-                # One unreadable partition must not stop the broker: it stays
-                # offline (open_log refuses it) and the others are served.
-                self._offline[parsed] = str(exc)
-                _log.error(
-                    "partition {topic}-{partition} is offline: {reason}",
-                    topic=parsed[0],
-                    partition=parsed[1],
-                    reason=str(exc),
-                )
+                st = os.stat(directory)
+                if (st.st_dev, st.st_ino) != self._dir_ids.get(directory):
+                    raise FileNotFoundError(f"{directory} was replaced or removed")
+                os.listdir(directory)
+            except OSError as exc:
+                newly[directory] = str(exc)
+                self.mark_dir_failed(directory, str(exc))
+        return newly
+
+    def mark_dir_failed(self, directory, reason):
+        """Take ``directory`` out of service: its logs are closed and stay
+        offline (open_log refuses them) until the broker restarts."""
+        if directory in self._failed:
+            return
+        self._failed[directory] = reason
+        for key in [k for k, d in self._dir_of.items() if d == directory]:
+            log = self._logs.pop(key, None)
+            self._offline[key] = f"log dir {directory} failed: {reason}"
+            if log is not None:
+                try:
+                    log.close()
+                except (OSError, KafkaStorageError):
+                    # The dir is gone: nothing left to flush into; let go
+                    # of the descriptors all the same.
+                    for segment in log.segments:
+                        segment.deleted = True  # close without writing indexes
+                        segment.close()
+                    log.closed = True
+
+    def dir_of(self, topic, partition):
+        """The log dir holding the partition, or None."""
+        return self._dir_of.get((topic, partition))
 
     def open_log(self, topic, partition, topic_config=None):
         config = topic_config or self.topic_defaults
@@ -185,8 +301,9 @@ class SegmentLogStorage:
             raise KafkaStorageError(f"{topic}-{partition} could not be opened: {reason}")
         log = self._logs.get((topic, partition))
         if log is None:
+            directory = self._choose_dir()
             log = SegmentPartitionLog(
-                self._path(log_dir_name(topic, partition)),
+                self._path(log_dir_name(topic, partition), directory),
                 topic,
                 partition,
                 config,
@@ -195,6 +312,7 @@ class SegmentLogStorage:
                 open_segments=self.open_segments,
             )
             self._logs[(topic, partition)] = log
+            self._dir_of[(topic, partition)] = directory
         else:
             log.config = config
         return log
@@ -206,10 +324,61 @@ class SegmentLogStorage:
         """``{(topic, partition): reason}`` for logs that could not be opened."""
         return dict(self._offline)
 
+    def move_log(self, topic, partition, destination):
+        """Move the partition's log into the log dir ``destination``
+        (storage.logdir_move) and return the log now serving it; the old
+        one is retired like a deleted log. KafkaStorageError if it cannot."""
+        key = (topic, partition)
+        log = self._logs.get(key)
+        if log is None:
+            raise KafkaStorageError(f"{topic}-{partition} is not an online log here")
+        source = self._dir_of[key]
+        if destination in self._failed:
+            raise KafkaStorageError(f"log dir {destination} has failed")
+        if source == destination:
+            return log
+        name = log_dir_name(topic, partition)
+        future_dir = future_name(name)
+        if future_dir is None:
+            raise KafkaStorageError(f"{name}: the future dir name would be too long to move it")
+        future = os.path.join(destination, future_dir)
+        try:
+            log.flush()
+            copy_log_dir(log.directory, future)
+        except OSError as exc:
+            raise KafkaStorageError(f"copying {name} to {destination} failed: {exc}") from exc
+        # The swap: the source stops being the copy before the future
+        # becomes it, so a crash leaves one complete copy (see the module).
+        suffix = f".{uuid.uuid4().hex}{DELETED_SUFFIX}"
+        retired = os.path.join(source, name[: 255 - len(suffix)] + suffix)
+        os.replace(log.directory, retired)
+        fsync_directory(source)
+        target = os.path.join(destination, name)
+        os.replace(future, target)
+        fsync_directory(destination)
+        moved = SegmentPartitionLog(
+            target,
+            topic,
+            partition,
+            log.config,
+            self.reactor,
+            self.fsync,
+            recovery_point=log.recovery_point,
+            log_start_offset=log.log_start_offset,
+            clean=True,
+            open_segments=self.open_segments,
+        )
+        self._logs[key] = moved
+        self._dir_of[key] = destination
+        self._retire(log, retired)
+        self.write_checkpoints()
+        return moved
+
     def delete_log(self, topic, partition):
         """Rename the partition directory to ``*.deleted`` and remove it after
         file.delete.delay.ms (at once without a reactor)."""
         self._offline.pop((topic, partition), None)
+        self._dir_of.pop((topic, partition), None)
         log = self._logs.pop((topic, partition), None)
         if log is None:
             return
@@ -219,13 +388,18 @@ class SegmentLogStorage:
         parent, name = os.path.split(log.directory)
         target = os.path.join(parent, name[: 255 - len(suffix)] + suffix)
         os.replace(log.directory, target)
+        self._retire(log, target)
+        self.write_checkpoints()
+
+    def _retire(self, log, target):
+        """Remove the renamed dir of a log no longer served after
+        file.delete.delay.ms (reads in flight may still use its files)."""
         delay_ms = log.config.file_delete_delay_ms
         if self.reactor is None or delay_ms <= 0:
             self._remove(log, target)
         else:
             call = self.reactor.callLater(delay_ms / 1000.0, self._remove, log, target)
             self._pending_deletes[target] = (log, call)
-        self.write_checkpoints()
 
     def _remove(self, log, path):
         self._pending_deletes.pop(path, None)
@@ -239,16 +413,25 @@ class SegmentLogStorage:
         return list(self._logs.values())
 
     def write_checkpoints(self):
-        """Write the recovery-point and log-start-offset checkpoints."""
-        logs = self._logs
-        write_checkpoint(
-            self._path(RECOVERY_POINT_CHECKPOINT),
-            {key: log.recovery_point for key, log in logs.items()},
-        )
-        write_checkpoint(
-            self._path(LOG_START_OFFSET_CHECKPOINT),
-            {key: log.log_start_offset for key, log in logs.items()},
-        )
+        """Write the recovery-point and log-start-offset checkpoints, one
+        pair per log dir naming the logs in it (as Kafka does)."""
+        for directory in self.data_dirs:
+            if directory in self._failed:
+                continue
+            logs = {k: log for k, log in self._logs.items() if self._dir_of.get(k) == directory}
+            try:
+                write_checkpoint(
+                    self._path(RECOVERY_POINT_CHECKPOINT, directory),
+                    {key: log.recovery_point for key, log in logs.items()},
+                )
+                write_checkpoint(
+                    self._path(LOG_START_OFFSET_CHECKPOINT, directory),
+                    {key: log.log_start_offset for key, log in logs.items()},
+                )
+            except OSError as exc:
+                if len(self.data_dirs) == 1:
+                    raise  # the only dir: nothing left to serve from
+                self.mark_dir_failed(directory, str(exc))
 
     def maybe_flush_all(self, now_ms):
         """Run each log's time-based flush (the broker's flush scheduler)."""
@@ -270,7 +453,10 @@ class SegmentLogStorage:
                 call.cancel()
             self._remove(log, path)
         self.write_checkpoints()
-        with open(self._path(CLEAN_SHUTDOWN_FILE), "wb") as handle:
-            os.fsync(handle.fileno())
-        fsync_directory(self.data_dir)
+        for directory in self.data_dirs:
+            if directory in self._failed:
+                continue  # no clean marker: the next start recovers what is left
+            with open(self._path(CLEAN_SHUTDOWN_FILE, directory), "wb") as handle:
+                os.fsync(handle.fileno())
+            fsync_directory(directory)
         self.closed = True

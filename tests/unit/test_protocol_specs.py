@@ -134,7 +134,7 @@ def test_no_advertised_version_is_flexible_except_known_ones():
         for v in range(lo, hi + 1)
         if APIS[key].is_flexible(v)
     }
-    operator = {(35, 2), (35, 3), (35, 4), (43, 2), (45, 0), (45, 1), (46, 0)}
+    operator = {(34, 2), (35, 2), (35, 3), (35, 4), (43, 2), (45, 0), (45, 1), (46, 0)}
     operator |= {(60, 0), (60, 1), (60, 2)}
     # Client quotas (v1) and InitProducerId v2-4, which kafka-python sends
     # once the quota APIs make it infer Kafka 2.6.

@@ -1,5 +1,6 @@
-"""Schemas for the cluster operator's APIs: DescribeLogDirs (35), ElectLeaders
-(43), AlterPartitionReassignments (45), ListPartitionReassignments (46).
+"""Schemas for the cluster operator's APIs: AlterReplicaLogDirs (34),
+DescribeLogDirs (35), ElectLeaders (43), AlterPartitionReassignments (45),
+ListPartitionReassignments (46).
 
 DescribeCluster (60) lives with Metadata in :mod:`.core`.
 """
@@ -43,6 +44,32 @@ DESCRIBE_LOG_DIRS = Api(
                 ),
                 F("total_bytes", "int64", "4+", default=-1),
                 F("usable_bytes", "int64", "4+", default=-1),
+            ],
+        ),
+    ],
+)
+
+ALTER_REPLICA_LOG_DIRS = Api(
+    34,
+    "AlterReplicaLogDirs",
+    "1-2",  # Kafka 4 dropped v0; kafka-python sends v1+
+    "2+",
+    request=[
+        F(
+            "dirs",
+            [
+                F("path", "string"),
+                F("topics", [F("name", "string"), F("partitions", "[]int32")]),
+            ],
+        ),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F(
+            "results",
+            [
+                F("topic_name", "string"),
+                F("partitions", [F("partition_index", "int32"), F("error_code", "int16")]),
             ],
         ),
     ],
@@ -164,6 +191,7 @@ LIST_PARTITION_REASSIGNMENTS = Api(
 )
 
 APIS = [
+    ALTER_REPLICA_LOG_DIRS,
     DESCRIBE_LOG_DIRS,
     ELECT_LEADERS,
     ALTER_PARTITION_REASSIGNMENTS,

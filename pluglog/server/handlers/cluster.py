@@ -16,14 +16,17 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from pluglog import protocol as codec
+from pluglog.broker.log_dirs import move_partition
 from pluglog.errors import (
     ELECTION_NOT_NEEDED,
     INVALID_REPLICA_ASSIGNMENT,
     INVALID_REPLICATION_FACTOR,
+    KAFKA_STORAGE_ERROR,
     NONE,
     NOT_CONTROLLER,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
+from pluglog.interfaces import ILogDirStorage
 from pluglog.security.acls import CLUSTER, CLUSTER_NAME
 from pluglog.server.authorization import authorized_operations
 from pluglog.server.handlers.common import error_code
@@ -136,8 +139,9 @@ def _disk_space(path):
 
 
 def handle_describe_log_dirs(ctx, request):
-    """One log dir, the data dir, with the size of every partition this
-    broker hosts (or of the requested ones it hosts)."""
+    """Every log dir (``log.dirs``) with the size of each partition it holds
+    of those this broker hosts (or of the requested ones); a failed dir
+    answers KAFKA_STORAGE_ERROR and no partitions, as Kafka's does."""
     broker = ctx.broker
     wanted = request["topics"]
     if wanted is None:
@@ -149,11 +153,17 @@ def handle_describe_log_dirs(ctx, request):
             for p in t["partitions"]
             if (t["topic"], p) in broker.partitions
         ]
-    topics = {}
+    storage = broker.storage
+    if ILogDirStorage.providedBy(storage):
+        dirs, failed, dir_of = list(storage.data_dirs), storage.failed_dirs(), storage.dir_of
+    else:  # one dir (a storage plugin without log dirs)
+        dirs, failed, dir_of = list(broker.config.data_dirs[:1]), {}, None
+    by_dir = {directory: {} for directory in dirs}
     for key in keys:
         part = broker.partitions[key]
+        directory = (dir_of(*key) if dir_of else None) or dirs[0]
         leo = part.log.log_end_offset
-        topics.setdefault(key[0], []).append(
+        by_dir.setdefault(directory, {}).setdefault(key[0], []).append(
             {
                 "partition_index": key[1],
                 "partition_size": part.log.size_bytes,
@@ -162,19 +172,38 @@ def handle_describe_log_dirs(ctx, request):
                 "is_future_key": False,
             }
         )
-    total, usable = _disk_space(broker.config.data_dir)
-    return {
-        "throttle_time_ms": 0,
-        "error_code": NONE,
-        "results": [
+    results = []
+    for directory, topics in by_dir.items():
+        if directory in failed:
+            results.append({"error_code": KAFKA_STORAGE_ERROR, "log_dir": directory, "topics": []})
+            continue
+        total, usable = _disk_space(directory)
+        results.append(
             {
                 "error_code": NONE,
-                "log_dir": os.path.abspath(broker.config.data_dir),
+                "log_dir": os.path.abspath(directory),
                 "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
                 "total_bytes": total,
                 "usable_bytes": usable,
             }
-        ],
+        )
+    return {"throttle_time_ms": 0, "error_code": NONE, "results": results}
+
+
+def handle_alter_replica_log_dirs(ctx, request):
+    """Move partitions of this broker between its log dirs (broker.log_dirs)."""
+    broker = ctx.broker
+    results = {}
+    for entry in request["dirs"]:
+        destination = os.path.abspath(entry["path"]) if entry["path"] else ""
+        for topic in entry["topics"]:
+            parts = results.setdefault(topic["name"], [])
+            for index in topic["partitions"]:
+                code = move_partition(broker, topic["name"], index, destination)
+                parts.append({"partition_index": index, "error_code": code})
+    return {
+        "throttle_time_ms": 0,
+        "results": [{"topic_name": name, "partitions": parts} for name, parts in results.items()],
     }
 
 
@@ -351,6 +380,7 @@ def handle_list_partition_reassignments(ctx, request):
 
 HANDLERS = {
     codec.DESCRIBE_CLUSTER: handle_describe_cluster,
+    codec.ALTER_REPLICA_LOG_DIRS: handle_alter_replica_log_dirs,
     codec.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
     codec.ELECT_LEADERS: handle_elect_leaders,
     codec.ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,

@@ -103,7 +103,7 @@ def broker_configs(broker):
         None,  # Kafka's default is the listeners value
     )
     out["log.dirs"] = (
-        config.data_dir,
+        ",".join(config.data_dirs),
         _source(config, "log.dirs"),
         _DEFAULTS.data_dir,
     )

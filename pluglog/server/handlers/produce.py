@@ -13,6 +13,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from pluglog import protocol as codec
+from pluglog.broker.log_dirs import write_failed
 from pluglog.errors import (
     FENCED_LEADER_EPOCH,
     INVALID_RECORD,
@@ -23,6 +24,7 @@ from pluglog.errors import (
     REQUEST_TIMED_OUT,
     UNSUPPORTED_VERSION,
     KafkaError,
+    KafkaStorageError,
 )
 from pluglog.server.handlers.common import NO_RESPONSE, CloseConnection, error_code
 from pluglog.server.handlers.leaders import current_leader, leader_endpoints
@@ -125,6 +127,11 @@ def handle_produce(ctx, request):
                 if version >= 10 and result["error_code"] in _MOVED:
                     result["current_leader"] = current_leader(broker, name, index)
                 results.append(result)
+                continue
+            except OSError as exc:
+                failed = True
+                write_failed(broker, name, index, exc)
+                results.append(error_result(index, KafkaStorageError(str(exc))))
                 continue
             # A stored append and a deduplicated retry (DuplicateAppend) answer alike.
             result = partition_result(

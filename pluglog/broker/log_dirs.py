@@ -1,0 +1,110 @@
+"""Failed log dirs (JBOD, ``log.dirs``): a dir that vanishes, stops being
+readable or fails a checkpoint write takes its partitions offline while the
+broker keeps serving those in the other dirs.
+
+Kafka's LogDirFailureChannel does the same on an I/O error: the dir's
+replicas answer KAFKA_STORAGE_ERROR and Metadata lists this broker among
+their offline replicas. Here the storage notices (``probe_dirs``, run by the
+flush scheduler every ``log.flush.scheduler.interval.ms``, and failed
+checkpoint writes); this module swaps each affected partition's log for an
+:class:`pluglog.storage.offline.OfflineLog`, which every handler already
+answers as KAFKA_STORAGE_ERROR. A failed dir stays failed until restart.
+"""
+
+from twisted.logger import Logger
+
+from pluglog.errors import (
+    KAFKA_STORAGE_ERROR,
+    LOG_DIR_NOT_FOUND,
+    NONE,
+    REPLICA_NOT_AVAILABLE,
+    KafkaStorageError,
+)
+from pluglog.interfaces import ILogDirStorage, ITieredLog
+from pluglog.replication.epochs import LeaderEpochCache
+from pluglog.storage.offline import OfflineLog
+
+log = Logger()
+
+
+def check_log_dirs(broker):
+    """Probe the storage's log dirs and take the partitions of any newly
+    failed one offline; returns the dirs taken offline now."""
+    storage = broker.storage
+    if not ILogDirStorage.providedBy(storage):
+        return []
+    storage.probe_dirs()
+    handled = broker.failed_log_dirs
+    taken = []
+    for directory, reason in storage.failed_dirs().items():
+        if directory in handled:
+            continue
+        handled.add(directory)
+        taken.append(directory)
+        _take_offline(broker, directory, reason)
+    return taken
+
+
+def _take_offline(broker, directory, reason):
+    keys = [key for key in broker.partitions if broker.storage.dir_of(*key) == directory]
+    for key in keys:
+        part = broker.partitions[key]
+        part.log = OfflineLog(key[0], key[1], f"log dir {directory} failed: {reason}")
+        part.log_offline = True
+        # Producers waiting on this partition's high watermark learn now.
+        part.fail_waits(KAFKA_STORAGE_ERROR)
+    log.error(
+        "log dir {dir} failed ({reason}): {count} partition(s) offline, "
+        "the other log dirs are still served",
+        dir=directory,
+        reason=reason,
+        count=len(keys),
+    )
+
+
+def write_failed(broker, topic, index, exc):
+    """An append to ``topic-index`` raised an I/O error: with several log
+    dirs, its dir fails (Kafka's rule) and its partitions go offline."""
+    storage = broker.storage
+    directory = None
+    if ILogDirStorage.providedBy(storage) and len(storage.data_dirs) > 1:
+        directory = storage.dir_of(topic, index)
+    if directory is not None:
+        storage.mark_dir_failed(directory, f"write to {topic}-{index} failed: {exc}")
+        check_log_dirs(broker)
+    else:
+        log.error("write to {topic}-{index} failed: {exc}", topic=topic, index=index, exc=exc)
+
+
+def move_partition(broker, topic, index, destination):
+    """AlterReplicaLogDirs for one partition: an error code (NONE when moved
+    or already there). The Partition is switched to the moved log at once."""
+    part = broker.partitions.get((topic, index))
+    if part is None:
+        return REPLICA_NOT_AVAILABLE
+    storage = broker.storage
+    if not ILogDirStorage.providedBy(storage) or destination not in storage.data_dirs:
+        return LOG_DIR_NOT_FOUND
+    if part.log_offline:
+        return KAFKA_STORAGE_ERROR
+    try:
+        moved = storage.move_log(topic, index, destination)
+    except (KafkaStorageError, OSError) as exc:
+        log.error(
+            "moving {topic}-{index} to {dest} failed: {exc}",
+            topic=topic,
+            index=index,
+            dest=destination,
+            exc=exc,
+        )
+        return KAFKA_STORAGE_ERROR
+    if moved is not part.log:
+        if ITieredLog.providedBy(moved) and ITieredLog.providedBy(part.log):
+            # Offsets below the local log start are read from the remote tier.
+            moved.remote_tier = part.log.remote_tier
+        part.log = moved
+        part.epochs = LeaderEpochCache.for_log(moved)
+        log.info(
+            "moved {topic}-{index} to log dir {dest}", topic=topic, index=index, dest=destination
+        )
+    return NONE
