@@ -87,10 +87,14 @@ def split(cluster, ranges, read_committed):
     for r in ranges:
         tp = (r.topic, r.partition)
         boundary = min(r.end, local_start[tp])
+        covered = r.start
         for seg in segments.get(tp, []):
-            lo, hi = max(r.start, seg.base_offset), min(boundary, seg.next_offset)
+            # Segments of different leaders may overlap (KIP-405 allows it):
+            # each offset is read from the first segment that holds it.
+            lo, hi = max(covered, seg.base_offset), min(boundary, seg.next_offset)
             if lo < hi:
                 remote.append(RemotePartition(r.topic, r.partition, lo, hi, seg.to_json()))
+                covered = hi
         if r.end > local_start[tp]:
             local.append(OffsetRange(r.topic, r.partition, max(r.start, local_start[tp]), r.end))
     return remote, local
@@ -98,26 +102,24 @@ def split(cluster, ranges, read_committed):
 
 def read_segment(config, partition):
     """Yield Arrow batches of ``partition``'s offsets, decoded from the
-    segment's ``.log`` object (control batches skipped, as a consumer does)."""
-    from pluglog.protocol.records import iter_batches
+    segment's ``.log`` object by pluglog's consumer codec (batch headers in
+    Python, records in C; control batches skipped, CRCs checked)."""
+    from pluglog.client.fetcher import records_from
+    from pluglog.serializers import BytesSerializer
     from pluglog.storage.remote.metadata import RemoteSegment
 
     segment = RemoteSegment.from_json(partition.segment)
     data = storage(config).fetch(segment, "log", 0, None)
-    start, end = partition.start, partition.end
+    raw = BytesSerializer()
+    records, _ = records_from(
+        partition.topic, partition.partition, data, partition.start, raw, raw
+    )
+    end = partition.end
     rows = executor.Columns()
-    for batch in iter_batches(data, verify_crc=False):
-        if batch.is_control or batch.last_offset < start:
-            continue
-        if batch.base_offset >= end:
+    for r in records:
+        if r.offset >= end:
             break
-        append_time = batch.timestamp_type == 1
-        for record in batch.records:
-            if start <= record.offset < end:
-                stamp = batch.max_timestamp if append_time else record.timestamp
-                rows.add(
-                    record.key, record.value, record.offset, stamp, append_time, record.headers
-                )
+        rows.add(r.key, r.value, r.offset, r.timestamp, r.timestamp_type == 1, r.headers)
         if len(rows) >= executor.ROWS_PER_BATCH:
             yield rows.batch(partition.topic, partition.partition)
             rows = executor.Columns()
