@@ -22,10 +22,14 @@ segments' aborted-transaction entries are in the metadata, but filtering
 them is not implemented yet.
 """
 
+import logging
+
 from pyspark.sql.datasource import InputPartition
 
 from pluglog_spark import executor
 from pluglog_spark.options import OptionError
+
+log = logging.getLogger("pluglog_spark")
 
 
 def storage(config):
@@ -65,7 +69,20 @@ def remote_segments(cluster, tps):
     return {tp: found[tp].in_state(COPY_SEGMENT_FINISHED) if tp in found else [] for tp in tps}
 
 
-def split(cluster, ranges, read_committed):
+def _gap(r, start, end, fail_on_data_loss):
+    """Offsets below the local start that no finished remote segment holds:
+    remote retention or DeleteRecords removed them after the plan's
+    data-loss check."""
+    message = (
+        f"pluglog: {r.topic}-{r.partition}: offsets [{start}, {end}) are in no remote "
+        "segment any more (remote retention or DeleteRecords removed them)"
+    )
+    if fail_on_data_loss:
+        raise executor.DataLossError(message + "; set failOnDataLoss=false to skip them")
+    log.warning("%s; skipping them (failOnDataLoss=false)", message)
+
+
+def split(cluster, ranges, read_committed, fail_on_data_loss=True):
     """Cut each ``OffsetRange`` below its partition's local start into
     per-segment :class:`RemotePartition` splits: ``(remote, local ranges)``."""
     from pluglog_spark.offsets import OffsetRange
@@ -89,12 +106,16 @@ def split(cluster, ranges, read_committed):
         boundary = min(r.end, local_start[tp])
         covered = r.start
         for seg in segments.get(tp, []):
+            if covered < min(seg.base_offset, boundary):
+                _gap(r, covered, min(seg.base_offset, boundary), fail_on_data_loss)
             # Segments of different leaders may overlap (KIP-405 allows it):
             # each offset is read from the first segment that holds it.
             lo, hi = max(covered, seg.base_offset), min(boundary, seg.next_offset)
             if lo < hi:
                 remote.append(RemotePartition(r.topic, r.partition, lo, hi, seg.to_json()))
                 covered = hi
+        if covered < boundary:
+            _gap(r, covered, boundary, fail_on_data_loss)
         if r.end > local_start[tp]:
             local.append(OffsetRange(r.topic, r.partition, max(r.start, local_start[tp]), r.end))
     return remote, local

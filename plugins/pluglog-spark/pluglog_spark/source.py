@@ -140,7 +140,9 @@ class _Planner:
         direct = []
         if self.opts.remote is not None:
             read_committed = self.opts.isolation_level == "read_committed"
-            direct, ranges = remote.split(self.cluster, ranges, read_committed)
+            direct, ranges = remote.split(
+                self.cluster, ranges, read_committed, self.opts.fail_on_data_loss
+            )
         split = offsets.split_ranges(ranges, self.opts.min_partitions)
         return direct + [RangePartition(*r) for r in split]
 

@@ -18,6 +18,7 @@ from pluglog.config import BrokerConfig
 from pluglog.errors import ConfigError
 from pluglog.interfaces import ISink
 from pluglog.plugins import make_plugin_manager
+from pluglog.protocol.records import Record
 from pluglog.registry import Registry
 
 BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
@@ -288,3 +289,45 @@ def test_remote_segment_split_decodes_only_its_range(tmp_path):
     assert rows[1]["headers"] is None
     assert rows[-1]["key"] is None and rows[-1]["value"] == b"v16"
     assert {r["topic"] for r in rows} == {"t"} and {r["timestampType"] for r in rows} == {0}
+
+
+class _MetadataCluster:
+    """The two ClusterView calls the planner's remote split makes, answered
+    from fixed ``__remote_log_metadata`` records (a driver-side stub: the
+    end-to-end read is tests/test_spark_remote.py, on a real broker)."""
+
+    def __init__(self, segments, local_start):
+        self.records = [Record(s.key_bytes(), s.to_json()) for s in segments]
+        self.local_start = local_start
+
+    def earliest_local(self, tps):
+        return dict.fromkeys(tps, self.local_start)
+
+    def partitions(self, topics):
+        return {topics[0]: [0]}
+
+    def read_partition(self, topic, partition):
+        return self.records
+
+
+def test_remote_split_reads_each_offset_once_and_reports_gaps():
+    from pluglog_spark import executor, remote
+    from pluglog_spark.offsets import OffsetRange
+
+    from pluglog.storage.remote.metadata import COPY_SEGMENT_FINISHED, RemoteSegment
+
+    def seg(base, end, state=COPY_SEGMENT_FINISHED):
+        return RemoteSegment.new("t", 0, base, end, 0, 1, [(0, base)]).with_state(state, 0, 0)
+
+    segments = [seg(0, 99), seg(50, 149), seg(150, 199, "COPY_SEGMENT_STARTED"), seg(200, 299)]
+    cluster = _MetadataCluster(segments, 300)
+    ranges = [OffsetRange("t", 0, 0, 350)]
+    splits, local = remote.split(cluster, ranges, False, fail_on_data_loss=False)
+    assert [(s.start, s.end) for s in splits] == [(0, 100), (100, 150), (200, 300)]
+    assert [(r.start, r.end) for r in local] == [(300, 350)]
+    with pytest.raises(executor.DataLossError, match=r"offsets \[150, 200\)"):
+        remote.split(cluster, ranges, False)
+    with pytest.raises(OptionError, match="read_uncommitted only"):
+        remote.split(cluster, ranges, True)
+    # Nothing below the local start: no metadata read, ranges unchanged.
+    assert remote.split(_MetadataCluster([], 0), ranges, True) == ([], ranges)
