@@ -192,7 +192,7 @@ class MetadataStore:
         @defer.inlineCallbacks
         def run():
             for chunk in OffsetStore.read_chunks(part):
-                _apply(found, chunk)
+                apply_records(found, chunk)
                 # One chunk per reactor turn: other requests keep flowing.
                 yield task.deferLater(self.broker.reactor, 0, lambda: None)
             return found
@@ -248,13 +248,15 @@ class MetadataStore:
                 offset = batch.base_offset + batch.last_offset_delta + 1
                 if not batch.is_control:
                     chunk.extend(batch.records)
-            _apply(found, chunk)
+            apply_records(found, chunk)
             if offset >= answer["high_watermark"] or not chunk and not data:
                 return found
 
 
-def _apply(found, records):
-    """Fold ``__remote_log_metadata`` records into ``found``."""
+def apply_records(found, records):
+    """Fold ``__remote_log_metadata`` records (anything with ``key`` and
+    ``value``) into ``found``: ``{(topic, partition): PartitionMetadata}``.
+    Also the decoder of pluglog-spark's direct remote reads."""
     for record in records:
         key = parse_key(record.key)
         tp = (key[1], key[2])

@@ -20,7 +20,9 @@ from pluglog.client.blocking import FETCH_VERSION, BlockingClient, fetch_body
 from pluglog.protocol.records import iter_batches
 from pluglog_spark.options import EARLIEST, LATEST
 
+OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
+EARLIEST_LOCAL = -4  # ListOffsets v8 (KIP-405)
 # Leadership moved or is moving: refresh metadata and ask the new leader.
 RETRIABLE = {5, 6, 74, 75}  # LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, *_LEADER_EPOCH
 RETRIES = 6
@@ -141,7 +143,7 @@ class ClusterView:
             found = self.partitions(list(opts.subscribe))
         return sorted((t, p) for t, ps in found.items() for p in ps)
 
-    def list_offsets(self, timestamps):
+    def list_offsets(self, timestamps, version=5):
         """``{(topic, partition): ts}`` -> ``{(topic, partition): offset}``.
 
         ``ts`` is -2 (earliest), -1 (latest: the high watermark, or the LSO
@@ -162,7 +164,7 @@ class ClusterView:
                 by_leader.setdefault(self._leaders_of.get(tp), {})[tp] = ts
             retry = {}
             for node, group in by_leader.items():
-                for tp, (code, offset) in self._list_offsets_at(node, group).items():
+                for tp, (code, offset) in self._list_offsets_at(node, group, version).items():
                     if code in RETRIABLE:
                         retry[tp] = group[tp]
                     elif code:
@@ -178,7 +180,7 @@ class ClusterView:
                 out[tp] = self._first_at_or_after(tp, out[tp], ts)
         return out
 
-    def _list_offsets_at(self, node, timestamps):
+    def _list_offsets_at(self, node, timestamps, version=5):
         by_topic = {}
         for (topic, partition), ts in timestamps.items():
             by_topic.setdefault(topic, []).append({"partition_index": partition, "timestamp": ts})
@@ -187,7 +189,7 @@ class ClusterView:
             "isolation_level": self.isolation_level,
             "topics": [{"name": t, "partitions": ps} for t, ps in sorted(by_topic.items())],
         }
-        resp = self._request(codec.LIST_OFFSETS, 5, body, node)
+        resp = self._request(codec.LIST_OFFSETS, version, body, node)
         return {
             (topic["name"], entry["partition_index"]): (entry["error_code"], entry["offset"])
             for topic in resp["topics"]
@@ -212,6 +214,37 @@ class ClusterView:
                 if record.offset >= offset and record.timestamp >= ts:
                     return record.offset
         return offset
+
+    def earliest_local(self, tps):
+        """The local log start of each partition (ListOffsets v8,
+        EARLIEST_LOCAL): offsets below it live in the remote tier only."""
+        return self.list_offsets(dict.fromkeys(tps, EARLIEST_LOCAL), version=8)
+
+    def read_partition(self, topic, partition):
+        """Every record of ``topic``-``partition`` below its high watermark
+        (a small internal topic such as ``__remote_log_metadata``)."""
+        tp = (topic, partition)
+        self._metadata([topic])
+        offset, records = 0, []
+        while True:
+            body = fetch_body(
+                topic, {partition: offset}, max_bytes=8_388_608, partition_max_bytes=8_388_608
+            )
+            resp = self._request(codec.FETCH, FETCH_VERSION, body, self._leaders_of.get(tp))
+            answer = resp["responses"][0]["partitions"][0]
+            if answer["error_code"] == OFFSET_OUT_OF_RANGE and offset < answer["log_start_offset"]:
+                offset = answer["log_start_offset"]
+                continue
+            if answer["error_code"]:
+                raise ControlError(f"fetch of {topic}-{partition}: error {answer['error_code']}")
+            data = answer["records"] or b""
+            before = offset
+            for batch in iter_batches(data):
+                offset = batch.base_offset + batch.last_offset_delta + 1
+                if not batch.is_control:
+                    records.extend(batch.records)
+            if offset >= answer["high_watermark"] or offset == before:
+                return records
 
     def earliest(self, tps):
         return self.list_offsets(dict.fromkeys(tps, EARLIEST))

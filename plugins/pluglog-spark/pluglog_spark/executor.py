@@ -74,45 +74,72 @@ def consumer_config(bootstrap, extra):
     return config
 
 
+class Columns:
+    """Rows being gathered into one Arrow batch of :data:`ARROW_SCHEMA`."""
+
+    __slots__ = ("keys", "values", "offsets", "micros", "kinds", "headers")
+
+    def __init__(self):
+        self.keys, self.values, self.offsets = [], [], []
+        self.micros, self.kinds, self.headers = [], [], []
+
+    def __len__(self):
+        return len(self.offsets)
+
+    def add(self, key, value, offset, timestamp_ms, log_append_time, headers):
+        self.keys.append(key)
+        self.values.append(value)
+        self.offsets.append(offset)
+        self.micros.append(timestamp_ms * 1000 if timestamp_ms >= 0 else None)
+        # Spark's timestampType column: 0 CreateTime, 1 LogAppendTime.
+        self.kinds.append(1 if log_append_time else 0)
+        # A record without headers has a null column, as librdkafka reports it.
+        self.headers.append(list(headers) if headers else None)
+
+    def batch(self, topic, partition):
+        n = len(self)
+        list_offsets, hkeys, hvalues, valid = [0], [], [], []
+        for hs in self.headers:
+            if hs:
+                for k, v in hs:
+                    hkeys.append(k)
+                    hvalues.append(v)
+            valid.append(hs is not None)
+            list_offsets.append(len(hkeys))
+        header_array = pa.ListArray.from_arrays(
+            pa.array(list_offsets, pa.int32()),
+            pa.StructArray.from_arrays(
+                [pa.array(hkeys, pa.string()), pa.array(hvalues, pa.binary())],
+                fields=list(_HEADER),
+            ),
+            type=ARROW_SCHEMA.field("headers").type,
+            mask=pa.array([not v for v in valid], pa.bool_()),
+        )
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(self.keys, pa.binary()),
+                pa.array(self.values, pa.binary()),
+                pa.array([topic] * n, pa.string()) if n else pa.array([], pa.string()),
+                pa.array([partition] * n, pa.int32()),
+                pa.array(self.offsets, pa.int64()),
+                pa.array(self.micros, ARROW_SCHEMA.field("timestamp").type),
+                pa.array(self.kinds, pa.int32()),
+                header_array,
+            ],
+            schema=ARROW_SCHEMA,
+        )
+
+
 def _to_batch(topic, partition, msgs):
-    keys = [m.key() for m in msgs]
-    values = [m.value() for m in msgs]
-    offsets = [m.offset() for m in msgs]
-    stamps = [m.timestamp() for m in msgs]
-    headers = [m.headers() for m in msgs]
-    n = len(msgs)
-    # librdkafka: 1 = CreateTime, 2 = LogAppendTime; Spark's column: 0 and 1.
-    kinds = [1 if kind == 2 else 0 for kind, _ in stamps]
-    micros = [ts * 1000 if ts >= 0 else None for _, ts in stamps]
-    list_offsets, hkeys, hvalues, valid = [0], [], [], []
-    for hs in headers:
-        if hs:
-            for k, v in hs:
-                hkeys.append(k)
-                hvalues.append(v)
-        valid.append(hs is not None)
-        list_offsets.append(len(hkeys))
-    header_array = pa.ListArray.from_arrays(
-        pa.array(list_offsets, pa.int32()),
-        pa.StructArray.from_arrays(
-            [pa.array(hkeys, pa.string()), pa.array(hvalues, pa.binary())], fields=list(_HEADER)
-        ),
-        type=ARROW_SCHEMA.field("headers").type,
-        mask=pa.array([not v for v in valid], pa.bool_()),
-    )
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array([topic] * n, pa.string()) if n else pa.array([], pa.string()),
-            pa.array([partition] * n, pa.int32()),
-            pa.array(offsets, pa.int64()),
-            pa.array(micros, ARROW_SCHEMA.field("timestamp").type),
-            pa.array(kinds, pa.int32()),
-            header_array,
-        ],
-        schema=ARROW_SCHEMA,
-    )
+    rows = Columns()
+    for m in msgs:
+        # librdkafka: 1 = CreateTime, 2 = LogAppendTime.
+        kind, ts = m.timestamp()
+        hs = m.headers()
+        rows.add(m.key(), m.value(), m.offset(), ts, kind == 2, hs)
+        if hs is not None and not hs:
+            rows.headers[-1] = []  # librdkafka's empty list stays empty, not null
+    return rows.batch(topic, partition)
 
 
 def read_range(

@@ -117,6 +117,8 @@ class SourceOptions:
     value_format: str = "binary"
     schema_registry_url: str | None = None
     value_subject: str | None = None
+    #: The remote tier to read directly (pluglog_spark.remote), or None.
+    remote: dict | None = None
 
     @classmethod
     def parse(cls, options, streaming):
@@ -193,8 +195,39 @@ class SourceOptions:
             poll_timeout_ms=_int(opts, "kafkaconsumer.polltimeoutms", minimum=1) or 120000,
             isolation_level=isolation_of(opts),
             kafka=kafka_config(opts),
+            remote=remote_options(opts),
             **value_format_options(opts, subscribe),
         )
+
+
+#: The source options (lower-cased) that name the remote tier (pluglog_spark.remote).
+REMOTE_PREFIX = "rsm.config."
+REMOTE_KEYS = {
+    "rsm.config.s3.bucket": "bucket",
+    "rsm.config.s3.endpoint.url": "endpoint_url",
+    "rsm.config.s3.region": "region",
+    "rsm.config.s3.prefix": "prefix",
+    "rsm.config.filesystem.root": "root",
+}
+
+
+def remote_options(opts):
+    """``{provider argument: value}`` from the lower-cased source options, or
+    None when no remote tier is named (then everything goes through the broker)."""
+    unknown = sorted(k for k in opts if k.startswith(REMOTE_PREFIX) and k not in REMOTE_KEYS)
+    if unknown:
+        raise OptionError(
+            f"option {unknown[0]}: unknown (known: {', '.join(sorted(REMOTE_KEYS))})"
+        )
+    found = {REMOTE_KEYS[k]: opts[k] for k in REMOTE_KEYS if k in opts}
+    if not found:
+        return None
+    if bool(found.get("bucket")) == bool(found.get("root")):
+        raise OptionError(
+            "direct remote reads need exactly one of rsm.config.s3.bucket and "
+            "rsm.config.filesystem.root"
+        )
+    return found
 
 
 def isolation_of(opts):

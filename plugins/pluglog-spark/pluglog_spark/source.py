@@ -25,7 +25,7 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 
-from pluglog_spark import executor, offsets
+from pluglog_spark import executor, offsets, remote
 from pluglog_spark.control import ClusterView
 from pluglog_spark.options import (
     EARLIEST,
@@ -137,12 +137,32 @@ class _Planner:
                 log.warning("%s Skipping them (failOnDataLoss=false).", message)
                 s = low
             ranges.append(offsets.OffsetRange(tp[0], tp[1], s, e))
+        direct = []
+        if self.opts.remote is not None:
+            read_committed = self.opts.isolation_level == "read_committed"
+            direct, ranges = remote.split(
+                self.cluster, ranges, read_committed, self.opts.fail_on_data_loss
+            )
         split = offsets.split_ranges(ranges, self.opts.min_partitions)
-        return [RangePartition(*r) for r in split]
+        return direct + [RangePartition(*r) for r in split]
 
     def read(self, partition):
         opts = self.opts
-        batches = executor.read_range(
+        if isinstance(partition, remote.RemotePartition):
+            batches = remote.read_segment(opts.remote, partition)
+        else:
+            batches = self._read_broker(partition)
+        if self.avro is None:
+            yield from batches
+        else:
+            from pluglog_spark.avro import decode_batch
+
+            for batch in batches:
+                yield decode_batch(batch, self.avro)
+
+    def _read_broker(self, partition):
+        opts = self.opts
+        return executor.read_range(
             opts.bootstrap,
             {**opts.kafka, "isolation.level": opts.isolation_level},
             partition.topic,
@@ -152,13 +172,6 @@ class _Planner:
             opts.fail_on_data_loss,
             opts.poll_timeout_ms,
         )
-        if self.avro is None:
-            yield from batches
-        else:
-            from pluglog_spark.avro import decode_batch
-
-            for batch in batches:
-                yield decode_batch(batch, self.avro)
 
 
 class PluglogBatchReader(_Planner, DataSourceReader):

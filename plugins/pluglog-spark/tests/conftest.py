@@ -26,6 +26,13 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 
 from tests.broker_process import BrokerProcess  # noqa: E402
+from tests.moto_s3 import DUMMY_CREDENTIALS  # noqa: E402
+
+# Spark's Python workers inherit the JVM's environment, fixed when the
+# session starts: test_spark_remote's executors read moto's S3 with boto3's
+# usual credential sources, so the dummies must be in place before that.
+for _key, _value in DUMMY_CREDENTIALS.items():
+    os.environ.setdefault(_key, _value)
 
 
 @pytest.fixture(scope="session")

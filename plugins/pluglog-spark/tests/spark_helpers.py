@@ -9,9 +9,10 @@ from pluglog.client.blocking import BlockingClient
 BASE_TS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 
-def create_topic(bootstrap, topic, partitions):
+def create_topic(bootstrap, topic, partitions, config=None):
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30)
+    new = NewTopic(topic, partitions, 1, config=dict(config or {}))
+    futures = admin.create_topics([new], operation_timeout=30)
     futures[topic].result(30)
 
 
@@ -31,7 +32,7 @@ def make_records(count, start=0):
     return out
 
 
-def produce(bootstrap, topic, records, partitions):
+def produce(bootstrap, topic, records, partitions, config=None):
     """Send ``records`` round-robin over ``partitions``; return the expected rows
     ``(partition, offset, key, value, headers, timestamp)`` given ``next_offsets``."""
     producer = confluent_kafka.Producer(
@@ -40,6 +41,7 @@ def produce(bootstrap, topic, records, partitions):
             "linger.ms": 10,
             "enable.idempotence": True,
             "queue.buffering.max.messages": 1000000,
+            **(config or {}),
         }
     )
     failures = []

@@ -18,6 +18,7 @@ from pluglog.config import BrokerConfig
 from pluglog.errors import ConfigError
 from pluglog.interfaces import ISink
 from pluglog.plugins import make_plugin_manager
+from pluglog.protocol.records import Record
 from pluglog.registry import Registry
 
 BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
@@ -227,3 +228,106 @@ def test_supervisor_restarts_with_backoff_and_stops_cleanly():
     assert stopped.called and len(clock.spawned) == 6
     clock.advance(100)
     assert len(clock.spawned) == 6  # no restart once stopped
+
+
+def test_remote_tier_options_use_the_brokers_key_names():
+    opts = SourceOptions.parse(
+        {
+            **BOOT,
+            "subscribe": "a",
+            "rsm.config.s3.bucket": "tier",
+            "rsm.config.s3.endpoint.url": "http://s3:9000",
+            "rsm.config.s3.prefix": "c/",
+        },
+        streaming=False,
+    )
+    assert opts.remote == {"bucket": "tier", "endpoint_url": "http://s3:9000", "prefix": "c/"}
+    assert SourceOptions.parse({**BOOT, "subscribe": "a"}, False).remote is None
+    with pytest.raises(OptionError, match="rsm.config.s3.bucket and rsm.config.filesystem.root"):
+        SourceOptions.parse(
+            {
+                **BOOT,
+                "subscribe": "a",
+                "rsm.config.s3.bucket": "b",
+                "rsm.config.filesystem.root": "/x",
+            },
+            False,
+        )
+    with pytest.raises(OptionError, match="rsm.config.s3.secret: unknown"):
+        SourceOptions.parse({**BOOT, "subscribe": "a", "rsm.config.s3.secret": "x"}, False)
+
+
+def test_remote_segment_split_decodes_only_its_range(tmp_path):
+    """An executor's remote split: the segment object under the filesystem
+    provider's root, decoded with pluglog's codec; offsets outside the split
+    and control batches are left out."""
+    from pluglog_spark.remote import RemotePartition, read_segment
+
+    from pluglog.protocol.records import Record, build_batch
+    from pluglog.storage.remote.metadata import RemoteSegment
+
+    data = build_batch(
+        [
+            Record(b"k%d" % i, b"v%d" % i, [("h", b"%d" % i)] if i % 2 else (), 1000 + i)
+            for i in range(5)
+        ],
+        base_offset=10,
+        base_timestamp=1000,
+    )
+    data += build_batch(
+        [Record(b"\x00\x00\x00\x00", b"marker", (), 2000)], base_offset=15, is_control=True
+    )
+    data += build_batch([Record(None, b"v16", (), 3000)], base_offset=16, base_timestamp=3000)
+    segment = RemoteSegment.new("t", 0, 10, 16, 3000, len(data), [(0, 10)])
+    path = tmp_path / segment.object_key("log")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data)
+    split = RemotePartition("t", 0, 11, 17, segment.to_json())
+    rows = [r for batch in read_segment({"root": str(tmp_path)}, split) for r in batch.to_pylist()]
+    assert [r["offset"] for r in rows] == [11, 12, 13, 14, 16]
+    assert rows[0]["key"] == b"k1" and rows[0]["headers"] == [{"key": "h", "value": b"1"}]
+    assert rows[1]["headers"] is None
+    assert rows[-1]["key"] is None and rows[-1]["value"] == b"v16"
+    assert {r["topic"] for r in rows} == {"t"} and {r["timestampType"] for r in rows} == {0}
+
+
+class _MetadataCluster:
+    """The two ClusterView calls the planner's remote split makes, answered
+    from fixed ``__remote_log_metadata`` records (a driver-side stub: the
+    end-to-end read is tests/test_spark_remote.py, on a real broker)."""
+
+    def __init__(self, segments, local_start):
+        self.records = [Record(s.key_bytes(), s.to_json()) for s in segments]
+        self.local_start = local_start
+
+    def earliest_local(self, tps):
+        return dict.fromkeys(tps, self.local_start)
+
+    def partitions(self, topics):
+        return {topics[0]: [0]}
+
+    def read_partition(self, topic, partition):
+        return self.records
+
+
+def test_remote_split_reads_each_offset_once_and_reports_gaps():
+    from pluglog_spark import executor, remote
+    from pluglog_spark.offsets import OffsetRange
+
+    from pluglog.storage.remote.metadata import COPY_SEGMENT_FINISHED, RemoteSegment
+
+    def seg(base, end, state=COPY_SEGMENT_FINISHED):
+        return RemoteSegment.new("t", 0, base, end, 0, 1, [(0, base)]).with_state(state, 0, 0)
+
+    segments = [seg(0, 99), seg(50, 149), seg(150, 199, "COPY_SEGMENT_STARTED"), seg(200, 299)]
+    cluster = _MetadataCluster(segments, 300)
+    ranges = [OffsetRange("t", 0, 0, 350)]
+    splits, local = remote.split(cluster, ranges, False, fail_on_data_loss=False)
+    assert [(s.start, s.end) for s in splits] == [(0, 100), (100, 150), (200, 300)]
+    assert [(r.start, r.end) for r in local] == [(300, 350)]
+    with pytest.raises(executor.DataLossError, match=r"offsets \[150, 200\)"):
+        remote.split(cluster, ranges, False)
+    with pytest.raises(OptionError, match="read_uncommitted only"):
+        remote.split(cluster, ranges, True)
+    # Nothing below the local start: no metadata read, ranges unchanged.
+    assert remote.split(_MetadataCluster([], 0), ranges, True) == ([], ranges)
