@@ -264,7 +264,10 @@ class SegmentLogStorage:
                 st = os.stat(directory)
                 if (st.st_dev, st.st_ino) != self._dir_ids.get(directory):
                     raise FileNotFoundError(f"{directory} was replaced or removed")
-                os.listdir(directory)
+                # Readable? One directory read, not a listing of every
+                # partition dir on each probe.
+                with os.scandir(directory) as entries:
+                    next(entries, None)
             except OSError as exc:
                 newly[directory] = str(exc)
                 self.mark_dir_failed(directory, str(exc))
