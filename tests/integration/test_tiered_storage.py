@@ -83,6 +83,21 @@ def local_segments(broker, topic):
     return sorted(n for n in os.listdir(directory) if n.endswith(".log"))
 
 
+def settled_segments(broker, topic, quiet_s=1.0, timeout=60):
+    """The local segment files once uploads and local retention stop
+    changing them (five task intervals without a change)."""
+    last, since = local_segments(broker, topic), time.monotonic()
+    deadline = since + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = local_segments(broker, topic)
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return now
+    raise AssertionError(f"local segments of {topic} still changing after {timeout} s")
+
+
 def local_bytes(broker, topic):
     directory = os.path.join(broker.data_dir, f"{topic}-0")
     return sum(os.path.getsize(os.path.join(directory, n)) for n in local_segments(broker, topic))
@@ -248,7 +263,9 @@ def test_history_beyond_local_retention_is_read_from_offset_zero_by_every_client
         # ListOffsets v8 through kafka-python (flexible versions): earliest is
         # the remote start, earliest-local the local log's, and the newest
         # record's timestamp is found in the local tail.
-        first_local = int(local_segments(broker, topic)[0].split(".")[0])
+        # Uploads and local retention run on: ask once they have settled, so
+        # the local start cannot move between the look and the answers.
+        first_local = int(settled_segments(broker, topic)[0].split(".")[0])
         spec = kafka.protocol.consumer.offsets.OffsetSpec
         admin = kafka.KafkaAdminClient(bootstrap_servers=broker.bootstrap)
         tp = kafka.TopicPartition(topic, 0)
