@@ -1,6 +1,6 @@
-"""Where a broker's time goes: GC pauses and reactor-turn lengths, from inside the process.
+"""Where a broker's time goes: GC pauses, reactor turns and fsyncs, from inside the process.
 
-pluglog has no setting that reports either (its metrics count requests and
+pluglog has no setting that reports any of these (its metrics count requests and
 bytes; ``pluglog.service.tune_gc`` only sets the collector's threshold), so
 bench/ starts the broker through this module instead of plain twistd::
 
@@ -9,12 +9,13 @@ bench/ starts the broker through this module instead of plain twistd::
         from twisted.scripts.twistd import run; run()" -n pluglog ...
 
 ``install`` hooks ``gc.callbacks`` (the time from each collection's start to
-its stop, by generation) and wraps the epoll reactor's poller, so a reactor
+its stop, by generation), wraps the epoll reactor's poller, so a reactor
 turn is the time from one ``epoll_wait`` returning to the next one being
-called: the work the reactor does between two waits, during which no other
-request is read. SIGUSR2 writes what was seen since the last SIGUSR2 to the
-file (JSON) and starts over, so the bench brackets each load level with two
-signals. The hooks cost two clock reads per turn and per collection.
+called (the work the reactor does between two waits, during which no other
+request is read), and times ``os.fsync`` / ``os.fdatasync`` (what
+``--fsync always`` adds to a turn). SIGUSR2 writes what was seen since the
+last SIGUSR2 to the file (JSON) and starts over, so the bench brackets each
+load level with two signals. The hooks cost two clock reads per turn, collection and fsync.
 """
 
 import gc
@@ -33,6 +34,7 @@ class Probe:
     def reset(self):
         self.gc = {0: array("q"), 1: array("q"), 2: array("q")}
         self.turns = array("q")
+        self.syncs = array("q")
         self.collections = [g["collections"] for g in gc.get_stats()]
         self.since = time.monotonic()
         self._gc_start = 0
@@ -65,6 +67,20 @@ class Probe:
 
         return Poller()
 
+    # -- os.fsync / os.fdatasync ----------------------------------------------
+
+    def timed(self, function):
+        probe = self
+
+        def call(*args):
+            began = time.perf_counter_ns()
+            try:
+                return function(*args)
+            finally:
+                probe.syncs.append(time.perf_counter_ns() - began)
+
+        return call
+
     # -- SIGUSR2 ---------------------------------------------------------------
 
     def dump(self, _signum=None, _frame=None):
@@ -72,6 +88,7 @@ class Probe:
             "seconds": round(time.monotonic() - self.since, 3),
             "gc": {str(gen): summary(v) for gen, v in self.gc.items()},
             "turns": summary(self.turns),
+            "fsync": summary(self.syncs),
             # the interpreter's own count, a check on the callback's
             "collections": [
                 g["collections"] - c for g, c in zip(gc.get_stats(), self.collections)
@@ -116,6 +133,9 @@ def install(path):
     probe = Probe(path)
     reactor._poller = probe.wrap(reactor._poller)
     gc.callbacks.append(probe.on_gc)
+    # the storage layer calls them as os.fsync / os.fdatasync, looked up per call
+    os.fsync = probe.timed(os.fsync)
+    os.fdatasync = probe.timed(os.fdatasync)
     signal.signal(signal.SIGUSR2, probe.dump)
     return probe
 
