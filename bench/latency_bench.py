@@ -166,7 +166,7 @@ def level(server, python, topic, rate, seconds, args, probe_path):
     produce += ["--seconds", str(seconds), "--warmup", str(args.warmup)]
     produce += ["--window", str(args.window), "--linger-ms", str(args.linger_ms)]
     done = subprocess.run(
-        produce, capture_output=True, text=True, timeout=seconds + args.warmup + 120
+        produce, capture_output=True, text=True, timeout=seconds + args.warmup + 300
     )
     if done.returncode:
         consumer.kill()

@@ -96,8 +96,8 @@ class KafkaSide:
             producer.poll(seconds)
 
         def drain():
-            if producer.flush(30):
-                raise SystemExit("records still unacknowledged 30 s after the end")
+            if producer.flush(120):
+                raise SystemExit("records still unacknowledged 120 s after the end")
 
         return send, wait, drain
 
@@ -167,11 +167,11 @@ class RedisSide:
                 time.sleep(seconds)
 
         def drain():
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 120
             while outstanding and time.monotonic() < deadline:
                 wait(0.1)
             if outstanding:
-                raise SystemExit("XADDs still unanswered 30 s after the end")
+                raise SystemExit("XADDs still unanswered 120 s after the end")
 
         return send, wait, drain
 

@@ -153,13 +153,11 @@ def show(label, result):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="mode")
-    run = sub.add_parser("run", help="the benchmark (the default)")
-    for p in (parser, run):
-        p.add_argument("--n", type=int, default=1_000_000)
-        p.add_argument("--producers", type=int, default=50)
-        p.add_argument("--procs", type=int, default=5)
-        p.add_argument("--partitions", type=int, default=1)
-        p.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--n", type=int, default=1_000_000)
+    parser.add_argument("--producers", type=int, default=50)
+    parser.add_argument("--procs", type=int, default=5)
+    parser.add_argument("--partitions", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=3)
     w = sub.add_parser("worker", help="internal: one producer process")
     w.add_argument("--bootstrap", required=True)
     w.add_argument("--topic", required=True)
