@@ -1,7 +1,7 @@
 """Tail latency at 10 %, 50 % and 90 % of peak: pluglog (three set-ups) and Redis streams.
 
     python3 bench/latency_bench.py [--runs 3] [--seconds 20] [--loads 10,50,90]
-        [--systems pluglog,pluglog-fsync,pluglog-rf3,redis] [--probe]
+        [--systems pluglog,pluglog-fsync,pluglog-rf3,redis] [--probe] [--rates R,R]
 
 For each system, in each run, from the same client machine (this one) with
 the same client program (bench/latency_client.py, in the peers harness's
@@ -17,7 +17,10 @@ record in the consumer's hands), p50 / p99 / p99.9 / max in ms, how far the
 producer fell behind its schedule (``late p99``), and the broker's CPU per
 message (/proc utime+stime of every broker process, from the consumer's
 start to its end, over the records sent). The first ``--warmup`` seconds of
-each level are not counted. Runs alternate the order of the systems.
+each level are not counted. Runs alternate the order of the systems. The
+last lines compare the medians at 50 % with the issue's targets (pluglog's
+p99 at most Redis's, p99.9 under 10 ms). ``--rates 5000,20000`` paces every
+system at the same absolute rates instead, for a comparison at equal load.
 
 Systems:
 
@@ -204,7 +207,7 @@ def fmt(summary):
 
 
 HEADER = (
-    f"{'system':14} {'load':>5} {'target':>9} {'msgs/s':>9} {'ack ms p50/p99/p99.9/max':>25} "
+    f"{'system':14} {'load':>8} {'target':>9} {'msgs/s':>9} {'ack ms p50/p99/p99.9/max':>25} "
     f"{'e2e ms p50/p99/p99.9/max':>25} {'late p99':>8} {'broker':>9} {'client CPU':>10}"
 )
 
@@ -215,7 +218,7 @@ def line(system, load, row):
     client = prod["client_cpu_s"] + cons["client_cpu_s"]
     target = f"{prod['rate_target']:,.0f}" if prod["rate_target"] else "unpaced"
     text = (
-        f"{system:14} {load:>5} {target:>9} {prod['rate']:9,.0f} "
+        f"{system:14} {load:>8} {target:>9} {prod['rate']:9,.0f} "
         f"{fmt(prod['ack']):>25} {fmt(cons['e2e']):>25} {late:8.2f} "
         f"{row['broker_us']:6.2f} µs {client:8.1f} s"
     )
@@ -280,6 +283,9 @@ def main():
     parser.add_argument("--peak-seconds", type=float, default=10)
     parser.add_argument("--warmup", type=float, default=2)
     parser.add_argument("--loads", default="10,50,90", help="percentages of the peak")
+    parser.add_argument(
+        "--rates", help="msgs/s levels instead of --loads, the same for every system"
+    )
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--window", type=int, default=5000, help="max unanswered records")
     parser.add_argument("--linger-ms", type=float, default=0)
@@ -290,7 +296,10 @@ def main():
     for system in systems:
         if system not in SYSTEMS:
             parser.error(f"--systems: {system!r} is not one of {', '.join(SYSTEMS)}")
-    loads = [int(x) for x in args.loads.split(",")]
+    if args.rates:
+        levels = [(f"{int(r):,}/s", None, float(r)) for r in args.rates.split(",")]
+    else:
+        levels = [(f"{int(x)}%", int(x), None) for x in args.loads.split(",")]
     peers, venv = paper_bench.prepare(args.work)
     python = os.path.join(venv, "bin", "python")
     probe_path = None
@@ -314,26 +323,7 @@ def main():
                     work.mkdir()
                     server = start(system, work, peers, zk)
                     try:
-                        peak = level(
-                            server, python, f"peak{run}", 0, args.peak_seconds, args, probe_path
-                        )
-                        results.setdefault((system, "peak"), []).append(peak)
-                        print(line(system, "peak", peak), flush=True)
-                        for load in loads:
-                            rate = peak["prod"]["rate"] * load / 100
-                            row = level(
-                                server,
-                                python,
-                                f"l{load}r{run}",
-                                rate,
-                                args.seconds,
-                                args,
-                                probe_path,
-                            )
-                            results.setdefault((system, f"{load}%"), []).append(row)
-                            print(line(system, f"{load}%", row), flush=True)
-                            for text in probe_lines(row):
-                                print(text, flush=True)
+                        one_system(server, system, run, levels, python, args, probe_path, results)
                     finally:
                         server.stop()
         finally:
@@ -341,14 +331,51 @@ def main():
                 zk.stop()
     print(f"\nmedians of {args.runs} run(s), {args.seconds:g} s per level, 200 B records")
     print(HEADER)
+    medians = {}
     for system in systems:
-        for load in ["peak"] + [f"{x}%" for x in loads]:
-            print(line(system, load, median_row(results[(system, load)])))
+        for label in ["peak"] + [lv[0] for lv in levels]:
+            medians[(system, label)] = median_row(results[(system, label)])
+            print(line(system, label, medians[(system, label)]))
+    targets(medians, systems)
     out = os.path.join(args.work, f"latency-{time.strftime('%Y%m%dT%H%M%S')}.json")
     with open(out, "w") as handle:
         json.dump({f"{s} {lv}": rows for (s, lv), rows in results.items()}, handle)
     print(f"raw results: {out}")
     return 0
+
+
+def one_system(server, system, run, levels, python, args, probe_path, results):
+    """The peak, then each level, on one running ``server``."""
+    peak = level(server, python, f"peak{run}", 0, args.peak_seconds, args, probe_path)
+    results.setdefault((system, "peak"), []).append(peak)
+    print(line(system, "peak", peak), flush=True)
+    for number, (label, load, rate) in enumerate(levels):
+        if rate is None:
+            rate = peak["prod"]["rate"] * load / 100
+        row = level(server, python, f"l{number}r{run}", rate, args.seconds, args, probe_path)
+        results.setdefault((system, label), []).append(row)
+        print(line(system, label, row), flush=True)
+        for text in probe_lines(row):
+            print(text, flush=True)
+
+
+def targets(medians, systems):
+    """The issue's targets at 50 % load, where the run has the figures."""
+    pluglog, redis = medians.get(("pluglog", "50%")), medians.get(("redis", "50%"))
+    if pluglog is None:
+        return
+    for kind, side in (("ack", "prod"), ("e2e", "cons")):
+        ours = pluglog[side][kind]
+        if not ours:
+            continue
+        text = f"50 % load, {kind}: pluglog p99 {ours['p99']:.1f} ms"
+        if redis and redis[side][kind]:
+            theirs = redis[side][kind]["p99"]
+            verdict = "met" if ours["p99"] <= theirs else "missed"
+            text += f", Redis p99 {theirs:.1f} ms (target p99 <= Redis's: {verdict})"
+        verdict = "met" if ours["p999"] < 10 else "missed"
+        text += f"; p99.9 {ours['p999']:.1f} ms (target < 10 ms: {verdict})"
+        print(text)
 
 
 if __name__ == "__main__":
