@@ -38,8 +38,11 @@ Every producer uses acks=all (with one broker the same as acks=1) and
 ``--linger-ms`` 0 (librdkafka's default, 5 ms, would add up to 5 ms to
 every latency where Redis's client writes at once); the Kafka consumer sets
 ``fetch.queue.backoff.ms=1`` (bench/README.rst explains librdkafka's 1 s
-pause). On 2 cores the producer, the consumer and the broker share the
-machine; the ``client CPU`` column shows what the clients took.
+pause). With linger 0 and librdkafka's unbounded requests in flight a paced
+producer sends about one record per Produce request, which under
+``--fsync always`` means three fsyncs per record; ``--linger-ms 5`` measures
+the batched case. On 2 cores the producer, the consumer and the broker share
+the machine; the ``client CPU`` column shows what the clients took.
 
 ``--probe`` starts every pluglog broker through bench/broker_probe.py and
 prints, per level, its GC pauses by generation and its reactor-turn lengths
