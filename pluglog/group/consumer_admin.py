@@ -13,6 +13,9 @@ from pluglog.errors import GROUP_ID_NOT_FOUND, NONE, STALE_MEMBER_EPOCH, UNKNOWN
 from pluglog.group.consumer_model import CONSUMER
 from pluglog.group.consumer_records import group_tombstones, member_tombstones
 
+#: ConsumerGroupDescribe v1's MemberType (KIP-1099)
+CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1
+
 
 def is_consumer_group(group):
     return getattr(group, "kind", None) == CONSUMER
@@ -77,6 +80,7 @@ class ConsumerGroupAdmin:
                     "subscribed_topic_regex": m.subscribed_topic_regex,
                     "assignment": described_assignment(m.assigned),
                     "target_assignment": described_assignment(group.target.get(m.member_id, {})),
+                    "member_type": CLASSIC_MEMBER if m.uses_classic() else CONSUMER_MEMBER,
                 }
                 for m in group.members.values()
             ],

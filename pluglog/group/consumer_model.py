@@ -113,6 +113,10 @@ class ConsumerMember:
     def protocol_type(self):
         return CONSUMER
 
+    def uses_classic(self):
+        """True for a classic (JoinGroup) member of a consumer group (KIP-1099)."""
+        return False
+
     def metadata_fields(self):
         """What ``ConsumerGroupMemberMetadataValue`` stores (the subscription)."""
         return (
