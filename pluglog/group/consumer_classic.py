@@ -58,6 +58,7 @@ from pluglog.group.consumer_records import (
     current_records,
     group_records,
     member_records,
+    member_tombstones,
     target_records,
 )
 from pluglog.group.members import fire_once, join_result, sync_result
@@ -204,10 +205,22 @@ class ClassicMembersOperations:
         unknown = not member_id
         member_id = member_id or f"{instance_id or client_id}-{uuid.uuid4()}"
         member = group.members.get(member_id)
+        replaced = None
         if instance_id is not None:
             known = group.static_members.get(instance_id)
             if known is not None and known != member_id:
-                return defer.succeed(join_result(FENCED_INSTANCE_ID, member_id))
+                if not unknown:
+                    return defer.succeed(join_result(FENCED_INSTANCE_ID, member_id))
+                # A restarted static member takes over its instance's
+                # partitions and target, without a rebalance (Kafka's rule).
+                previous = group.members[known]
+                member = self._replace_static_member(
+                    group, previous, member_id, client_id, client_host
+                )[0]
+                member.classic = previous.classic or (session_ms, protocols)
+                replaced = previous.member_id
+            elif known is None and not unknown and member is None:
+                return defer.succeed(join_result(UNKNOWN_MEMBER_ID, member_id))
         elif require_known and unknown:
             return defer.succeed(join_result(MEMBER_ID_REQUIRED, member_id))
         if member is not None and not member.uses_classic():
@@ -216,7 +229,7 @@ class ClassicMembersOperations:
             subscription = decode_subscription(protocols[0][1])
         except Exception:
             return defer.succeed(join_result(INCONSISTENT_GROUP_PROTOCOL, member_id))
-        records = []
+        records = [] if replaced is None else member_tombstones(group.group_id, replaced)
         new = member is None
         if new:
             if len(group.members) >= self._consumer_config()[3]:

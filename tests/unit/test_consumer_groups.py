@@ -358,12 +358,13 @@ def test_describe(env):
 
 
 def test_conversion_between_classic_and_consumer_groups(env):
-    # A classic group with members refuses the consumer protocol...
+    # A classic group with members whose metadata is no consumer-protocol
+    # Subscription cannot be upgraded (KIP-1099 needs it): refused...
     joined = result_of(env.join(group="c"))
     assert joined["error_code"] == 0
     out = Member(env, group="c").heartbeat()
     assert out["error_code"] == errors.GROUP_ID_NOT_FOUND
-    # ...a consumer group with members the classic one.
+    # ...and so is such a classic member in a consumer group.
     Member(env).heartbeat()
     assert result_of(env.join(group="g"))["error_code"] == errors.INCONSISTENT_GROUP_PROTOCOL
     # Empty groups convert both ways, keeping their committed offsets.

@@ -186,3 +186,30 @@ def test_empty_groups_convert_under_any_policy(tmp_path):
     assert m.heartbeat()["error_code"] == 0
     assert isinstance(env.gc.groups["g"], ConsumerGroup)
     assert codec.CONSUMER_GROUP_DESCRIBE == DESCRIBE
+
+
+def test_static_classic_member_restart_in_a_consumer_group(tmp_path):
+    env = make_env(tmp_path)
+    sub = encode_subscription(["t"])
+    first = result_of(env.join(instance="i1", protocols=(("range", sub),)))
+    a = Classic(env)
+    a.member_id, a.generation = first["member_id"], first["generation_id"]
+    assert a.sync({a.member_id: encode_assignment(ALL)})["error_code"] == 0
+    b = Member(env)
+    b.heartbeat()
+    assert env.heartbeat(a.member_id, a.generation, instance="i1") == errors.REBALANCE_IN_PROGRESS
+    out = result_of(env.join(a.member_id, instance="i1", protocols=(("range", sub),)))
+    assert out["error_code"] == 0
+    b.heartbeat()
+    group = env.gc.groups["g"]
+    kept, epoch = group.members[a.member_id].assigned, group.group_epoch
+    assert len(b.partitions()) == 6
+    # The instance restarts under a new member id: it takes over, no rebalance.
+    again = result_of(env.join(instance="i1", protocols=(("range", sub),)))
+    assert again["error_code"] == 0 and again["member_id"] != a.member_id
+    assert a.member_id not in group.members and group.group_epoch == epoch
+    assert group.members[again["member_id"]].assigned == kept
+    assert group.static_members["i1"] == again["member_id"]
+    # The old id is fenced now.
+    out = result_of(env.join(a.member_id, instance="i1", protocols=(("range", sub),)))
+    assert out["error_code"] == errors.FENCED_INSTANCE_ID
