@@ -63,12 +63,16 @@ def classic_state(bootstrap, group):
     return out["group_state"], out["protocol_type"], len(out["members"])
 
 
-def test_classic_group_upgrades_and_downgrades_under_load(tmp_path):
+@pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
+def test_classic_group_upgrades_and_downgrades_under_load(tmp_path, assignor):
+    # range: eager members give up everything before they rejoin;
+    # cooperative-sticky: they rejoin owning their partitions and revoke
+    # only those the server-side assignor moves away.
     broker = BrokerProcess(tmp_path / "data", settings=SETTINGS).start()
     bootstrap, topic, group, parts, per_round = broker.bootstrap, "mig", "mig-g", 6, 600
     create_topic(bootstrap, topic, partitions=parts)
     spec = {"bootstrap": bootstrap, "topic": topic, "group": group, "delay": 0.05}
-    workers = [Worker(tmp_path, f"k{i}", **spec) for i in range(2)]
+    workers = [Worker(tmp_path, f"k{i}", assignor=assignor, **spec) for i in range(2)]
     modern = None
     produced = 0
 

@@ -213,3 +213,25 @@ def test_static_classic_member_restart_in_a_consumer_group(tmp_path):
     # The old id is fenced now.
     out = result_of(env.join(a.member_id, instance="i1", protocols=(("range", sub),)))
     assert out["error_code"] == errors.FENCED_INSTANCE_ID
+
+
+def test_cooperative_classic_member_revokes_before_anyone_takes_its_partitions(tmp_path):
+    env = make_env(tmp_path)
+    a = classic_group_of_one(env)
+    b = Member(env)
+    b.heartbeat()
+    assert a.heartbeat() == errors.REBALANCE_IN_PROGRESS
+    # It rejoins still owning everything (cooperative): it keeps half at its
+    # old epoch and must give up the rest first.
+    out = a.join(owned=a.owned)
+    assert out["error_code"] == 0 and out["generation_id"] == 1
+    assert a.sync()["error_code"] == 0 and len(a.owned) == 6
+    b.heartbeat()
+    assert b.partitions() == set()
+    assert a.heartbeat() == errors.REBALANCE_IN_PROGRESS
+    out = a.join(owned=a.owned)
+    assert out["generation_id"] == 2 and a.sync()["error_code"] == 0
+    b.heartbeat()
+    assert len(b.partitions()) == 6
+    assert {p for _t, p in a.owned}.isdisjoint({p for _t, p in b.partitions()})
+    assert a.heartbeat() == errors.NONE
