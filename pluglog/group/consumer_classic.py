@@ -145,10 +145,12 @@ class ClassicMembersOperations:
 
     # -- downgrade ---------------------------------------------------------------
 
-    def maybe_downgrade(self, group, records):
-        """After a consumer-protocol member left: convert back when only
-        classic members remain (Kafka's ``validateOnlineDowngrade...``).
-        Returns the classic group, or None."""
+    def maybe_downgrade(self, group, records, rebalance=True):
+        """After a consumer-protocol member left (or a classic static member
+        replaced it): convert back when only classic members remain
+        (Kafka's ``validateOnlineDowngrade...``). Returns the classic
+        group, or None. A replacement does not rebalance: the joining
+        member takes the assignment of the one it replaced."""
         if not group.members or not all(m.uses_classic() for m in group.members.values()):
             return None
         if not self.migration_allows("downgrade"):
@@ -190,7 +192,8 @@ class ClassicMembersOperations:
             g=classic.group_id,
             e=classic.generation_id,
         )
-        self._prepare_rebalance(classic, "downgraded from a consumer group")
+        if rebalance:
+            self._prepare_rebalance(classic, "downgraded from a consumer group")
         return classic
 
     # -- the classic APIs on consumer groups -------------------------------------
@@ -218,7 +221,8 @@ class ClassicMembersOperations:
                     group, previous, member_id, client_id, client_host
                 )[0]
                 member.classic = previous.classic or (session_ms, protocols)
-                replaced = previous.member_id
+                replaced = previous
+
             elif known is None and not unknown and member is None:
                 return defer.succeed(join_result(UNKNOWN_MEMBER_ID, member_id))
         elif require_known and unknown:
@@ -229,7 +233,7 @@ class ClassicMembersOperations:
             subscription = decode_subscription(protocols[0][1])
         except Exception:
             return defer.succeed(join_result(INCONSISTENT_GROUP_PROTOCOL, member_id))
-        records = [] if replaced is None else member_tombstones(group.group_id, replaced)
+        records = [] if replaced is None else member_tombstones(group.group_id, replaced.member_id)
         new = member is None
         if new:
             if len(group.members) >= self._consumer_config()[3]:
@@ -258,11 +262,14 @@ class ClassicMembersOperations:
         member.revocation_call = None
         group.refresh_state(self.now_ms())
         generation, protocol = member.member_epoch, protocols[0][0]
+        if replaced is not None and not replaced.uses_classic():
+            # It replaced the last consumer-protocol member, maybe.
+            self.maybe_downgrade(group, records, rebalance=False)
 
         def stored(code):
             if code != NONE:
                 return join_result(code, member_id)
-            if group.members.get(member_id) is member:
+            if self.groups.get(group.group_id) is group and group.members.get(member_id) is member:
                 self._arm_classic_session(group, member)
                 # SyncGroup must follow within the rebalance timeout.
                 member.revocation_call = self.reactor.callLater(

@@ -239,3 +239,30 @@ def test_cooperative_classic_member_revokes_before_anyone_takes_its_partitions(t
     assert len(b.partitions()) == 6
     assert {p for _t, p in a.owned}.isdisjoint({p for _t, p in b.partitions()})
     assert a.heartbeat() == errors.NONE
+
+
+def test_classic_static_member_replacing_the_last_consumer_member_downgrades(tmp_path):
+    env = make_env(tmp_path)
+    a = classic_group_of_one(env)
+    b = Member(env, instance="ib")
+    b.heartbeat()
+    a.heartbeat()
+    a.rejoin()
+    b.heartbeat()
+    assert a.heartbeat() == errors.NONE and len(b.partitions()) == 6
+    taken = {p for _t, p in b.partitions()}
+    assert b.heartbeat(epoch=-2)["error_code"] == 0  # static: back soon
+    # It comes back with the classic protocol: the group is classic again,
+    # Stable, nobody rebalances, and it gets what it had.
+    sub = encode_subscription(["t"])
+    out = result_of(env.join(instance="ib", protocols=(("range", sub),)))
+    assert out["error_code"] == 0
+    group = env.gc.groups["g"]
+    assert type(group) is Group and group.state == "Stable"
+    assert out["generation_id"] == group.generation_id
+    synced = result_of(env.sync(out["member_id"], out["generation_id"], instance="ib"))
+    assert {p for _t, p in decode_assignment(synced["assignment"])} == taken
+    assert a.heartbeat() == errors.NONE
+    result_of(env.gc.stop())
+    env.gc = start_coordinator(env.broker)
+    assert set(env.gc.groups["g"].members) == {a.member_id, out["member_id"]}
