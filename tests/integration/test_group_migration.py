@@ -215,3 +215,40 @@ def test_bad_migration_policy_is_refused_in_one_line(tmp_path):
     )
     assert len(lines) == 2 and "--help" in lines[1]
     assert "Traceback" not in exited.stderr + exited.log
+
+
+def test_kafka_python_classic_member_through_upgrade_and_downgrade(tmp_path):
+    broker = BrokerProcess(tmp_path / "data", settings=SETTINGS).start()
+    bootstrap, topic, group = broker.bootstrap, "kp", "kp-g"
+    create_topic(bootstrap, topic, partitions=4)
+    spec = {"bootstrap": bootstrap, "topic": topic, "group": group}
+    classic = Worker(tmp_path, "kp", client="kafka-python", **spec)
+    modern = None
+    try:
+        wait_for(lambda: len(classic.assigned()) == 4, 60, "the classic member's 4")
+        produce(bootstrap, topic, 400, 4)
+        wait_for(lambda: len(classic.records()) >= 400, 60, "the first records")
+        modern = Worker(tmp_path, "modern", protocol="consumer", **spec)
+
+        def two_and_two():
+            found = members(bootstrap, group)
+            return found is not None and sorted((t, len(ps)) for t, ps in found.values()) == [
+                (0, 2),
+                (1, 2),
+            ]
+
+        wait_for(two_and_two, 60, "a classic and a consumer member with 2 each")
+        produce(bootstrap, topic, 400, 4, start=400)
+        wait_for(lambda: len(set(classic.records() + modern.records())) >= 800, 60, "round 2")
+        assert modern.records(), "the consumer-protocol member consumed nothing"
+        modern.stop(signal.SIGTERM)
+        wait_for(lambda: members(bootstrap, group) is None, 30, "the downgrade")
+        wait_for(lambda: len(classic.assigned()) == 4, 60, "all 4 back")
+        produce(bootstrap, topic, 400, 4, start=800)
+        wait_for(lambda: len(set(classic.records() + modern.records())) >= 1200, 60, "round 3")
+    finally:
+        classic.stop(signal.SIGTERM)
+        if modern is not None:
+            modern.stop(signal.SIGTERM)
+        broker.stop()
+    assert_exactly_once(classic.records() + modern.records(), dict.fromkeys(range(4), 300))
