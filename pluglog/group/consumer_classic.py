@@ -62,7 +62,7 @@ from pluglog.group.consumer_records import (
     target_records,
 )
 from pluglog.group.members import fire_once, join_result, sync_result
-from pluglog.group.model import STABLE, Group, Member
+from pluglog.group.model import DEAD, STABLE, Group, Member
 from pluglog.group.store import group_key, group_value
 from pluglog.logsafe import SafeLogger
 
@@ -106,6 +106,8 @@ class ClassicMembersOperations:
             self._cancel(m.heartbeat_call)
         for call in [group.rebalance_call, group.sync_call, *group.pending_members.values()]:
             self._cancel(call)
+        # Whatever still holds the classic group (a SyncGroup being stored) sees it gone.
+        group.transition(DEAD, self.now_ms())
         converted = ConsumerGroup(group.group_id, self.now_ms())
         converted.offsets, converted.pending_txn = group.offsets, group.pending_txn
         epoch = group.generation_id
@@ -183,7 +185,7 @@ class ClassicMembersOperations:
         classic.state = STABLE  # loaded as it stands, not a transition
         records += self.consumer_group_tombstones(group)
         records.append((group_key(classic.group_id), group_value(classic)))
-        group.transition("Dead", self.now_ms())
+        group.transition(DEAD, self.now_ms())
         self.groups[classic.group_id] = classic
         for member in classic.members.values():
             self._schedule_session(classic, member)

@@ -266,3 +266,22 @@ def test_classic_static_member_replacing_the_last_consumer_member_downgrades(tmp
     result_of(env.gc.stop())
     env.gc = start_coordinator(env.broker)
     assert set(env.gc.groups["g"].members) == {a.member_id, out["member_id"]}
+
+
+def test_upgrade_in_the_middle_of_a_classic_rebalance(tmp_path):
+    env = make_env(tmp_path)
+    a = classic_group_of_one(env)
+    c = Classic(env)
+    parked = env.join(protocols=(("range", encode_subscription(["t"])),))
+    assert not parked.called  # waits for a to rejoin
+    Member(env).heartbeat()
+    # Upgraded: the parked JoinGroup is told to rejoin, and c then joins the
+    # consumer group with the id it was given.
+    out = result_of(parked)
+    assert out["error_code"] == errors.REBALANCE_IN_PROGRESS
+    assert isinstance(env.gc.groups["g"], ConsumerGroup)
+    c.member_id = out["member_id"]
+    assert c.join()["error_code"] == 0 and c.sync()["error_code"] == 0
+    assert a.heartbeat() == errors.REBALANCE_IN_PROGRESS
+    assert set(member_types(env).values()) == {0, 1}
+    assert len(member_types(env)) == 3
