@@ -156,6 +156,9 @@ class BrokerConfig:
     group_consumer_session_timeout_ms: int = 45000
     group_consumer_heartbeat_interval_ms: int = 5000
     group_consumer_max_size: int = 2147483647
+    #: which way a group with members converts between the classic and the
+    #: consumer protocol (KIP-1099): disabled, upgrade, downgrade, bidirectional
+    group_consumer_migration_policy: str = "bidirectional"
     offsets_topic_num_partitions: int = 50
     offsets_retention_minutes: int = 10080
     cluster_id: str = ""

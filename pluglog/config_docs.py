@@ -49,6 +49,10 @@ CONFIG_DOCS = {
         "How often consumer-group (KIP-848) members are told to heartbeat.",
     ),
     "group.consumer.max.size": (_I, "Most members of one consumer group (KIP-848)."),
+    "group.consumer.migration.policy": (
+        _S,
+        "Which way a group with members converts between the classic and consumer protocols.",
+    ),
     "offsets.topic.num.partitions": (_I, "Partitions of __consumer_offsets."),
     "offsets.retention.minutes": (_I, "Committed offsets of an empty group expire after this."),
     "cluster.id": (_S, "The cluster id reported in Metadata (generated when not set)."),

@@ -50,6 +50,10 @@ def _choice_parser(*choices):
     return parse
 
 
+#: Kafka's ``group.consumer.migration.policy`` values (KIP-1099): which way a
+#: group with members may convert between the classic and consumer protocols
+MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
+
 #: the server-side assignors of KIP-848 consumer groups
 CONSUMER_ASSIGNORS = ("uniform", "range")
 #: Kafka's class names for them, accepted as the short names
@@ -326,6 +330,10 @@ BROKER_KEYS = {
         int_parser(1),
     ),
     "group.consumer.max.size": ("group_consumer_max_size", int_parser(1)),
+    "group.consumer.migration.policy": (
+        "group_consumer_migration_policy",
+        _choice_parser(*MIGRATION_POLICIES),
+    ),
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", int_parser(1)),
     "offsets.retention.minutes": ("offsets_retention_minutes", int_parser(1)),
     "cluster.id": ("cluster_id", _string),

@@ -17,11 +17,11 @@ coordinator that takes over the partition reloads the same group. Members
 that send nothing for ``group.consumer.session.timeout.ms`` are removed, as
 are those that do not revoke within their rebalance timeout.
 
-Classic and consumer groups convert only when empty (docs/groups.rst): a
+An empty group of either kind becomes the other kind, keeping its committed
+offsets. Groups with members convert as ``group.consumer.migration.policy``
+allows (:mod:`.consumer_classic`, KIP-1099); otherwise a
 ConsumerGroupHeartbeat to a classic group with members answers
-GROUP_ID_NOT_FOUND, a JoinGroup to a consumer group with members
-INCONSISTENT_GROUP_PROTOCOL; an empty group of either kind becomes the other
-kind, keeping its committed offsets.
+GROUP_ID_NOT_FOUND.
 """
 
 import uuid
@@ -101,10 +101,10 @@ class ConsumerGroupOperations(ConsumerGroupAdmin):
         if error != NONE:
             return defer.succeed(answer(error, message))
         epoch = request["member_epoch"]
-        group, error, message = self._consumer_group_for(group_id, epoch == 0)
+        records = []
+        group, error, message = self._consumer_group_for(group_id, epoch == 0, records)
         if error != NONE:
             return defer.succeed(answer(error, message))
-        records = []
         if epoch in (LEAVE, STATIC_LEAVE):
             member = group.members.get(request["member_id"])
             if member is None:
@@ -117,13 +117,16 @@ class ConsumerGroupOperations(ConsumerGroupAdmin):
                 group.refresh_state(self.now_ms())
             else:
                 self._remove_consumer_member(group, member, "it left", records)
+                self.maybe_downgrade(group, records)
             d = self._store_consumer(group, records)
             return d.addCallback(
                 lambda code: answer(code, None, member, epoch=epoch if code == NONE else None)
             )
         member, error, message = self._heartbeat_member(group, request, client_id, client_host)
         if error != NONE:
-            return defer.succeed(answer(error, message))
+            # A conversion done on the way is kept, as Kafka keeps it.
+            d = self._store_consumer(group, records)
+            return d.addCallback(lambda _code: answer(error, message))
         joined = epoch == 0
         # A static member taking over from its previous instance is no new member.
         replaced = member.previous_member_epoch == STATIC_LEAVE and joined
@@ -176,13 +179,16 @@ class ConsumerGroupOperations(ConsumerGroupAdmin):
                 return INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {regex!r}: {exc}"
         return NONE, None
 
-    def _consumer_group_for(self, group_id, create):
-        """``(group, error, message)``: the consumer group, converting an empty
-        classic group (KIP-1099's offline conversion)."""
+    def _consumer_group_for(self, group_id, create, records):
+        """``(group, error, message)``: the consumer group, converting a
+        classic group (KIP-1099; the conversion's records go to ``records``)."""
         group = self.groups.get(group_id)
         if group is not None and not is_consumer_group(group):
             if group.members or group.pending_members:
-                return None, GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
+                converted = self.upgrade_classic_group(group, records) if create else None
+                if converted is None:
+                    return None, GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
+                return converted, NONE, None
             converted = ConsumerGroup(group_id, self.now_ms())
             converted.offsets, converted.pending_txn = group.offsets, group.pending_txn
             self.release_group(group, UNKNOWN_MEMBER_ID)
@@ -409,6 +415,8 @@ class ConsumerGroupOperations(ConsumerGroupAdmin):
             return
         records = []
         self._remove_consumer_member(group, member, reason, records)
+        if not member.uses_classic():
+            self.maybe_downgrade(group, records)
         self._store_consumer(group, records)
 
     def _store_consumer(self, group, records):

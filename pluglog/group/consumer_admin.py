@@ -9,9 +9,18 @@ A base class of :class:`pluglog.group.consumer.ConsumerGroupOperations`
 
 import uuid
 
-from pluglog.errors import GROUP_ID_NOT_FOUND, NONE, STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID
+from pluglog.errors import (
+    GROUP_ID_NOT_FOUND,
+    ILLEGAL_GENERATION,
+    NONE,
+    STALE_MEMBER_EPOCH,
+    UNKNOWN_MEMBER_ID,
+)
 from pluglog.group.consumer_model import CONSUMER
 from pluglog.group.consumer_records import group_tombstones, member_tombstones
+
+#: ConsumerGroupDescribe v1's MemberType (KIP-1099)
+CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1
 
 
 def is_consumer_group(group):
@@ -77,6 +86,7 @@ class ConsumerGroupAdmin:
                     "subscribed_topic_regex": m.subscribed_topic_regex,
                     "assignment": described_assignment(m.assigned),
                     "target_assignment": described_assignment(group.target.get(m.member_id, {})),
+                    "member_type": CLASSIC_MEMBER if m.uses_classic() else CONSUMER_MEMBER,
                 }
                 for m in group.members.values()
             ],
@@ -94,7 +104,8 @@ class ConsumerGroupAdmin:
         if member is None:
             return UNKNOWN_MEMBER_ID
         if member_epoch != member.member_epoch:
-            return STALE_MEMBER_EPOCH
+            # A classic member's generation is its member epoch (KIP-1099).
+            return ILLEGAL_GENERATION if member.uses_classic() else STALE_MEMBER_EPOCH
         return NONE
 
     def fetch_member_error(self, group_id, member_id, member_epoch):

@@ -64,6 +64,7 @@ class ConsumerMember:
 
     __slots__ = (
         "assigned",
+        "classic",
         "client_host",
         "client_id",
         "heartbeat_call",
@@ -108,10 +109,17 @@ class ConsumerMember:
         # The classic coordinator's release code looks for parked requests.
         self.join_deferred = None
         self.sync_deferred = None
+        #: a classic member's ``(session timeout ms, [(protocol, metadata)])``
+        #: (KIP-1099: it speaks JoinGroup/SyncGroup in a consumer group), else None
+        self.classic = None
 
     @property
     def protocol_type(self):
         return CONSUMER
+
+    def uses_classic(self):
+        """True for a classic (JoinGroup) member of a consumer group (KIP-1099)."""
+        return self.classic is not None
 
     def metadata_fields(self):
         """What ``ConsumerGroupMemberMetadataValue`` stores (the subscription)."""
@@ -236,7 +244,9 @@ def reconcile(group, member, owned):
         return False
     keep = intersect(member.assigned, target)
     revoke = minus(member.assigned, target)
-    if revoke:
+    # A member that says it no longer owns them need not be asked to revoke
+    # them (an eager classic member rejoins owning nothing): Kafka's rule.
+    if revoke and (owned is None or intersect(owned, revoke)):
         member.assigned = keep
         member.pending_revocation = revoke
         member.state = UNREVOKED_PARTITIONS

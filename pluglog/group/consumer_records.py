@@ -10,7 +10,8 @@ key  record (key fields)                          value (v0, flexible)
 3    ConsumerGroupMetadata (group)                Epoch
 5    ConsumerGroupMemberMetadata (group, member)  InstanceId, RackId, ClientId, ClientHost,
                                                   SubscribedTopicNames, SubscribedTopicRegex,
-                                                  RebalanceTimeoutMs, ServerAssignor
+                                                  RebalanceTimeoutMs, ServerAssignor,
+                                                  tag 0: ClassicMemberMetadata (KIP-1099)
 6    ConsumerGroupTargetAssignmentMetadata (g)    AssignmentEpoch
 7    ConsumerGroupTargetAssignmentMember (g, m)   TopicPartitions [TopicId, Partitions]
 8    ConsumerGroupCurrentMemberAssignment (g, m)  MemberEpoch, PreviousMemberEpoch, State,
@@ -29,7 +30,7 @@ import uuid
 from pluglog.group.consumer_model import ConsumerGroup, ConsumerMember, freeze
 from pluglog.protocol import primitives as p
 from pluglog.protocol.compiler import compile_struct
-from pluglog.protocol.schema import F
+from pluglog.protocol.schema import F, Struct
 
 METADATA, PARTITION_METADATA, MEMBER, TARGET_METADATA, TARGET_MEMBER, CURRENT = range(3, 9)
 CONSUMER_KEY_VERSIONS = frozenset(range(3, 9))
@@ -46,6 +47,19 @@ _VALUES = {
         F("subscribed_topic_regex", "string", nullable="0+"),
         F("rebalance_timeout_ms", "int32", default=-1),
         F("server_assignor", "string", nullable="0+"),
+        # KIP-1099: set for a classic member of a consumer group.
+        F(
+            "classic_member_metadata",
+            Struct(
+                [
+                    F("session_timeout_ms", "int32"),
+                    F("supported_protocols", [F("name", "string"), F("metadata", "bytes")]),
+                ]
+            ),
+            nullable="0+",
+            default=None,
+            tag=0,
+        ),
     ],
     TARGET_METADATA: [F("assignment_epoch", "int32")],
     TARGET_MEMBER: [F("topic_partitions", _TOPIC_PARTITIONS)],
@@ -107,6 +121,12 @@ def member_records(group, member):
         )
     )
     fields["subscribed_topic_names"] = list(fields["subscribed_topic_names"])
+    if member.classic is not None:
+        session, protocols = member.classic
+        fields["classic_member_metadata"] = {
+            "session_timeout_ms": session,
+            "supported_protocols": [{"name": n, "metadata": m} for n, m in protocols],
+        }
     return [(_key(MEMBER, group.group_id, member.member_id), _value(MEMBER, fields))]
 
 
@@ -221,6 +241,13 @@ class ConsumerLoad:
             member.subscribed_topic_regex = meta["subscribed_topic_regex"]
             member.server_assignor = meta["server_assignor"]
             member.rebalance_timeout_ms = meta["rebalance_timeout_ms"]
+            classic = meta.get("classic_member_metadata")
+            if classic is not None:
+                member.classic = (
+                    classic["session_timeout_ms"],
+                    [(p["name"], bytes(p["metadata"])) for p in classic["supported_protocols"]],
+                )
+                member.session_timeout_ms = classic["session_timeout_ms"]
             current = slot.get(CURRENT)
             if current is not None:
                 member.member_epoch = current["member_epoch"]

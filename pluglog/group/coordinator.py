@@ -41,6 +41,7 @@ from pluglog.errors import (
     UNKNOWN_SERVER_ERROR,
 )
 from pluglog.group.consumer import ConsumerGroupOperations, is_consumer_group
+from pluglog.group.consumer_classic import ClassicMembersOperations
 from pluglog.group.members import MemberOperations, fire_once, join_result, sync_result
 from pluglog.group.model import (
     COMPLETING_REBALANCE,
@@ -63,6 +64,7 @@ log = SafeLogger()
 class GroupCoordinator(
     MemberOperations,
     ConsumerGroupOperations,
+    ClassicMembersOperations,
     OffsetOperations,
     TxnOffsetOperations,
     PartitionOwnership,
@@ -176,8 +178,10 @@ class GroupCoordinator(
         group = self.groups.get(group_id)
         if is_consumer_group(group):
             if group.members:
-                # KIP-1099's online conversion is not done (docs/groups.rst).
-                return defer.succeed(join_result(INCONSISTENT_GROUP_PROTOCOL, member_id))
+                # KIP-1099: a classic member of a consumer group.
+                return self.classic_join(
+                    group, member_id, instance_id, spec, protocols, require_known_member_id
+                )
             group = self._classic_from_consumer(group)
         if not member_id:
             if group is None:

@@ -61,6 +61,8 @@ class MemberOperations:
         """Returns a Deferred firing with a SyncGroup response body (no throttle)."""
         error = self.group_error(group_id)
         group = self.groups.get(group_id)
+        if error == NONE and getattr(group, "kind", None) == "consumer":
+            return defer.succeed(self.classic_sync(group, generation_id, member_id, instance_id))
         if error == NONE:
             error = self._member_error(group, member_id, instance_id, generation_id)
         if error == NONE and group.state == EMPTY:
@@ -132,6 +134,8 @@ class MemberOperations:
         if error != NONE:
             return error
         group = self.groups.get(group_id)
+        if getattr(group, "kind", None) == "consumer":
+            return self.classic_heartbeat(group, generation_id, member_id, instance_id)
         error = self._member_error(group, member_id, instance_id, generation_id)
         if error != NONE:
             return error
@@ -223,8 +227,10 @@ class MemberOperations:
         if error != NONE:
             return error, [error] * len(members)
         group = self.groups.get(group_id)
-        if group is None or getattr(group, "kind", None) == "consumer":
+        if group is None:
             return NONE, [UNKNOWN_MEMBER_ID] * len(members)
+        if getattr(group, "kind", None) == "consumer":
+            return NONE, self.classic_leave(group, members)
         if group.state == DEAD:
             return COORDINATOR_NOT_AVAILABLE, [COORDINATOR_NOT_AVAILABLE] * len(members)
         return NONE, [self._leave_one(group, mid, iid) for mid, iid in members]

@@ -309,7 +309,13 @@ class OffsetOperations:
     def protocol_of(self, group_id):
         """A classic group's ``(protocol type, protocol name)``, or None."""
         group = self.groups.get(group_id)
-        if group is None or group.protocol_type is None:
+        if (
+            group is None
+            or group.protocol_type is None
+            or getattr(group, "kind", None) == "consumer"
+        ):
+            # A consumer group's classic members each have their own
+            # protocol name (KIP-1099): SyncGroup checks it per member.
             return None
         return group.protocol_type, group.protocol_name
 

@@ -177,7 +177,10 @@ class PartitionOwnership:
         self.groups.update(groups)
         for group in groups.values():
             for member in group.members.values():
-                if getattr(group, "kind", None) == "consumer":
+                if getattr(group, "kind", None) == "consumer" and member.uses_classic():
+                    # KIP-1099: a classic member keeps its own session timeout.
+                    self._arm_classic_session(group, member)
+                elif getattr(group, "kind", None) == "consumer":
                     config = self.broker.config
                     member.session_timeout_ms = config.group_consumer_session_timeout_ms
                     self._arm_consumer_timers(group, member)

@@ -54,10 +54,9 @@ SUPPORTED = {
     61: (0, 0),  # DescribeProducers (flexible from v0)
     65: (0, 0),  # DescribeTransactions (flexible from v0)
     66: (0, 1),  # ListTransactions (flexible from v0); v2 adds a name pattern
-    # KIP-848 consumer groups (flexible from v0). ConsumerGroupDescribe v1
-    # adds KIP-1099's member type, for groups with classic members: not served.
+    # KIP-848 consumer groups (flexible from v0).
     68: (0, 1),  # ConsumerGroupHeartbeat; v1 adds the subscription regex
-    69: (0, 0),  # ConsumerGroupDescribe
+    69: (0, 1),  # ConsumerGroupDescribe; v1 adds KIP-1099's member type
     32: (0, 4),  # DescribeConfigs; v3+ types and docs (not in kafka-python's release probe)
     33: (0, 1),  # AlterConfigs
     34: (1, 2),  # AlterReplicaLogDirs (Kafka 4 dropped v0)

@@ -54,3 +54,16 @@ def test_compression_type_takes_kafkas_values():
         assert TopicConfig().with_overrides({"compression.type": value}).compression_type == value
     with pytest.raises(ConfigError, match="compression.type.*brotli"):
         validate_topic_overrides({"compression.type": "brotli"})
+
+
+def test_group_consumer_migration_policy_takes_kafkas_values():
+    assert BrokerConfig().group_consumer_migration_policy == "bidirectional"
+    for value in ("disabled", "upgrade", "downgrade", "bidirectional"):
+        config = parse_settings({"group.consumer.migration.policy": value}, BrokerConfig())
+        assert config.group_consumer_migration_policy == value
+    with pytest.raises(ConfigError) as info:
+        parse_settings({"group.consumer.migration.policy": "sideways"}, BrokerConfig())
+    assert str(info.value) == (
+        "group.consumer.migration.policy: 'sideways' is not one of "
+        "disabled, upgrade, downgrade, bidirectional"
+    )

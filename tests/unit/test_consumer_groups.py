@@ -345,6 +345,10 @@ def test_describe(env):
     assert assigned == {a.member_id: [("t", 6)], b.member_id: [("t", 6)]}
     assert g["members"][0]["subscribed_topic_names"] == ["t"]
     assert nope["error_code"] == errors.GROUP_ID_NOT_FOUND
+    assert g["members"][0]["member_type"] == -1  # v0 has none: the default
+    # v1 (Kafka 4.0, KIP-1099) says which protocol each member speaks: 1 consumer.
+    v1 = call(env, DESCRIBE, 1, {"group_ids": ["g"], "include_authorized_operations": 0})
+    assert [m["member_type"] for m in v1["groups"][0]["members"]] == [1, 1]
     listed = call(env, codec.LIST_GROUPS, 5, {"types_filter": ["consumer"]})
     assert [(x["group_id"], x["group_type"], x["group_state"]) for x in listed["groups"]] == [
         ("g", "consumer", "Stable")
@@ -354,12 +358,13 @@ def test_describe(env):
 
 
 def test_conversion_between_classic_and_consumer_groups(env):
-    # A classic group with members refuses the consumer protocol...
+    # A classic group with members whose metadata is no consumer-protocol
+    # Subscription cannot be upgraded (KIP-1099 needs it): refused...
     joined = result_of(env.join(group="c"))
     assert joined["error_code"] == 0
     out = Member(env, group="c").heartbeat()
     assert out["error_code"] == errors.GROUP_ID_NOT_FOUND
-    # ...a consumer group with members the classic one.
+    # ...and so is such a classic member in a consumer group.
     Member(env).heartbeat()
     assert result_of(env.join(group="g"))["error_code"] == errors.INCONSISTENT_GROUP_PROTOCOL
     # Empty groups convert both ways, keeping their committed offsets.
@@ -396,7 +401,8 @@ def _layout(fields, version):
     for f in fields:
         if not f.present(version):
             continue
-        kind = f.type if isinstance(f.type, str) else _layout(getattr(f.type, "fields", f.type), 0)
+        nested = getattr(f.type, "fields", f.type)
+        kind = f.type if isinstance(f.type, str) else _layout(nested, version)
         out.append((f.name, kind, f.nullable_in(version)))
     return out
 
@@ -461,6 +467,13 @@ def test_schemas_follow_kafkas_json():
             False,
         ),
     ]
+    # v1 (Kafka 4.0): the member type (KIP-1099) after the target assignment.
+    v1 = _layout(APIS[69].response, 1)
+    assert v1[1][1][7] == ("members", [*member, ("member_type", "int8", False)], False)
+    assert _layout(APIS[69].request, 1) == _layout(APIS[69].request, 0)
+    assert [
+        f.default(1) for f in APIS[69].response[1].type[7].type if f.name == "member_type"
+    ] == [-1]
     assert APIS[68].is_flexible(0) and APIS[69].is_flexible(0)
 
 

@@ -159,7 +159,7 @@ def test_no_advertised_version_is_flexible_except_known_ones():
     groups |= {(12, 4), (13, 4), (13, 5), (14, 4), (14, 5), (15, 5), (15, 6)}
     groups |= {(16, 3), (16, 4), (16, 5)}
     # KIP-848's APIs (#26) are flexible from v0.
-    groups |= {(68, 0), (68, 1), (69, 0)}
+    groups |= {(68, 0), (68, 1), (69, 0), (69, 1)}
     # The data path and topic admin (#26): flexible versions up to Kafka
     # 3.9/4.0's, for topic ids (KIP-516) and KIP-951's leader hints.
     data = {(0, v) for v in range(9, 12)} | {(1, v) for v in range(12, 18)}

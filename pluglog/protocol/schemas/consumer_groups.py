@@ -2,7 +2,8 @@
 and ConsumerGroupDescribe (69), both flexible from v0.
 
 Assignments name topics by id (KIP-516); ConsumerGroupDescribe names them by
-id and name. ConsumerGroupHeartbeat v1 adds the subscription regex.
+id and name. ConsumerGroupHeartbeat v1 adds the subscription regex,
+ConsumerGroupDescribe v1 (Kafka 4.0, KIP-1099) each member's type.
 """
 
 from pluglog.protocol.schema import Api, F, Struct
@@ -54,7 +55,7 @@ _ASSIGNMENT = Struct([F("topic_partitions", _DESCRIBED_PARTITIONS)])
 CONSUMER_GROUP_DESCRIBE = Api(
     69,
     "ConsumerGroupDescribe",
-    "0",
+    "0-1",
     "0+",
     request=[F("group_ids", "[]string"), F("include_authorized_operations", "bool")],
     response=[
@@ -82,6 +83,8 @@ CONSUMER_GROUP_DESCRIBE = Api(
                         F("subscribed_topic_regex", "string", nullable="0+", default=None),
                         F("assignment", _ASSIGNMENT),
                         F("target_assignment", _ASSIGNMENT),
+                        # KIP-1099: 0 a classic member, 1 a consumer one, -1 unknown.
+                        F("member_type", "int8", "1+", default=-1),
                     ],
                 ),
                 F("authorized_operations", "int32", default=-(2**31)),

@@ -176,6 +176,7 @@ def handle_sync_group(ctx, request):
 
     def answered(body):
         now = gc.protocol_of(request["group_id"]) if body["error_code"] == NONE else None
+        now = body.pop("protocol", None) or now
         body["protocol_type"], body["protocol_name"] = now or (None, None)
         return _throttled(body)
 
