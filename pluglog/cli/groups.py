@@ -1,7 +1,8 @@
 """``pluglog groups``: list, describe (with lag), reset-offsets, delete.
 
-``describe`` asks ConsumerGroupDescribe first and DescribeGroups for a
-classic group, so KIP-848 consumer groups show their members too.
+``describe`` asks ConsumerGroupDescribe (v1) first and DescribeGroups for a
+classic group, so KIP-848 consumer groups show their members too, each with
+the protocol it speaks (a group converted under KIP-1099 holds both).
 
 The equivalent of kafka-consumer-groups.sh. Offsets are reset with an
 OffsetCommit of generation -1, which the coordinator accepts only while the
@@ -160,13 +161,18 @@ def committed(client, group):
     return out
 
 
+# ConsumerGroupDescribe v1's MemberType (KIP-1099): which protocol a member of
+# a consumer group speaks.
+MEMBER_TYPES = {0: "classic", 1: "consumer"}
+
+
 def _consumer_group(coord, group_id):
     """The group as ConsumerGroupDescribe (KIP-848) tells it, or None when it
     is a classic group (GROUP_ID_NOT_FOUND there), as librdkafka asks."""
     body = {"group_ids": [group_id], "include_authorized_operations": False}
 
     def describe():
-        group = coord.request(codec.CONSUMER_GROUP_DESCRIBE, 0, body)["groups"][0]
+        group = coord.request(codec.CONSUMER_GROUP_DESCRIBE, 1, body)["groups"][0]
         code = group["error_code"]
         return (errors.NONE if code == errors.GROUP_ID_NOT_FOUND else code), group
 
@@ -179,6 +185,7 @@ def _consumer_group(coord, group_id):
             for tp in member["assignment"]["topic_partitions"]
             for p in tp["partitions"]
         }
+        member["protocol"] = MEMBER_TYPES.get(member["member_type"], "consumer")
     return group
 
 
@@ -194,6 +201,7 @@ def describe_group(client, args):
             group = _retry(describe, args.group)
             for member in group["members"]:
                 member["partitions"] = _assignment(member["member_assignment"])
+                member["protocol"] = "classic"
         offsets = committed(coord, args.group)
     owners = {}
     for member in group["members"]:
@@ -219,6 +227,7 @@ def describe_group(client, args):
                         "member_id": m["member_id"],
                         "client_id": m["client_id"],
                         "client_host": m["client_host"],
+                        "protocol": m["protocol"],
                     }
                     for m in group["members"]
                 ],
@@ -235,7 +244,11 @@ def describe_group(client, args):
                 ],
             }
         )
-    print(f"Group: {args.group}\tState: {group['group_state']}\tMembers: {len(group['members'])}")
+    kinds = sorted({m["protocol"] for m in group["members"]})
+    print(
+        f"Group: {args.group}\tState: {group['group_state']}\tMembers: {len(group['members'])}"
+        f"\tProtocols: {','.join(kinds) or '-'}"
+    )
     print("TOPIC\tPARTITION\tCURRENT-OFFSET\tLOG-END-OFFSET\tLAG\tCONSUMER")
     for topic, partition, current, end, owner in rows:
         lag = end - current if current >= 0 else "-"

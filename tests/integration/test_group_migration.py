@@ -9,6 +9,7 @@ group. No record may be lost or counted twice across the upgrade and the
 downgrade.
 """
 
+import json
 import signal
 
 import confluent_kafka
@@ -18,6 +19,7 @@ from pluglog import protocol as codec
 from pluglog.client.blocking import BlockingClient
 from tests.broker_process import BrokerProcess
 from tests.integration.clients import create_topic
+from tests.integration.test_cli import cli
 from tests.integration.test_groups import (
     Worker,
     assert_exactly_once,
@@ -108,6 +110,11 @@ def test_classic_group_upgrades_and_downgrades_under_load(tmp_path, assignor):
         modern = Worker(tmp_path, "modern", protocol="consumer", **spec)
         workers.append(modern)
         split([0, 0, 1], [2, 2, 2])
+        # pluglog's CLI names the protocol each member speaks (v1's MemberType).
+        shown = json.loads(cli(broker, "groups", "describe", group, "--json").stdout)
+        kinds = sorted(m["protocol"] for m in shown["members"])
+        assert kinds == ["classic", "classic", "consumer"]
+        assert "Protocols: classic,consumer" in cli(broker, "groups", "describe", group).stdout
         more()
         # All of it: the partitions the new member holds are read by it alone.
         wait_for(lambda: progress() >= produced, 60, "the second round")
