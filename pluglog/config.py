@@ -135,6 +135,9 @@ class BrokerConfig:
     #: ``log.dirs`` (JBOD): absolute paths; empty means the one ``data_dir``.
     #: When set, ``data_dir`` is its first entry (the broker-wide files live there).
     log_dirs: tuple = ()
+    #: ``log.dir``: the one log dir when ``log.dirs`` is unset (it wins over
+    #: ``--data-dir``); "" when not given.
+    log_dir: str = ""
     storage: str = "segments"
     coordinator: str = "local"
     fsync: str = "interval"

@@ -197,6 +197,7 @@ CONFIG_DOCS = {
     "inter.broker.sasl.username": (_S, "The brokers' own SASL user."),
     "inter.broker.sasl.password": (_P, "The password of that user."),
     "log.dirs": (_S, "The directory holding this broker's logs (--data-dir)."),
+    "log.dir": (_S, "The one log dir when log.dirs is unset; wins over --data-dir."),
     "remote.log.storage.system.enable": (_B, "Turn tiered storage (KIP-405) on for this broker."),
     "remote.log.storage.manager.class.name": (
         _S,
