@@ -492,6 +492,12 @@ class ICoordinator(Interface):
         """Move leadership away from this broker before it stops; returns a
         Deferred fired when no partition it leads has another live ISR member."""
 
+    def replicas_offline(partitions, log_dirs):
+        """This broker's replicas of ``[(topic, partition)]`` went offline with
+        their failed log dirs ``log_dirs``: leadership moves to other in-sync
+        replicas and this broker leaves their ISRs until it restarts (a
+        single-node coordinator has nothing to move). Returns a Deferred."""
+
 
 class ISink(Interface):
     """Copies topics somewhere else by reading the log like a consumer."""

@@ -12,7 +12,7 @@ from twisted.logger import Logger
 from pluglog.broker import dynamic_config, limits, topic_ids
 from pluglog.broker.capabilities import StorageChecks
 from pluglog.broker.fetch_sessions import FetchSessionCache
-from pluglog.broker.log_dirs import check_log_dirs
+from pluglog.broker.log_dirs import check_log_dirs, report_offline_at_start
 from pluglog.broker.partition import Partition
 from pluglog.broker.producer_ids import ProducerIdAllocator
 from pluglog.broker.quotas import ClientQuotas
@@ -188,6 +188,7 @@ class Broker:
             self._open_topic(meta)
         self._starting = False
         self.replicas.start()
+        report_offline_at_start(self)
         from pluglog.group import GroupCoordinator
 
         self.group_coordinator = GroupCoordinator(self)

@@ -9,6 +9,11 @@ flush scheduler every ``log.flush.scheduler.interval.ms``, and failed
 checkpoint writes); this module swaps each affected partition's log for an
 :class:`pluglog.storage.offline.OfflineLog`, which every handler already
 answers as KAFKA_STORAGE_ERROR. A failed dir stays failed until restart.
+
+In a cluster the coordinator is told (``replicas_offline``): the
+controller moves the leadership of those partitions to other in-sync
+replicas and drops this broker from their ISRs, and this broker stops
+following them (docs/cluster.rst, "A failed log dir").
 """
 
 from twisted.logger import Logger
@@ -53,6 +58,9 @@ def _take_offline(broker, directory, reason):
         part.log_offline = True
         # Producers waiting on this partition's high watermark learn now.
         part.fail_waits(KAFKA_STORAGE_ERROR)
+        if broker.replicas is not None:
+            broker.replicas.log_went_offline(key)
+    report_offline(broker, keys, [directory])
     log.error(
         "log dir {dir} failed ({reason}): {count} partition(s) offline, "
         "the other log dirs are still served",
@@ -60,6 +68,28 @@ def _take_offline(broker, directory, reason):
         reason=reason,
         count=len(keys),
     )
+
+
+def report_offline(broker, keys, directories):
+    """Tell the coordinator these replicas are offline (a no-op without a
+    cluster); a failed report is logged, the partitions stay offline here."""
+    if not keys:
+        return
+    d = broker.coordinator.replicas_offline(keys, directories)
+    d.addErrback(
+        lambda failure: log.failure("reporting offline replicas {keys} failed", failure, keys=keys)
+    )
+
+
+def report_offline_at_start(broker):
+    """Partitions whose logs could not be opened at start are offline
+    replicas too: the controller must not keep them leaders."""
+    keys = sorted(key for key, part in broker.partitions.items() if part.log_offline)
+    storage = broker.storage
+    dirs = []
+    if ILogDirStorage.providedBy(storage):
+        dirs = sorted({d for d in (storage.dir_of(*key) for key in keys) if d is not None})
+    report_offline(broker, keys, dirs)
 
 
 def write_failed(broker, topic, index, exc):
