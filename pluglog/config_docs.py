@@ -87,6 +87,10 @@ CONFIG_DOCS = {
         _L,
         "Bytes per second of throttled follower replicas.",
     ),
+    "replica.alter.log.dirs.io.max.bytes.per.second": (
+        _L,
+        "Bytes per second an AlterReplicaLogDirs move copies at.",
+    ),
     "replication.quota.window.num": (_I, "Samples the replication throttle rate spans."),
     "replication.quota.window.size.seconds": (_I, "Length of one replication throttle sample."),
     "offsets.commit.timeout.ms": (_I, "How long a group write waits for the ISR."),

@@ -369,6 +369,10 @@ BROKER_KEYS = {
         "follower_replication_throttled_rate",
         int_parser(1),
     ),
+    "replica.alter.log.dirs.io.max.bytes.per.second": (
+        "replica_alter_log_dirs_io_max_bytes_per_second",
+        int_parser(1),
+    ),
     "replication.quota.window.num": ("replication_quota_window_num", int_parser(2)),
     "replication.quota.window.size.seconds": (
         "replication_quota_window_size_seconds",

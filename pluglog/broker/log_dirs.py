@@ -18,15 +18,8 @@ following them (docs/cluster.rst, "A failed log dir").
 
 from twisted.logger import Logger
 
-from pluglog.errors import (
-    KAFKA_STORAGE_ERROR,
-    LOG_DIR_NOT_FOUND,
-    NONE,
-    REPLICA_NOT_AVAILABLE,
-    KafkaStorageError,
-)
-from pluglog.interfaces import ILogDirStorage, ITieredLog
-from pluglog.replication.epochs import LeaderEpochCache
+from pluglog.errors import KAFKA_STORAGE_ERROR
+from pluglog.interfaces import ILogDirStorage
 from pluglog.storage.offline import OfflineLog
 
 log = Logger()
@@ -104,37 +97,3 @@ def write_failed(broker, topic, index, exc):
         check_log_dirs(broker)
     else:
         log.error("write to {topic}-{index} failed: {exc}", topic=topic, index=index, exc=exc)
-
-
-def move_partition(broker, topic, index, destination):
-    """AlterReplicaLogDirs for one partition: an error code (NONE when moved
-    or already there). The Partition is switched to the moved log at once."""
-    part = broker.partitions.get((topic, index))
-    if part is None:
-        return REPLICA_NOT_AVAILABLE
-    storage = broker.storage
-    if not ILogDirStorage.providedBy(storage) or destination not in storage.data_dirs:
-        return LOG_DIR_NOT_FOUND
-    if part.log_offline:
-        return KAFKA_STORAGE_ERROR
-    try:
-        moved = storage.move_log(topic, index, destination)
-    except (KafkaStorageError, OSError) as exc:
-        log.error(
-            "moving {topic}-{index} to {dest} failed: {exc}",
-            topic=topic,
-            index=index,
-            dest=destination,
-            exc=exc,
-        )
-        return KAFKA_STORAGE_ERROR
-    if moved is not part.log:
-        if ITieredLog.providedBy(moved) and ITieredLog.providedBy(part.log):
-            # Offsets below the local log start are read from the remote tier.
-            moved.remote_tier = part.log.remote_tier
-        part.log = moved
-        part.epochs = LeaderEpochCache.for_log(moved)
-        log.info(
-            "moved {topic}-{index} to log dir {dest}", topic=topic, index=index, dest=destination
-        )
-    return NONE
