@@ -313,8 +313,10 @@ class ILogDirMoves(ILogDirStorage):
     (pluglog.storage.logdir_move; Kafka's ReplicaAlterLogDirsThread)."""
 
     def begin_move(topic, partition, destination, rate=0):
-        """Make the partition's future log in ``destination``; a move
-        object, or None when the log is there already. KafkaStorageError
+        """Make the partition's future log in ``destination``; a
+        :class:`pluglog.storage.logdir_move.LogMove` (the broker reads its
+        ``key``, ``log``, ``destination``, ``copied`` under ``lock``), or
+        None when the log is there already. KafkaStorageError
         when it cannot move. ``rate``: bytes/s the copy rounds may write."""
 
     def copy_step(move):

@@ -18,7 +18,7 @@ following them (docs/cluster.rst, "A failed log dir").
 
 from twisted.logger import Logger
 
-from pluglog.errors import KAFKA_STORAGE_ERROR
+from pluglog.errors import NOT_ENOUGH_REPLICAS_AFTER_APPEND
 from pluglog.interfaces import ILogDirStorage
 from pluglog.storage.offline import OfflineLog
 
@@ -50,7 +50,13 @@ def _take_offline(broker, directory, reason):
         part.log = OfflineLog(key[0], key[1], f"log dir {directory} failed: {reason}")
         part.log_offline = True
         # Producers waiting on this partition's high watermark learn now.
-        part.fail_waits(KAFKA_STORAGE_ERROR)
+        # Their batches are in the log (followers may have them too), so the
+        # answer must not say "not persisted" as KAFKA_STORAGE_ERROR does:
+        # librdkafka's idempotent producer would resend them under a bumped
+        # epoch and the new leader would store them twice. "Appended, not
+        # acknowledged" makes it retry with the same sequence numbers, which
+        # the new leader recognises.
+        part.fail_waits(NOT_ENOUGH_REPLICAS_AFTER_APPEND)
         if broker.replicas is not None:
             broker.replicas.log_went_offline(key)
     report_offline(broker, keys, [directory])

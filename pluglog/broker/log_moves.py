@@ -90,8 +90,10 @@ class LogDirMover:
             return {}
         current = move.log
         copied = current.log_end_offset
+        with move.lock:
+            done_by_name = dict(move.copied)
         for segment in getattr(current, "segments", ()):
-            done = move.copied.get(f"{segment.base_offset:020d}.log")
+            done = done_by_name.get(f"{segment.base_offset:020d}.log")
             if done is None or done[1] < segment.size:
                 copied = segment.base_offset
                 break

@@ -25,6 +25,7 @@ unfinished copy and is removed; a future dir without one (a crash between
 
 import os
 import shutil
+import threading
 import time
 import uuid
 
@@ -54,15 +55,18 @@ class LogMove:
         self.source = source
         self.future = future
         self.destination = destination
-        #: file name -> (inode, size, mtime) of the source when copied
+        #: file name -> (inode, size, mtime) of the source when copied;
+        #: changed by the copying thread under ``lock``
         self.copied = {}
+        self.lock = threading.Lock()
         #: bytes per second the background rounds may write (0: no limit)
         self.rate = rate
         self.rounds = 0
         self.cancelled = False
 
     def copied_bytes(self):
-        return sum(key[1] for key in self.copied.values())
+        with self.lock:
+            return sum(key[1] for key in self.copied.values())
 
 
 def _stat_key(st):
@@ -166,13 +170,16 @@ def sync_files(move, paced=True):
         except FileNotFoundError:
             # Gone meanwhile (retention, a compaction swap): not copied.
             files.pop(name)
-            move.copied.pop(name, None)
+            with move.lock:
+                move.copied.pop(name, None)
             _unlink(target)
             continue
-        # A short copy is remembered as such (no mtime matches -1).
-        move.copied[name] = key if complete else (key[0], start + done, -1)
+        with move.lock:
+            # A short copy is remembered as such (no mtime matches -1).
+            move.copied[name] = key if complete else (key[0], start + done, -1)
     for name in [n for n in move.copied if n not in files]:
-        move.copied.pop(name)
+        with move.lock:
+            move.copied.pop(name)
         _unlink(os.path.join(move.future, name))
     return written
 

@@ -104,3 +104,18 @@ def test_failed_log_dir_on_the_leader_moves_leadership_and_the_other_dir_serves(
     assert not lost, f"{len(lost)} acknowledged records lost, e.g. {lost[:3]}"
     assert not duplicated, f"{len(duplicated)} records stored twice, e.g. {duplicated[:3]}"
     assert "Traceback" not in c.brokers[X].log()
+    # Restarted with the disk back, X catches up, rejoins the ISR and has no
+    # offline replicas left in ZooKeeper.
+    os.rename(tmp_path / "disk0-gone", disks[0])
+    c.restart(X)
+    c.wait_for(
+        lambda: sorted(c.partition(topic, failing)["isr"]) == [1, 2, 3],
+        what="X back in the ISR of the partition of its repaired dir",
+    )
+    zk = KazooClient(hosts=zk_connect)
+    zk.start()
+    try:
+        assert zk.exists(f"/pluglog/offline_replicas/{X}") is None
+    finally:
+        zk.stop()
+        zk.close()
