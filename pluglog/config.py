@@ -135,6 +135,9 @@ class BrokerConfig:
     #: ``log.dirs`` (JBOD): absolute paths; empty means the one ``data_dir``.
     #: When set, ``data_dir`` is its first entry (the broker-wide files live there).
     log_dirs: tuple = ()
+    #: ``log.dir``: the one log dir when ``log.dirs`` is unset (it wins over
+    #: ``--data-dir``); "" when not given.
+    log_dir: str = ""
     storage: str = "segments"
     coordinator: str = "local"
     fsync: str = "interval"
@@ -187,6 +190,8 @@ class BrokerConfig:
     #: Bytes/s for throttled replicas (Kafka's reassignment throttle); unlimited by default.
     leader_replication_throttled_rate: int = INT64_MAX
     follower_replication_throttled_rate: int = INT64_MAX
+    #: AlterReplicaLogDirs copy rate, bytes/s (Kafka's default: no limit)
+    replica_alter_log_dirs_io_max_bytes_per_second: int = INT64_MAX
     replication_quota_window_num: int = 11
     replication_quota_window_size_seconds: int = 1
     #: How long a __consumer_offsets write waits for min.insync.replicas.

@@ -91,6 +91,10 @@ CONFIG_DOCS = {
         _L,
         "Bytes per second of throttled follower replicas.",
     ),
+    "replica.alter.log.dirs.io.max.bytes.per.second": (
+        _L,
+        "Bytes per second an AlterReplicaLogDirs move copies at.",
+    ),
     "replication.quota.window.num": (_I, "Samples the replication throttle rate spans."),
     "replication.quota.window.size.seconds": (_I, "Length of one replication throttle sample."),
     "offsets.commit.timeout.ms": (_I, "How long a group write waits for the ISR."),
@@ -201,6 +205,7 @@ CONFIG_DOCS = {
     "inter.broker.sasl.username": (_S, "The brokers' own SASL user."),
     "inter.broker.sasl.password": (_P, "The password of that user."),
     "log.dirs": (_S, "The directory holding this broker's logs (--data-dir)."),
+    "log.dir": (_S, "The one log dir when log.dirs is unset; wins over --data-dir."),
     "remote.log.storage.system.enable": (_B, "Turn tiered storage (KIP-405) on for this broker."),
     "remote.log.storage.manager.class.name": (
         _S,

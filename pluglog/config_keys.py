@@ -99,6 +99,16 @@ def _dir_list(key, value):
     return tuple(absolute)
 
 
+def _one_dir(key, value):
+    """``log.dir``: one directory (Kafka's key for when ``log.dirs`` is unset)."""
+    text = str(value).strip()
+    if not text:
+        raise ConfigError(f"{key}: empty directory in {value!r}")
+    if "," in text:
+        raise ConfigError(f"{key}: one directory only, got {value!r} (list several in log.dirs)")
+    return os.path.abspath(text)
+
+
 def _provider_name(key, value):
     """A plugin provider's name (``retention.policy``): checked against the
     registry by the broker, which knows the installed plugins."""
@@ -302,6 +312,7 @@ TOPIC_KEYS = {
 BROKER_KEYS = {
     "broker.id": ("broker_id", int_parser(0)),
     "log.dirs": ("log_dirs", _dir_list),
+    "log.dir": ("log_dir", _one_dir),
     "num.partitions": ("num_partitions", int_parser(1, 100000)),
     "default.replication.factor": ("default_replication_factor", int_parser(1)),
     "auto.create.topics.enable": ("auto_create_topics_enable", _parse_bool),
@@ -364,6 +375,10 @@ BROKER_KEYS = {
     "leader.replication.throttled.rate": ("leader_replication_throttled_rate", int_parser(1)),
     "follower.replication.throttled.rate": (
         "follower_replication_throttled_rate",
+        int_parser(1),
+    ),
+    "replica.alter.log.dirs.io.max.bytes.per.second": (
+        "replica_alter_log_dirs_io_max_bytes_per_second",
         int_parser(1),
     ),
     "replication.quota.window.num": ("replication_quota_window_num", int_parser(2)),

@@ -307,6 +307,35 @@ class ILogDirStorage(ILogStorage):
         it; KafkaStorageError when it cannot."""
 
 
+class ILogDirMoves(ILogDirStorage):
+    """A storage that moves a log between its dirs while the log takes
+    appends: copy rounds off the reactor, a short last step on it
+    (pluglog.storage.logdir_move; Kafka's ReplicaAlterLogDirsThread)."""
+
+    def begin_move(topic, partition, destination, rate=0):
+        """Make the partition's future log in ``destination``; a
+        :class:`pluglog.storage.logdir_move.LogMove` (the broker reads its
+        ``key``, ``log``, ``destination``, ``copied`` under ``lock``), or
+        None when the log is there already. KafkaStorageError
+        when it cannot move. ``rate``: bytes/s the copy rounds may write."""
+
+    def copy_step(move):
+        """One copy round, safe on any thread; the bytes copied."""
+
+    def move_pending_bytes(move):
+        """About how much a copy round would copy now."""
+
+    def finish_move(move):
+        """On the reactor: copy the rest, swap the future log in and return
+        the IPartitionLog now serving the partition."""
+
+    def abort_move(move):
+        """Give the move up; the log stays where it was."""
+
+    def moves():
+        """``{(topic, partition): move}`` of the moves in progress."""
+
+
 class IRemoteLogStorage(Interface):
     """The remote tier's object store (KIP-405's RemoteStorageManager).
 
@@ -491,6 +520,12 @@ class ICoordinator(Interface):
     def controlled_shutdown():
         """Move leadership away from this broker before it stops; returns a
         Deferred fired when no partition it leads has another live ISR member."""
+
+    def replicas_offline(partitions, log_dirs):
+        """This broker's replicas of ``[(topic, partition)]`` went offline with
+        their failed log dirs ``log_dirs``: leadership moves to other in-sync
+        replicas and this broker leaves their ISRs until it restarts (a
+        single-node coordinator has nothing to move). Returns a Deferred."""
 
 
 class ISink(Interface):

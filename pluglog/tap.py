@@ -175,10 +175,11 @@ class Options(usage.Options):
             "listen": listen,
             "advertised_host": host,
             "advertised_port": adv_port,
-            # log.dirs (JBOD) wins over --data-dir, its single-dir shorthand.
+            # log.dirs (JBOD) wins over log.dir (Kafka's single dir), which
+            # wins over --data-dir.
             "data_dir": config.log_dirs[0]
             if config.log_dirs
-            else os.path.abspath(self["data-dir"]),
+            else config.log_dir or os.path.abspath(self["data-dir"]),
         }
         if self["http"] is not None:
             changes["http"] = self["http"]
@@ -269,11 +270,12 @@ class Options(usage.Options):
                 f"--workers {count} needs --coordinator zookeeper: the workers are brokers "
                 "of one cluster and share its metadata through ZooKeeper"
             )
-        if config.log_dirs:
-            raise usage.UsageError(
-                f"--workers {count} with log.dirs is not supported (the workers would share "
-                "the dirs); give --data-dir: each worker gets <data-dir>/worker-<i>"
-            )
+        for key, given in (("log.dirs", config.log_dirs), ("log.dir", config.log_dir)):
+            if given:
+                raise usage.UsageError(
+                    f"--workers {count} with {key} is not supported (the workers would share "
+                    "the dirs); give --data-dir: each worker gets <data-dir>/worker-<i>"
+                )
         if config.listeners:
             raise usage.UsageError(
                 "--workers with named listeners (listeners=...) is not supported; "

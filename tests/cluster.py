@@ -28,10 +28,21 @@ FAST_SETTINGS = {
 class Cluster:
     """Brokers 1..N of one cluster."""
 
-    def __init__(self, root, zk_connect, brokers=3, settings=None, racks=None, http=False):
+    def __init__(
+        self,
+        root,
+        zk_connect,
+        brokers=3,
+        settings=None,
+        racks=None,
+        http=False,
+        node_settings=None,
+    ):
         self.root = root
         self.zk_connect = zk_connect
         self.settings = {**FAST_SETTINGS, **(settings or {})}
+        #: ``{node: {key: value}}`` on top of ``settings`` for single brokers
+        self.node_settings = node_settings or {}
         self.racks = racks or {}
         #: ``--http`` ports (the schema registry) when ``http``; kept across restarts.
         self.http_ports = {node: free_port() for node in range(1, brokers + 1)} if http else {}
@@ -40,7 +51,11 @@ class Cluster:
             self.brokers[node] = self._process(node, free_port())
 
     def _process(self, node, port):
-        settings = {**self.settings, "zookeeper.connect": self.zk_connect}
+        settings = {
+            **self.settings,
+            **self.node_settings.get(node, {}),
+            "zookeeper.connect": self.zk_connect,
+        }
         if node in self.racks:
             settings["broker.rack"] = self.racks[node]
         extra = ["--coordinator", "zookeeper", "--broker-id", str(node)]

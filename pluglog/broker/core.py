@@ -12,7 +12,8 @@ from twisted.logger import Logger
 from pluglog.broker import dynamic_config, limits, topic_ids
 from pluglog.broker.capabilities import StorageChecks
 from pluglog.broker.fetch_sessions import FetchSessionCache
-from pluglog.broker.log_dirs import check_log_dirs
+from pluglog.broker.log_dirs import check_log_dirs, report_offline_at_start
+from pluglog.broker.log_moves import LogDirMover
 from pluglog.broker.partition import Partition
 from pluglog.broker.producer_ids import ProducerIdAllocator
 from pluglog.broker.quotas import ClientQuotas
@@ -88,6 +89,8 @@ class Broker:
         self.storage_checks = None
         #: log dirs whose partitions were taken offline (broker.log_dirs)
         self.failed_log_dirs = set()
+        #: AlterReplicaLogDirs moves (broker.log_moves)
+        self.log_mover = LogDirMover(self)
         self._starting = True
         try:
             self.coordinator = registry.build("coordinator", config.coordinator, config, reactor)
@@ -188,6 +191,7 @@ class Broker:
             self._open_topic(meta)
         self._starting = False
         self.replicas.start()
+        report_offline_at_start(self)
         from pluglog.group import GroupCoordinator
 
         self.group_coordinator = GroupCoordinator(self)
@@ -428,6 +432,7 @@ class Broker:
             yield self.group_coordinator.stop()
         if self.replicas is not None:
             self.replicas.stop()
+        self.log_mover.stop()
         for part in self.partitions.values():
             part._waiters.clear()
         if self.storage is not None:

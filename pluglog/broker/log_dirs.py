@@ -9,19 +9,17 @@ flush scheduler every ``log.flush.scheduler.interval.ms``, and failed
 checkpoint writes); this module swaps each affected partition's log for an
 :class:`pluglog.storage.offline.OfflineLog`, which every handler already
 answers as KAFKA_STORAGE_ERROR. A failed dir stays failed until restart.
+
+In a cluster the coordinator is told (``replicas_offline``): the
+controller moves the leadership of those partitions to other in-sync
+replicas and drops this broker from their ISRs, and this broker stops
+following them (docs/cluster.rst, "A failed log dir").
 """
 
 from twisted.logger import Logger
 
-from pluglog.errors import (
-    KAFKA_STORAGE_ERROR,
-    LOG_DIR_NOT_FOUND,
-    NONE,
-    REPLICA_NOT_AVAILABLE,
-    KafkaStorageError,
-)
-from pluglog.interfaces import ILogDirStorage, ITieredLog
-from pluglog.replication.epochs import LeaderEpochCache
+from pluglog.errors import NOT_ENOUGH_REPLICAS_AFTER_APPEND
+from pluglog.interfaces import ILogDirStorage
 from pluglog.storage.offline import OfflineLog
 
 log = Logger()
@@ -52,7 +50,16 @@ def _take_offline(broker, directory, reason):
         part.log = OfflineLog(key[0], key[1], f"log dir {directory} failed: {reason}")
         part.log_offline = True
         # Producers waiting on this partition's high watermark learn now.
-        part.fail_waits(KAFKA_STORAGE_ERROR)
+        # Their batches are in the log (followers may have them too), so the
+        # answer must not say "not persisted" as KAFKA_STORAGE_ERROR does:
+        # librdkafka's idempotent producer would resend them under a bumped
+        # epoch and the new leader would store them twice. "Appended, not
+        # acknowledged" makes it retry with the same sequence numbers, which
+        # the new leader recognises.
+        part.fail_waits(NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+        if broker.replicas is not None:
+            broker.replicas.log_went_offline(key)
+    report_offline(broker, keys, [directory])
     log.error(
         "log dir {dir} failed ({reason}): {count} partition(s) offline, "
         "the other log dirs are still served",
@@ -60,6 +67,28 @@ def _take_offline(broker, directory, reason):
         reason=reason,
         count=len(keys),
     )
+
+
+def report_offline(broker, keys, directories):
+    """Tell the coordinator these replicas are offline (a no-op without a
+    cluster); a failed report is logged, the partitions stay offline here."""
+    if not keys:
+        return
+    d = broker.coordinator.replicas_offline(keys, directories)
+    d.addErrback(
+        lambda failure: log.failure("reporting offline replicas {keys} failed", failure, keys=keys)
+    )
+
+
+def report_offline_at_start(broker):
+    """Partitions whose logs could not be opened at start are offline
+    replicas too: the controller must not keep them leaders."""
+    keys = sorted(key for key, part in broker.partitions.items() if part.log_offline)
+    storage = broker.storage
+    dirs = []
+    if ILogDirStorage.providedBy(storage):
+        dirs = sorted({d for d in (storage.dir_of(*key) for key in keys) if d is not None})
+    report_offline(broker, keys, dirs)
 
 
 def write_failed(broker, topic, index, exc):
@@ -74,37 +103,3 @@ def write_failed(broker, topic, index, exc):
         check_log_dirs(broker)
     else:
         log.error("write to {topic}-{index} failed: {exc}", topic=topic, index=index, exc=exc)
-
-
-def move_partition(broker, topic, index, destination):
-    """AlterReplicaLogDirs for one partition: an error code (NONE when moved
-    or already there). The Partition is switched to the moved log at once."""
-    part = broker.partitions.get((topic, index))
-    if part is None:
-        return REPLICA_NOT_AVAILABLE
-    storage = broker.storage
-    if not ILogDirStorage.providedBy(storage) or destination not in storage.data_dirs:
-        return LOG_DIR_NOT_FOUND
-    if part.log_offline:
-        return KAFKA_STORAGE_ERROR
-    try:
-        moved = storage.move_log(topic, index, destination)
-    except (KafkaStorageError, OSError) as exc:
-        log.error(
-            "moving {topic}-{index} to {dest} failed: {exc}",
-            topic=topic,
-            index=index,
-            dest=destination,
-            exc=exc,
-        )
-        return KAFKA_STORAGE_ERROR
-    if moved is not part.log:
-        if ITieredLog.providedBy(moved) and ITieredLog.providedBy(part.log):
-            # Offsets below the local log start are read from the remote tier.
-            moved.remote_tier = part.log.remote_tier
-        part.log = moved
-        part.epochs = LeaderEpochCache.for_log(moved)
-        log.info(
-            "moved {topic}-{index} to log dir {dest}", topic=topic, index=index, dest=destination
-        )
-    return NONE

@@ -349,7 +349,8 @@ class Partition(PartitionTransactions):
         return out
 
     def _request_isr(self, new_isr):
-        if self.isr_change_pending or self.isr_writer is None:
+        if self.isr_change_pending or self.isr_writer is None or self.log_offline:
+            # Offline (a failed log dir): the controller decides its ISR now.
             return
         self.isr_change_pending = True
         self.isr_writer(self, new_isr)

@@ -112,3 +112,53 @@ class AdminZnodesMixin:
             ):
                 self.resign()
                 return
+
+    def on_log_dir_events(self):
+        """Kafka's LogDirEventNotification: handle and delete each, then
+        move leadership off the replicas now offline."""
+        if not self.active:
+            return
+        client = self.client
+        children = client.get_children(
+            z.LOG_DIR_EVENTS, watch=self._watcher(self.on_log_dir_events)
+        )
+        if not children:
+            return
+        brokers = set()
+        for child in sorted(children):
+            path = f"{z.LOG_DIR_EVENTS}/{child}"
+            try:
+                raw, _ = client.get(path)
+                brokers.add(int((z.loads(raw) or {}).get("broker", -1)))
+                client.delete(path)
+            except NoNodeError:
+                continue
+            except (TypeError, ValueError):
+                client.delete(path)  # not one of ours: nothing to do with it
+        offline = self.offline_replicas()
+        for broker in sorted(brokers):
+            count = sum(1 for held in offline.values() if broker in held)
+            self.say(
+                "log dir failure on broker {b}: {n} of its replicas offline", b=broker, n=count
+            )
+        self.reconcile()
+
+    def offline_replicas(self):
+        """``{(topic, partition): {broker ids}}``: live brokers' replicas on
+        failed log dirs (``/pluglog/offline_replicas``). The znodes are
+        ephemeral, so a broker restarted with healthy dirs has none."""
+        client = self.client
+        pending = {
+            int(child): client.get_async(z.offline_replicas_path(child))
+            for child in client.get_children(z.OFFLINE_REPLICAS)
+            if child.isdigit() and int(child) in self.live
+        }
+        out = {}
+        for broker, result in pending.items():
+            try:
+                raw, _ = result.get()
+            except NoNodeError:
+                continue
+            for key in z.offline_replicas_from_json(z.loads(raw)):
+                out.setdefault(key, set()).add(broker)
+        return out

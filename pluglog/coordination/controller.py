@@ -14,10 +14,13 @@ a time (Kafka's controller event queue), with blocking kazoo calls that read
 the current znodes, so every decision is made on fresh data. Events come from
 the coordinator's watches (brokers, topics, partition states), the admin
 znodes (``/admin/delete_topics``, ``/admin/reassign_partitions``,
-``/admin/preferred_replica_election``) and our request znodes under
+``/admin/preferred_replica_election``), our request znodes under
 ``/pluglog/requests`` (elections and controlled shutdowns asked by any
-broker). Election rules: :mod:`pluglog.coordination.election`; the admin and
-request znodes: :mod:`pluglog.coordination.adminznodes`; reassignment:
+broker) and Kafka's log dir failure notifications. A replica on a failed
+log dir counts as dead for its partition: it leaves the ISR and is never
+elected until its broker restarts. Election rules:
+:mod:`pluglog.coordination.election`; the admin and request znodes and log
+dir events: :mod:`pluglog.coordination.adminznodes`; reassignment:
 :mod:`pluglog.coordination.reassignment`.
 """
 
@@ -150,6 +153,7 @@ class Controller(AdminZnodesMixin, ReassignmentMixin):
         self.on_reassign()
         self.on_preferred_admin()
         self.on_requests()
+        self.on_log_dir_events()
 
     def stepped_down(self, reason):
         if self.active:
@@ -261,8 +265,8 @@ class Controller(AdminZnodesMixin, ReassignmentMixin):
             return False, None
         return True, result
 
-    def create_state(self, topic, partition, replicas):
-        live = [r for r in replicas if r in self.live]
+    def create_state(self, topic, partition, replicas, offline=()):
+        live = [r for r in replicas if r in self.live and r not in offline]
         if not live:
             return None
         state = PartitionState(live[0], 0, tuple(live), self.epoch)
@@ -299,18 +303,20 @@ class Controller(AdminZnodesMixin, ReassignmentMixin):
         topics, states = self.load()
         self.assign_topic_ids(topics)
         excluded = set(excluded) | self.shutting_down
+        offline = self.offline_replicas()
 
-        def decide(topic):
+        def decide(topic, live):
             return lambda replicas, state: election.offline(
-                replicas, state, self.live, excluded, lambda: self.unclean_allowed(topic)
+                replicas, state, live, excluded, lambda: self.unclean_allowed(topic)
             )
 
         for (topic, p), state in sorted(states.items()):
             replicas = topics[topic].assignment[p]
+            dead = offline.get((topic, p), ())
             if state is None:
-                self.create_state(topic, p, replicas)
+                self.create_state(topic, p, replicas, dead)
             else:
-                self.update(topic, p, replicas, state, decide(topic))
+                self.update(topic, p, replicas, state, decide(topic, self.live - set(dead)))
 
     def assign_topic_ids(self, topics):
         """Give every topic from before topic ids (no ``topic_id`` in its
@@ -390,6 +396,7 @@ class Controller(AdminZnodesMixin, ReassignmentMixin):
     def elect_partitions(self, partitions, preferred, loaded=None):
         """ElectLeaders: ``{(t, p): error code}`` (0 = elected)."""
         topics, states = loaded or self.load()
+        offline = self.offline_replicas()
         result = {}
         for topic, p in partitions:
             view = topics.get(topic)
@@ -398,14 +405,13 @@ class Controller(AdminZnodesMixin, ReassignmentMixin):
                 continue
             replicas = view.assignment[p]
             codes = {}
+            live = self.live - offline.get((topic, p), set())
 
-            def decide(replicas, state, topic=topic, codes=codes):
+            def decide(replicas, state, codes=codes, live=live):
                 if preferred:
-                    new, codes["c"] = election.preferred(
-                        replicas, state, self.live, self.shutting_down
-                    )
+                    new, codes["c"] = election.preferred(replicas, state, live, self.shutting_down)
                 else:
-                    new, codes["c"] = election.unclean(replicas, state, self.live)
+                    new, codes["c"] = election.unclean(replicas, state, live)
                 return new
 
             self.update(topic, p, replicas, states[(topic, p)], decide)
@@ -420,21 +426,23 @@ class Controller(AdminZnodesMixin, ReassignmentMixin):
         only make the last broker of a cluster wait out its timeout."""
         self.shutting_down.add(broker)
         topics, states = self.load()
+        offline = self.offline_replicas()
         remaining = stuck = 0
         for (topic, p), state in sorted(states.items()):
             replicas = topics[topic].assignment[p]
             if state is None or broker not in replicas:
                 continue
+            live = self.live - offline.get((topic, p), set())
             final = self.update(
                 topic,
                 p,
                 replicas,
                 state,
-                lambda r, s: election.shutdown(r, s, broker, self.live, self.shutting_down),
+                lambda r, s, live=live: election.shutdown(r, s, broker, live, self.shutting_down),
             )
             if final is None or final.leader != broker:
                 continue
-            if any(r in self.live and r not in self.shutting_down for r in final.isr):
+            if any(r in live and r not in self.shutting_down for r in final.isr):
                 remaining += 1
             else:
                 stuck += 1

@@ -149,6 +149,10 @@ class LocalCoordinator:
     def controlled_shutdown(self):
         return defer.succeed(None)
 
+    def replicas_offline(self, partitions, log_dirs):
+        """One broker: no other replica could lead them."""
+        return defer.succeed(None)
+
     def brokers(self):
         config = self.config
         rack = config.broker_rack or None

@@ -27,6 +27,15 @@ PREFERRED_ELECTION = "/admin/preferred_replica_election"
 #: Our extras: requests to the controller (elections, controlled shutdown),
 #: each a sequential znode the controller answers by writing a result into it.
 REQUESTS = "/pluglog/requests"
+#: Kafka's log dir failure notifications: a broker whose log dir fails adds a
+#: sequential ``log_dir_event_<n>`` child; the controller reads and deletes it.
+LOG_DIR_EVENTS = "/log_dir_event_notification"
+LOG_DIR_EVENT_PREFIX = LOG_DIR_EVENTS + "/log_dir_event_"
+#: Our extra: ``<broker id>`` (ephemeral) lists the broker's replicas on failed
+#: log dirs, written in the same transaction as the notification so the
+#: controller always finds what the event is about (Kafka's controller asks
+#: the broker with a LeaderAndIsr request instead).
+OFFLINE_REPLICAS = "/pluglog/offline_replicas"
 
 #: Paths every broker makes sure exist at start (Kafka's persistent paths).
 PERSISTENT_PATHS = (
@@ -38,6 +47,8 @@ PERSISTENT_PATHS = (
     "/config/changes",
     "/isr_change_notification",
     REQUESTS,
+    LOG_DIR_EVENTS,
+    OFFLINE_REPLICAS,
 )
 
 _HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
@@ -141,6 +152,28 @@ def broker_from_json(broker_id, data, listener=None):
     endpoints = broker_endpoints(data)
     host, port = endpoints.get(listener) or next(iter(endpoints.values()), (None, -1))
     return (int(broker_id), host, int(port), data.get("rack") or None)
+
+
+def log_dir_event_json(broker_id):
+    """Kafka's LogDirEventNotificationSequenceZNode body (event 1: a log dir failed)."""
+    return {"version": 1, "broker": broker_id, "event": 1}
+
+
+def offline_replicas_path(broker_id):
+    return f"{OFFLINE_REPLICAS}/{broker_id}"
+
+
+def offline_replicas_json(log_dirs, partitions):
+    return {
+        "version": 1,
+        "log_dirs": sorted(log_dirs),
+        "partitions": [[t, p] for t, p in sorted(partitions)],
+    }
+
+
+def offline_replicas_from_json(data):
+    """-> ``{(topic, partition)}`` of an offline-replicas znode."""
+    return {(t, int(p)) for t, p in (data or {}).get("partitions") or ()}
 
 
 def controller_json(broker_id):

@@ -6,6 +6,14 @@ ephemeral ``/brokers/ids/<id>`` is refused while another live session holds
 it. Each failure is a ConfigError naming the values, which stops the broker.
 These run on the coordinator's io worker (blocking kazoo calls).
 
+A broker whose log dir fails reports its replicas there as offline
+(:meth:`RegistrationMixin.replicas_offline`): its ephemeral
+``/pluglog/offline_replicas/<id>`` lists them, and a sequential
+``/log_dir_event_notification/log_dir_event_<n>`` (Kafka's) tells the
+controller, both in one transaction. The list lives as long as the session,
+so a broker restarted with healthy dirs starts without one; a broker that
+lost its session writes it again when it registers again.
+
 A broker restarted quickly after a crash finds its id still registered by
 its own previous session, which ZooKeeper removes only once that session
 times out. The data dir remembers the session that registered last
@@ -18,6 +26,7 @@ import os
 import time
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
+from twisted.internet import defer
 
 from pluglog.addresses import advertised_url
 from pluglog.coordination import zkdata as z
@@ -127,3 +136,45 @@ class RegistrationMixin:
         session = self.client.client_id[0]
         if session != self._previous_session():
             atomic_write(self._session_path(), f"{session:x}\n".encode())
+
+    # -- replicas on failed log dirs -------------------------------------------
+
+    def replicas_offline(self, partitions, log_dirs):
+        """This broker's replicas of ``partitions`` are offline (their log
+        dirs ``log_dirs`` failed): tell the controller, which moves their
+        leadership away and drops this broker from their ISRs until it
+        restarts. Cumulative; returns a Deferred."""
+        # New sets, not updated ones: the io thread may be reading the old.
+        self._offline_partitions = self._offline_partitions | set(partitions)
+        self._offline_dirs = self._offline_dirs | set(log_dirs)
+        if not self.io.started:
+            return defer.succeed(None)
+        partitions, dirs = self._offline_partitions, self._offline_dirs
+        return self._submit_write(lambda: self._write_offline(partitions, dirs))
+
+    def _write_offline(self, partitions, dirs):
+        """One transaction: the offline list (created or replaced) and the
+        notification, so the controller never sees one without the other."""
+        path = z.offline_replicas_path(self.broker_id)
+        body = z.dumps(z.offline_replicas_json(dirs, partitions))
+        event = z.dumps(z.log_dir_event_json(self.broker_id))
+        while True:
+            tx = self.client.transaction()
+            if self.client.exists(path):
+                tx.set_data(path, body)
+            else:
+                tx.create(path, body, ephemeral=True)
+            tx.create(z.LOG_DIR_EVENT_PREFIX, event, sequence=True)
+            results = tx.commit()
+            if not any(isinstance(r, (NodeExistsError, NoNodeError)) for r in results):
+                break  # else it appeared or went meanwhile: look again
+        failed = [r for r in results if isinstance(r, Exception)]
+        if failed:
+            raise failed[0]
+
+    def _rewrite_offline(self):
+        """After registering again on a new session: the ephemeral list
+        went with the old one."""
+        partitions, dirs = self._offline_partitions, self._offline_dirs
+        if partitions:
+            self._write_offline(partitions, dirs)

@@ -69,6 +69,9 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
         self._watchers = {}
         self._lost = False
         self._rebalance = None
+        #: replicas on failed log dirs and those dirs (replicas_offline)
+        self._offline_partitions = set()
+        self._offline_dirs = set()
         self._init_stores()
 
     # -- lifecycle -------------------------------------------------------------
@@ -208,6 +211,7 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
             return
         try:
             self._register(wait=self.config.zookeeper_session_timeout_ms / 1000.0)
+            self._rewrite_offline()
             self.refresh_all(rewatch=True)
         except DISCONNECTED:
             return  # disconnected again: the next CONNECTED restores

@@ -156,7 +156,8 @@ class ReplicaManager:
         if was_leader:
             self.broker.leadership_changed(part)
         current = self._fetcher_of(key)
-        if state.leader == NO_LEADER or self.node_id not in replicas:
+        if state.leader == NO_LEADER or self.node_id not in replicas or part.log_offline:
+            # An offline log (a failed log dir) has nothing to fetch into.
             self._unfollow(key)
             return
         if current is not None and current.leader_id != state.leader:
@@ -177,6 +178,11 @@ class ReplicaManager:
         fetcher = self._fetcher_of(key)
         if fetcher is not None:
             fetcher.remove(key)
+
+    def log_went_offline(self, key):
+        """Its log dir failed: stop fetching for it (the controller drops
+        this broker from its ISR and moves its leadership away)."""
+        self._unfollow(key)
 
     def partition_removed(self, topic, index):
         self._unfollow((topic, index))
@@ -229,8 +235,13 @@ class ReplicaManager:
         now = self.broker.now_ms()
         lag = self.config.replica_lag_time_max_ms
         for part in list(self.broker.partitions.values()):
-            if not part.is_leader or len(part.isr) < 2 or part.isr_change_pending:
-                continue
+            if (
+                not part.is_leader
+                or len(part.isr) < 2
+                or part.isr_change_pending
+                or part.log_offline
+            ):
+                continue  # an offline leader's followers cannot catch up: not their fault
             lagging = part.lagging_followers(now, lag)
             if lagging:
                 part._request_isr(tuple(b for b in part.isr if b not in lagging))

@@ -45,7 +45,7 @@ from zope.interface import implementer
 from pluglog.config import TopicConfig
 from pluglog.errors import KafkaStorageError
 from pluglog.fileutil import atomic_write, fsync_directory
-from pluglog.interfaces import ICompactingStorage, ILogDirStorage, IReplicatingStorage
+from pluglog.interfaces import ICompactingStorage, ILogDirMoves, IReplicatingStorage
 from pluglog.storage.filenames import (
     CLEAN_SHUTDOWN_FILE,
     DELETED_SUFFIX,
@@ -56,12 +56,7 @@ from pluglog.storage.filenames import (
     parse_log_dir_name,
 )
 from pluglog.storage.log import FSYNC_INTERVAL
-from pluglog.storage.logdir_move import (
-    copy_log_dir,
-    future_name,
-    parse_future_name,
-    resolve_futures,
-)
+from pluglog.storage.logdir_move import LogMovesMixin, parse_future_name, resolve_futures
 from pluglog.storage.openfiles import OpenSegments
 from pluglog.storage.segment_log import SegmentPartitionLog
 
@@ -104,8 +99,8 @@ def write_checkpoint(path, entries):
     atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
 
 
-@implementer(ICompactingStorage, IReplicatingStorage, ILogDirStorage)
-class SegmentLogStorage:
+@implementer(ICompactingStorage, IReplicatingStorage, ILogDirMoves)
+class SegmentLogStorage(LogMovesMixin):
     """ILogStorage over segment files in one or more log dirs."""
 
     log_class = SegmentPartitionLog
@@ -139,6 +134,8 @@ class SegmentLogStorage:
         self._pending_deletes = {}
         #: future dirs found at start-up, {key: [paths]} (storage.logdir_move)
         self._futures = {}
+        #: moves in progress, {key: LogMove}
+        self._moves = {}
         self.closed = False
         self.opened_clean = True
         for directory in self.data_dirs:
@@ -326,56 +323,6 @@ class SegmentLogStorage:
     def offline_logs(self):
         """``{(topic, partition): reason}`` for logs that could not be opened."""
         return dict(self._offline)
-
-    def move_log(self, topic, partition, destination):
-        """Move the partition's log into the log dir ``destination``
-        (storage.logdir_move) and return the log now serving it; the old
-        one is retired like a deleted log. KafkaStorageError if it cannot."""
-        key = (topic, partition)
-        log = self._logs.get(key)
-        if log is None:
-            raise KafkaStorageError(f"{topic}-{partition} is not an online log here")
-        source = self._dir_of[key]
-        if destination in self._failed:
-            raise KafkaStorageError(f"log dir {destination} has failed")
-        if source == destination:
-            return log
-        name = log_dir_name(topic, partition)
-        future_dir = future_name(name)
-        if future_dir is None:
-            raise KafkaStorageError(f"{name}: the future dir name would be too long to move it")
-        future = os.path.join(destination, future_dir)
-        try:
-            log.flush()
-            copy_log_dir(log.directory, future)
-        except OSError as exc:
-            raise KafkaStorageError(f"copying {name} to {destination} failed: {exc}") from exc
-        # The swap: the source stops being the copy before the future
-        # becomes it, so a crash leaves one complete copy (see the module).
-        suffix = f".{uuid.uuid4().hex}{DELETED_SUFFIX}"
-        retired = os.path.join(source, name[: 255 - len(suffix)] + suffix)
-        os.replace(log.directory, retired)
-        fsync_directory(source)
-        target = os.path.join(destination, name)
-        os.replace(future, target)
-        fsync_directory(destination)
-        moved = SegmentPartitionLog(
-            target,
-            topic,
-            partition,
-            log.config,
-            self.reactor,
-            self.fsync,
-            recovery_point=log.recovery_point,
-            log_start_offset=log.log_start_offset,
-            clean=True,
-            open_segments=self.open_segments,
-        )
-        self._logs[key] = moved
-        self._dir_of[key] = destination
-        self._retire(log, retired)
-        self.write_checkpoints()
-        return moved
 
     def delete_log(self, topic, partition):
         """Rename the partition directory to ``*.deleted`` and remove it after

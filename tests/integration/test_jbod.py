@@ -231,14 +231,45 @@ def _where(dirs, topic, partition):
     return [d for d in dirs if (d / f"{topic}-{partition}").is_dir()]
 
 
+#: the copy rate of the moves below: a move of FILLER bytes takes >= 3 s
+COPY_RATE = 8 * 1024 * 1024
+FILLER = 24 * 1024 * 1024
+
+
+def _future(directory, topic, partition):
+    return list(directory.glob(f"{topic}-{partition}.*-future"))
+
+
+def _described(admin):
+    """``{log dir: {(topic, partition, is_future)}}`` from DescribeLogDirs."""
+    (answer,) = admin.describe_log_dirs()
+    return {
+        d["log_dir"]: {
+            (t["name"], p["partition_index"], p["is_future_key"])
+            for t in d["topics"]
+            for p in t["partitions"]
+        }
+        for d in answer["log_dirs"]
+    }
+
+
 def test_alter_replica_log_dirs_moves_a_partition_under_load_with_nothing_lost(tmp_path):
-    broker, (a, b) = _jbod(tmp_path)
+    """The copy runs off the reactor: acks=all writes to the partition being
+    moved keep being acknowledged while its tens of MB are copied, and
+    DescribeLogDirs shows the future replica meanwhile."""
+    broker, (a, b) = _jbod(
+        tmp_path, settings={"replica.alter.log.dirs.io.max.bytes.per.second": str(COPY_RATE)}
+    )
     broker.start()
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     try:
         create_topic(broker.bootstrap, "moving", partitions=2)
         (home,) = _where((a, b), "moving", 0)
         other = b if home == a else a
+        filler = [os.urandom(1000) + b"%08d" % i for i in range(FILLER // 1008)]
+        produce_confluent(
+            broker.bootstrap, "moving", [(0, None, v, []) for v in filler], acks="all"
+        )
         acked, failed, stop = [], [], threading.Event()
 
         def produce():
@@ -260,17 +291,45 @@ def test_alter_replica_log_dirs_moves_a_partition_under_load_with_nothing_lost(t
                     time.sleep(0.01)
             producer.flush(30)
 
+        def move_watching(destination, source):
+            """Move partition 0 to ``destination``; the acks counted at each
+            look while the move was in flight, and whether DescribeLogDirs
+            showed the future replica there."""
+            tpr = KpTopicPartitionReplica("moving", 0, 0)
+            assert admin.alter_replica_log_dirs({tpr: str(destination)}) == {
+                tpr: kp_errors.NoError
+            }
+            counts, described = [], False
+            while _where((a, b), "moving", 0) != [destination] or _future(
+                destination, "moving", 0
+            ):
+                if _future(destination, "moving", 0):
+                    counts.append(len(acked))
+                    dirs = _described(admin)
+                    described = described or (
+                        ("moving", 0, True) in dirs[str(destination)]
+                        and ("moving", 0, False) in dirs[str(source)]
+                    )
+                time.sleep(0.05)
+            return counts, described
+
         thread = threading.Thread(target=produce)
         thread.start()
         try:
             assert _wait_for(lambda: len(acked) > 2000)
-            tpr = KpTopicPartitionReplica("moving", 0, 0)
-            assert admin.alter_replica_log_dirs({tpr: str(other)}) == {tpr: kp_errors.NoError}
+            counts, described = move_watching(other, home)
+            # The copy of FILLER bytes at COPY_RATE lasts >= 3 s: the producer
+            # kept getting acks all along (a copy on the reactor thread would
+            # have answered nothing until it was over).
+            assert len(counts) >= 10, counts
+            assert counts[-1] - counts[0] >= 200, counts
+            assert described, "DescribeLogDirs did not show the future replica"
             assert _where((a, b), "moving", 0) == [other]
             count = len(acked)
             assert _wait_for(lambda: len(acked) > count + 2000)
             # And back again, still under load.
-            assert admin.alter_replica_log_dirs({tpr: str(home)}) == {tpr: kp_errors.NoError}
+            counts, _ = move_watching(home, other)
+            assert counts[-1] - counts[0] >= 200, counts
             count = len(acked)
             assert _wait_for(lambda: len(acked) > count + 2000)
         finally:
@@ -278,17 +337,15 @@ def test_alter_replica_log_dirs_moves_a_partition_under_load_with_nothing_lost(t
             thread.join(60)
         assert failed == []
         assert _where((a, b), "moving", 0) == [home]
-        (answer,) = admin.describe_log_dirs()
-        held = {
-            d["log_dir"]: [
-                (t["name"], p["partition_index"]) for t in d["topics"] for p in t["partitions"]
-            ]
-            for d in answer["log_dirs"]
-        }
-        assert ("moving", 0) in held[str(home)] and ("moving", 0) not in held[str(other)]
-        got = consume_confluent(broker.bootstrap, "moving", 1, len(acked), timeout=60)
-        assert sorted(v for _, _, v, _ in got) == sorted(acked)  # each once, none lost
+        held = _described(admin)
+        assert ("moving", 0, False) in held[str(home)]
+        assert not any(t == "moving" and p == 0 for t, p, _f in held[str(other)])
+        expected = filler + acked
+        got = consume_confluent(broker.bootstrap, "moving", 1, len(expected), timeout=90)
+        assert sorted(v for _, _, v, _ in got) == sorted(expected)  # each once, none lost
+        assert "moved moving-0 to log dir" in broker.log()
         # Bad requests: an unknown dir, a partition this broker does not host.
+        tpr = KpTopicPartitionReplica("moving", 0, 0)
         bad = KpTopicPartitionReplica("moving", 9, 0)
         answer = admin.alter_replica_log_dirs({tpr: str(tmp_path / "nowhere"), bad: str(a)})
         assert answer[tpr] is kp_errors.LogDirNotFoundError
@@ -300,7 +357,10 @@ def test_alter_replica_log_dirs_moves_a_partition_under_load_with_nothing_lost(t
 
 
 def test_sigkill_mid_move_leaves_exactly_one_complete_copy(tmp_path):
-    broker, (a, b) = _jbod(tmp_path)
+    # Paced, so the copy (about 31 MB) surely runs when the kill comes.
+    broker, (a, b) = _jbod(
+        tmp_path, settings={"replica.alter.log.dirs.io.max.bytes.per.second": str(COPY_RATE)}
+    )
     broker.start()
     try:
         create_topic(broker.bootstrap, "big", partitions=1)
@@ -370,7 +430,9 @@ def test_moving_a_tiered_partition_keeps_its_remote_records_readable(tmp_path):
         assert _wait_for(lambda: first_local() > 3000, timeout=30)
         tpr = KpTopicPartitionReplica("tiered", 0, 0)
         assert admin.alter_replica_log_dirs({tpr: str(other)}) == {tpr: kp_errors.NoError}
-        assert _where((a, b), "tiered", 0) == [other]
+        assert _wait_for(
+            lambda: _where((a, b), "tiered", 0) == [other] and not _future(other, "tiered", 0)
+        )
         got = consume_confluent(broker.bootstrap, "tiered", 1, len(records), timeout=60)
         assert [(k, v, h) for _p, k, v, h in got] == by_partition(records)[0]
         assert "Traceback" not in broker.log()

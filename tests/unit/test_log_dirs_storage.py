@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 
+from pluglog.config import TopicConfig
 from pluglog.errors import KafkaStorageError
 from pluglog.storage.manager import SegmentLogStorage
 from pluglog.testing.storage import batch, read_all
@@ -95,4 +96,53 @@ def test_failed_dir_takes_only_its_logs_offline(tmp_path):
     assert storage.dir_of("t", 2) == a
     with pytest.raises(KafkaStorageError):
         storage.move_log("t", 0, b)
+    storage.close()
+
+
+def test_background_move_copies_in_rounds_while_the_log_takes_appends(tmp_path):
+    """The rounds (storage.logdir_move.sync_files) copy only what changed:
+    grown files get their tail, a rolled segment is new, a segment removed
+    by retention goes; the last step copies the rest, so the moved log holds
+    every record exactly once."""
+    storage = SegmentLogStorage(
+        [str(tmp_path / "a"), str(tmp_path / "b")],
+        topic_defaults=TopicConfig().with_overrides({"segment.bytes": "16384"}),
+    )
+    log = storage.open_log("t", 0)
+    for _ in range(40):
+        log.append(batch(20), 1000)
+    b = str(tmp_path / "b")
+    move = storage.begin_move("t", 0, b)
+    assert storage.moves() == {("t", 0): move} and os.path.isdir(move.future)
+    first = storage.copy_step(move)
+    assert first > 0 and storage.move_pending_bytes(move) == 0
+    assert storage.copy_step(move) == 0  # nothing changed: nothing copied
+    for _ in range(40):
+        log.append(batch(20), 2000)  # grows the active segment, rolls new ones
+    log.flush()
+    pending = storage.move_pending_bytes(move)
+    assert 0 < pending < first * 2
+    assert storage.copy_step(move) == pending
+    log.delete_oldest_segments(1)  # retention meanwhile
+    log.append(batch(5), 3000)
+    expected = read_all(log)
+    moved = storage.finish_move(move)
+    assert storage.moves() == {} and storage.dir_of("t", 0) == b
+    assert read_all(moved) == expected
+    storage.close()
+    again = _storage(tmp_path)
+    assert read_all(again.get_log("t", 0)) == expected
+    assert not [n for n in os.listdir(tmp_path / "b") if n.endswith("-future")]
+    again.close()
+
+
+def test_an_aborted_move_leaves_the_log_where_it_was(tmp_path):
+    expected = _filled(tmp_path)
+    storage = _storage(tmp_path)
+    move = storage.begin_move("t", 0, str(tmp_path / "b"))
+    storage.copy_step(move)
+    storage.abort_move(move)
+    assert not os.path.exists(move.future) and storage.moves() == {}
+    assert storage.dir_of("t", 0) == str(tmp_path / "a")
+    assert read_all(storage.get_log("t", 0)) == expected
     storage.close()

@@ -16,7 +16,6 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from pluglog import protocol as codec
-from pluglog.broker.log_dirs import move_partition
 from pluglog.errors import (
     ELECTION_NOT_NEEDED,
     INVALID_REPLICA_ASSIGNMENT,
@@ -172,6 +171,18 @@ def handle_describe_log_dirs(ctx, request):
                 "is_future_key": False,
             }
         )
+    for key, (directory, size, lag) in broker.log_mover.futures().items():
+        if key not in broker.partitions or (wanted is not None and key not in keys):
+            continue
+        by_dir.setdefault(directory, {}).setdefault(key[0], []).append(
+            {
+                "partition_index": key[1],
+                "partition_size": size,
+                # Kafka's lag of a future log: how far it is behind the current one.
+                "offset_lag": lag,
+                "is_future_key": True,
+            }
+        )
     results = []
     for directory, topics in by_dir.items():
         if directory in failed:
@@ -199,7 +210,7 @@ def handle_alter_replica_log_dirs(ctx, request):
         for topic in entry["topics"]:
             parts = results.setdefault(topic["name"], [])
             for index in topic["partitions"]:
-                code = move_partition(broker, topic["name"], index, destination)
+                code = broker.log_mover.request(topic["name"], index, destination)
                 parts.append({"partition_index": index, "error_code": code})
     return {
         "throttle_time_ms": 0,
