@@ -26,7 +26,7 @@ on different moments. It prints the quartiles of CPU per request per block
 and the median ratio of the paired blocks (second root / first); ``--set``
 options after ``--`` go to the second broker only, so
 ``--side-by-side --root . --root . -- --set metrics.enabled=false`` measures
-one setting.
+one setting. ``--broker-option=--fsync=always`` (repeatable) goes to every broker.
 
 ``--metrics-compare`` runs each checkout twice per run, interleaved: with
 ``metrics.enabled=false`` (no request counters, no ``/metrics``) and with
@@ -117,6 +117,10 @@ class Scraper(threading.Thread):
                 pass
 
 
+# Options every broker gets (--broker-option), e.g. --fsync=always.
+COMMON = []
+
+
 def start_broker(root, extra=()):
     """``(process, work dir, port)`` of a broker from checkout ``root``."""
     port = free_port()
@@ -124,6 +128,7 @@ def start_broker(root, extra=()):
     cmd = [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n"]
     cmd += ["--pidfile=", f"--logfile={work}/log", "pluglog"]
     cmd += ["--listen", f"tcp:{port}:interface=127.0.0.1", "--data-dir", f"{work}/data"]
+    cmd += COMMON
     proc = subprocess.Popen([*cmd, *extra], env=dict(os.environ, PYTHONPATH=root), cwd=root)
     return proc, work, port
 
@@ -263,11 +268,18 @@ def main():
     )
     parser.add_argument("extra", nargs="*", help="after --: options for the second broker only")
     parser.add_argument(
+        "--broker-option",
+        action="append",
+        default=[],
+        help="an option for every broker (repeatable), e.g. --broker-option=--fsync=always",
+    )
+    parser.add_argument(
         "--metrics-compare",
         action="store_true",
         help="each run: metrics off, then on with /metrics scraped every second",
     )
     args = parser.parse_args()
+    COMMON.extend(args.broker_option)
     if args.side_by_side:
         if len(args.root or ()) != 2:
             parser.error("--side-by-side takes exactly two --root")

@@ -34,11 +34,13 @@ max timestamp grows). :meth:`sanity_check` verifies them (and that positions
 lie inside the log) when an index is loaded; a failed check means the caller
 rebuilds the index from the log, which is always the source of truth.
 The file is always a prefix of the in-memory entries, so it is a valid
-(sparser) index at any moment. Indexes are not fsynced on append: after an
-unclean stop the segments from the recovery point on are re-indexed from
-the log (the only ones whose files can lag memory: older segments were
-written out when they rolled and when they were flushed), and a clean stop
-writes everything out in :meth:`close`.
+(sparser) index at any moment. Indexes are fsynced only when a segment is
+closed, never with the log's own flush (not even under ``--fsync always``):
+after an unclean stop the segments from the recovery point on are re-indexed
+from the log, and an older segment whose file lost its tail in a machine
+crash gets the missing entries back from a header-only scan when it is
+loaded (``LogSegment._extend_indexes``); a clean stop writes and fsyncs
+everything in :meth:`close`.
 
 Threading: used only from the reactor thread, through its LogSegment.
 """

@@ -1,6 +1,6 @@
 """Walking a segment's .log file batch by batch, reading headers only.
 
-Three reads of a log file that need nothing of the segment but its
+Reads of a log file that need nothing of the segment but its
 descriptor, each reading in chunks with ``os.pread``:
 
 * :func:`iter_headers`, the header-only walk that reads, offset and
@@ -9,7 +9,9 @@ descriptor, each reading in chunks with ``os.pread``:
 * :func:`scan_file`, the CRC-checked scan that recovery cuts a torn or
   corrupt tail at, and that finds a segment's next offset and max timestamp;
 * :func:`index_entries`, the sparse offset and time index entries of a
-  scanned file, as the append path would have written them.
+  scanned file, as the append path would have written them;
+* :func:`extend_indexes`, the entries an index file's lost tail held
+  (index files are not fsynced with the log; see ``LogSegment.flush``).
 
 ``fileno`` is a callable returning the descriptor, asked once per chunk: a
 walk is a generator, and between two of its steps the caller may touch other
@@ -17,6 +19,7 @@ segments, so the open-files LRU may have closed and reopened this one's.
 """
 
 import os
+from bisect import bisect_left
 
 from pluglog.storage.records import (
     HEADER_SIZE,
@@ -93,3 +96,39 @@ def index_entries(entries, base_offset, interval):
         if header.max_timestamp > max_ts:
             max_ts, offset_of_max = header.max_timestamp, header.last_offset
     return offsets, positions, times, time_offsets, since, max_ts, offset_of_max
+
+
+def extend_indexes(fileno, size, index, time_index, interval):
+    """Add to ``index`` and ``time_index`` (in memory) the entries the
+    interval rule of ``LogSegment.append`` gives the batches after the last
+    offset-index entry; return how many offset entries were added.
+
+    The time index may have lost more than the offset index, so the running
+    maximum timestamp is taken from its last entry on."""
+    _, tail = index.last_entry()
+    max_ts = time_index.last_timestamp
+    offset_of_max = -1
+    start = tail
+    if time_index.offsets:
+        offset_of_max = time_index.base_offset + time_index.offsets[-1]
+        start = min(tail, index.lookup(offset_of_max)[1])
+    # Index points between ``start`` and ``tail`` are in the offset index
+    # already; the time index may still lack theirs.
+    points = set(index.positions[bisect_left(index.positions, start) :])
+    since = 0
+    added = 0
+    for position, header in iter_headers(fileno, start, size):
+        if position > tail and since > interval:
+            index.append(header.base_offset, position)
+            added += 1
+            since = 0
+            time_index.maybe_append(max_ts, offset_of_max)
+        elif position in points:
+            time_index.maybe_append(max_ts, offset_of_max)
+        if position >= tail:
+            since += header.batch_length + LOG_OVERHEAD
+        if header.max_timestamp > max_ts:
+            max_ts, offset_of_max = header.max_timestamp, header.last_offset
+    # A rolled or closed segment ends with its largest timestamp (on_roll).
+    time_index.maybe_append(max_ts, offset_of_max)
+    return added

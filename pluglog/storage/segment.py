@@ -48,7 +48,7 @@ from pluglog.storage.filenames import (
     segment_path,
 )
 from pluglog.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
-from pluglog.storage.logscan import index_entries, iter_headers, scan_file
+from pluglog.storage.logscan import extend_indexes, index_entries, iter_headers, scan_file
 from pluglog.storage.records import HEADER_SIZE, parse_header
 from pluglog.storage.results import FileRange
 from pluglog.storage.txnindex import TxnIndex
@@ -165,7 +165,22 @@ class LogSegment:
             self.time_index.load()
         except IndexCorruptError:
             self.rebuild_indexes()
+        else:
+            self._extend_indexes()
         self._indexes_loaded = True
+
+    def _extend_indexes(self):
+        """Put back index entries a crash took from the files' tails.
+
+        Index files are not fsynced when the log is (see :meth:`flush`), so
+        after a machine crash one may hold only a prefix of its entries even
+        below the recovery point: still a valid, sparser index, which
+        :func:`~pluglog.storage.logscan.extend_indexes` completes with a
+        header-only scan (one or two headers when the file is whole)."""
+        if extend_indexes(
+            self._file, self.size, self.index, self.time_index, self.index_interval_bytes
+        ):
+            self.write_indexes()
 
     def _load_tail(self):
         """Find the next offset and max timestamp: the last index entry, then
@@ -420,16 +435,28 @@ class LogSegment:
             self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
         self.write_indexes()
 
-    def flush(self):
-        """fdatasync the log, then write the pending index entries and fsync
-        the index files."""
+    def flush(self, indexes=False):
+        """fdatasync the log and the transaction index, and write the pending
+        offset and time index entries out; with ``indexes`` fsync those two
+        files as well (at close).
+
+        The offset and time indexes are derived from the log and are not
+        fsynced on a flush: a lost tail is put back by
+        :meth:`_extend_indexes` and a damaged file is rebuilt, so fsyncing
+        them would only triple the cost of ``--fsync always`` (three syncs
+        per append instead of one). The transaction index is fsynced: a
+        lost entry would let a read_committed consumer see an aborted
+        transaction, and it only changes on aborts."""
         try:
             if self._unsynced or self._fd is not None:
                 # fsync covers the file's pages whichever descriptor wrote them.
                 os.fdatasync(self._file())
                 self._unsynced = False
-            self.index.flush()
-            self.time_index.flush()
+            if indexes:
+                self.index.flush()
+                self.time_index.flush()
+            else:
+                self.write_indexes()
             self.txn_index.flush()
         except OSError as exc:
             raise KafkaStorageError(f"fsync of {self.log_path} failed: {exc}") from exc
@@ -439,7 +466,7 @@ class LogSegment:
             return
         if not self.deleted and self._indexes_loaded:
             self.on_roll()
-            self.flush()
+            self.flush(indexes=True)
         try:
             self.index.close(write=not self.deleted)
             self.time_index.close(write=not self.deleted)

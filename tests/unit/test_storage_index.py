@@ -1,13 +1,15 @@
 """Buffered index writes of the segment storage (real files in tmp_path).
 
 Index entries are kept in memory and written out once a page of them is
-pending, on flush (before the fsync), roll and close; a truncation rewrites
-the file with every entry. These tests check what is on disk at each of
-those points, and that an unclean stop that loses the pending entries still
-recovers a correct log.
+pending, on flush, roll and close; a truncation rewrites the file with every
+entry. Index files are fsynced at close only: a flush syncs the log alone,
+and a file that lost its tail is completed from the log when it is loaded.
+These tests check what is on disk at each of those points, and that an
+unclean stop that loses the pending entries still recovers a correct log.
 """
 
 import os
+import stat
 from array import array
 
 import pytest
@@ -16,6 +18,7 @@ from twisted.internet.task import Clock
 from pluglog.config import TopicConfig
 from pluglog.errors import KafkaStorageError
 from pluglog.storage import index as index_module
+from pluglog.storage import segment as segment_module
 from pluglog.storage.index import OFFSET_ENTRY, TIME_ENTRY, WRITE_BATCH_BYTES
 from pluglog.storage.log import FSYNC_NEVER
 from pluglog.storage.segment_log import SegmentPartitionLog
@@ -94,26 +97,82 @@ def test_clean_close_writes_every_entry(tmp_path):
     reopened.close()
 
 
-def test_flush_writes_pending_entries_before_the_fsync(tmp_path, monkeypatch):
+def synced_files(monkeypatch):
+    """Record the inode of every file (not directory) the storage fsyncs or
+    fdatasyncs."""
+    synced = []
+
+    def record(real):
+        def sync(fd):
+            found = os.fstat(fd)
+            if stat.S_ISREG(found.st_mode):
+                synced.append(found.st_ino)
+            real(fd)
+
+        return sync
+
+    # index.py and segment.py share the one os module.
+    assert index_module.os is segment_module.os
+    monkeypatch.setattr(index_module.os, "fsync", record(os.fsync))
+    monkeypatch.setattr(index_module.os, "fdatasync", record(os.fdatasync))
+    return synced
+
+
+def test_flush_writes_the_index_entries_but_syncs_only_the_log(tmp_path, monkeypatch):
+    # --fsync always flushes after every append: one sync (the log), not
+    # three. The index files still get every entry written.
     log = open_log(tmp_path)
     fill(log, 10)
     segment = log.active_segment
-    real_fsync = os.fsync
-    sizes_at_fsync = {}
-
-    def fsync(fd):
-        stat = os.fstat(fd)
-        sizes_at_fsync[stat.st_ino] = stat.st_size
-        real_fsync(fd)
-
-    monkeypatch.setattr(index_module.os, "fsync", fsync)
+    synced = synced_files(monkeypatch)
     log.flush()
     monkeypatch.undo()
-    assert sizes_at_fsync[os.stat(segment.index.path).st_ino] == 9 * OFFSET_ENTRY.size
-    assert sizes_at_fsync[os.stat(segment.time_index.path).st_ino] == 9 * TIME_ENTRY.size
+    assert synced == [os.stat(segment.log_path).st_ino]
     assert on_disk(segment.index) == in_memory(segment.index)
     assert on_disk(segment.time_index) == in_memory(segment.time_index)
+    assert len(segment.index) == 9
     log.close()
+
+
+def test_close_syncs_the_index_files(tmp_path, monkeypatch):
+    log = open_log(tmp_path)
+    fill(log, 10)
+    segment = log.active_segment
+    synced = synced_files(monkeypatch)
+    log.close()
+    monkeypatch.undo()
+    for path in (segment.log_path, segment.index.path, segment.time_index.path):
+        assert os.stat(path).st_ino in synced, path
+
+
+def test_index_files_that_lost_their_tail_are_completed_on_load(tmp_path):
+    # A machine crash can take the unsynced tail of an index file even below
+    # the recovery point (the log itself was fsynced). The loaded prefix is
+    # completed from the log: same entries, same answers, files rewritten.
+    log = open_log(tmp_path)
+    fill(log, 30)
+    log.roll(now_ms=0)
+    fill(log, 25, first_ts=2000)
+    old = log.segments[0]
+    want_index, want_time = in_memory(old.index), in_memory(old.time_index)
+    log.close()
+    # The offset index kept 5 entries, the time index only 2.
+    with open(old.index.path, "r+b") as handle:
+        handle.truncate(5 * OFFSET_ENTRY.size)
+    with open(old.time_index.path, "r+b") as handle:
+        handle.truncate(2 * TIME_ENTRY.size)
+
+    # Clean, or unclean with the recovery point past the segment: either
+    # way the old segment is loaded, not re-scanned.
+    for clean in (True, False):
+        reopened = open_log(tmp_path, clean=clean, recovery_point=60)
+        segment = reopened.segments[0]
+        assert read_offsets(reopened, start=41) == list(range(41, 110))
+        assert in_memory(segment.index) == want_index
+        assert in_memory(segment.time_index) == want_time
+        assert reopened.offset_for_timestamp(1020) == (40, 1020)
+        assert on_disk(segment.index) == want_index
+        reopened.close()
 
 
 def test_roll_writes_the_old_segments_entries(tmp_path):
