@@ -174,6 +174,10 @@ def one_run(cluster, args, topic, tiered):
     leader_cpu = cpu_seconds(leader_pid) - leader_cpu0
     wiped_cpu = cpu_seconds(wiped.proc.pid)
     mine = metrics(cluster, VICTIM, topic)
+    if args.log_dir:
+        os.makedirs(args.log_dir, exist_ok=True)
+        with open(os.path.join(args.log_dir, f"{topic}-broker-{VICTIM}.log"), "w") as out:
+            out.write(wiped.log_since_start())
     held = mine["pluglog_log_size_bytes"]
     row = {
         "catchup_s": catchup_s,
@@ -196,6 +200,7 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--segment-mb", type=int, default=16)
     parser.add_argument("--local-mb", type=int, default=64, help="local.retention.bytes in MiB")
+    parser.add_argument("--log-dir", help="keep the restarted broker's log of each run here")
     args = parser.parse_args()
     os.environ.update(DUMMY_CREDENTIALS)
     rows = {"tiered": [], "full": []}
