@@ -2,7 +2,8 @@
 
     python3 bench/tiered_produce_p99.py [--mb 512] [--cycles 3] [--block-s 1.5]
         [--provider s3|filesystem] [--copy-rate BYTES_PER_S]
-        [--switch-interval S] [--gil-probe]
+        [--switch-interval S] [--gil-probe] [--checksum when_required]
+        [--uploader broker|external]
 
 One broker (``--http`` for /metrics) with tiered storage on ``moto_server``
 (``s3``) or a local directory (``filesystem``). ``--mb`` MB are produced to
@@ -35,7 +36,16 @@ Diagnostics:
 * ``--gil-probe``: a thread in the broker and a separate process each sleep
   2 ms in a loop and log how late they wake. The separate process is late
   only when it waits for a CPU; the broker's thread also waits for the GIL.
-  Both are reported per mode (p50/p99 lateness).
+  Both are reported per mode (p50/p99 lateness);
+* ``--checksum when_required`` sets the broker's
+  ``AWS_REQUEST_CHECKSUM_CALCULATION``: no CRC32 of each part (botocore
+  computes it with ``binascii.crc32``, which keeps the GIL, ~1.2 ms per
+  5 MiB part);
+* ``--uploader external``: the broker uploads nothing; a separate process
+  runs the broker's s3 provider code (the same multipart upload of a
+  segment-sized file, again and again) against moto_server in B blocks, and
+  is SIGSTOPped with it in A blocks. The produce latency then shows the CPU
+  the upload and the store take from the broker, without the GIL.
 """
 
 import argparse
@@ -81,6 +91,24 @@ run()
 """
 
 
+# ``--uploader external``: the broker's own s3 provider code, uploading one
+# segment-sized file again and again from a process of its own.
+EXTERNAL = """\
+import os, sys
+sys.path.insert(0, sys.argv[1])
+from pluglog.storage.remote.s3 import S3RemoteStorage
+storage = S3RemoteStorage("bench", sys.argv[2], "us-east-1", "", 5 << 20)
+path, count = sys.argv[3], sys.argv[4]
+size, total, n = os.path.getsize(path), 0, 0
+while True:
+    storage._multipart(f"external/{n % 8}", path)
+    n, total = n + 1, total + size
+    with open(count + ".tmp", "w") as out:
+        out.write(str(total))
+    os.replace(count + ".tmp", count)
+"""
+
+
 class ProbedBroker(BrokerProcess):
     """The test suite's broker process, started through :data:`LAUNCHER`."""
 
@@ -96,6 +124,13 @@ def cpu_seconds(pid):
 
 
 def copied_bytes(url):
+    """The broker's uploaded bytes (its /metrics), or the external uploader's file."""
+    if not url.startswith("http"):
+        try:
+            with open(url) as handle:
+                return float(handle.read() or 0)
+        except FileNotFoundError:
+            return 0.0
     with urllib.request.urlopen(url + "/metrics", timeout=10) as reply:
         for line in reply.read().decode().splitlines():
             if line.startswith("pluglog_remote_copied_bytes_total ") or line.startswith(
@@ -128,16 +163,22 @@ def load(bootstrap, topic, megabytes):
 class Uploads:
     """Hold uploads back (A) or let them run (B)."""
 
-    def __init__(self, provider, moto, root):
+    def __init__(self, provider, moto, root, external=None):
         self.provider, self.moto, self.root = provider, moto, root
+        self.external = external
         self.held = False
+
+    def _signal(self, signum):
+        os.kill(self.moto.proc.pid, signum)
+        if self.external is not None:
+            os.kill(self.external.pid, signum)
 
     def hold(self):
         if self.held:
             return
         self.held = True
         if self.provider == "s3":
-            os.kill(self.moto.proc.pid, signal.SIGSTOP)
+            self._signal(signal.SIGSTOP)
         else:
             if os.path.isdir(self.root):
                 os.rename(self.root, self.root + ".aside")
@@ -148,7 +189,7 @@ class Uploads:
             return
         self.held = False
         if self.provider == "s3":
-            os.kill(self.moto.proc.pid, signal.SIGCONT)
+            self._signal(signal.SIGCONT)
         else:
             os.unlink(self.root)
             if os.path.isdir(self.root + ".aside"):
@@ -168,6 +209,13 @@ def main():
     parser.add_argument("--cycles", type=int, default=3, help="A B B A cycles")
     parser.add_argument("--block-s", type=float, default=1.5)
     parser.add_argument("--provider", choices=("s3", "filesystem"), default="s3")
+    parser.add_argument(
+        "--uploader",
+        choices=("broker", "external"),
+        default="broker",
+        help="external: the broker uploads nothing; a separate process runs the same s3 "
+        "upload code against moto_server in B blocks (CPU contention without the GIL)",
+    )
     parser.add_argument("--copy-rate", type=int, help=f"{QUOTA_KEY}, bytes per second")
     parser.add_argument("--switch-interval", type=float, help="the broker's sys.setswitchinterval")
     parser.add_argument("--gil-probe", action="store_true", help="log wake-up lateness")
@@ -217,7 +265,19 @@ def main():
         broker = start_broker(work, settings, http_port)
     url = f"http://127.0.0.1:{http_port}"
     machine = None
-    uploads = Uploads(args.provider, moto, root)
+    external = None
+    count_path = os.path.join(work, "external-bytes")
+    if args.uploader == "external":
+        if args.provider != "s3":
+            raise SystemExit("--uploader external needs --provider s3")
+        segment_file = os.path.join(work, "segment.bin")
+        with open(segment_file, "wb") as out:
+            out.write(os.urandom(args.segment_mb << 20))
+        external = subprocess.Popen(
+            [sys.executable, "-c", EXTERNAL, HERE, moto.url, segment_file, count_path]
+        )
+        url = count_path
+    uploads = Uploads(args.provider, moto, root, external)
     try:
         create_topic(broker.bootstrap, "lat", 1)
         segment = args.segment_mb << 20
@@ -238,13 +298,17 @@ def main():
                 env={**os.environ, "BENCH_LATENESS_LOG": machine_log},
             )
         uploads.hold()
-        t = time.monotonic()
-        load(broker.bootstrap, "hist", args.mb)
-        print(f"backlog of {args.mb} MB produced in {time.monotonic() - t:.1f} s", flush=True)
-        blocks = run_blocks(args, broker, moto, uploads, url)
+        if external is None:
+            t = time.monotonic()
+            load(broker.bootstrap, "hist", args.mb)
+            print(f"backlog of {args.mb} MB produced in {time.monotonic() - t:.1f} s", flush=True)
+        blocks = run_blocks(args, broker, moto, uploads, url, external)
     finally:
         uploads.release()
         broker.stop()
+        if external is not None:
+            external.kill()
+            external.wait()
         if machine is not None:
             machine.kill()
             machine.wait()
@@ -275,13 +339,15 @@ def probe_block(producer, seconds):
     return out
 
 
-def run_blocks(args, broker, moto, uploads, url):
+def run_blocks(args, broker, moto, uploads, url, external):
     producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
     probe_block(producer, 0.5)  # connected, metadata known
     order = "ABBA" * args.cycles
     pids = {"broker": broker.proc.pid, "bench": os.getpid()}
     if moto is not None:
         pids["moto"] = moto.proc.pid
+    if external is not None:
+        pids["uploader"] = external.pid
     blocks = []
     for mode in order:
         if mode == "B":
@@ -327,7 +393,10 @@ def lateness(path, blocks):
 
 
 def report(args, blocks, lateness_log, machine_log):
-    print(f"\nprovider {args.provider}, {args.cycles} x ABBA blocks of {args.block_s} s:")
+    print(
+        f"\nprovider {args.provider}, uploader {args.uploader}, "
+        f"{args.cycles} x ABBA blocks of {args.block_s} s:"
+    )
     figures = {}
     for mode, label in (("A", "no uploads"), ("B", "uploads running")):
         mine = [b for b in blocks if b["mode"] == mode]
