@@ -241,7 +241,7 @@ def main():
     settings = {
         "remote.log.storage.system.enable": "true",
         "remote.log.storage.manager.class.name": args.provider,
-        "remote.log.manager.task.interval.ms": "500",
+        "remote.log.manager.task.interval.ms": "200",
         "log.retention.check.interval.ms": "1000",
     }
     if args.provider == "s3":
