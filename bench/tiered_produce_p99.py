@@ -45,7 +45,9 @@ Diagnostics:
   runs the broker's s3 provider code (the same multipart upload of a
   segment-sized file, again and again) against moto_server in B blocks, and
   is SIGSTOPped with it in A blocks. The produce latency then shows the CPU
-  the upload and the store take from the broker, without the GIL.
+  the upload and the store take from the broker, without the GIL;
+* ``--store-nice N`` renices moto_server (and the external uploader): if
+  the tail follows the store's CPU, a store that yields the CPU moves it less.
 """
 
 import argparse
@@ -216,6 +218,12 @@ def main():
         help="external: the broker uploads nothing; a separate process runs the same s3 "
         "upload code against moto_server in B blocks (CPU contention without the GIL)",
     )
+    parser.add_argument(
+        "--store-nice",
+        type=int,
+        help="renice moto_server (and the external uploader) to this: does the produce "
+        "tail follow the store's CPU?",
+    )
     parser.add_argument("--copy-rate", type=int, help=f"{QUOTA_KEY}, bytes per second")
     parser.add_argument("--switch-interval", type=float, help="the broker's sys.setswitchinterval")
     parser.add_argument("--gil-probe", action="store_true", help="log wake-up lateness")
@@ -277,6 +285,10 @@ def main():
             [sys.executable, "-c", EXTERNAL, HERE, moto.url, segment_file, count_path]
         )
         url = count_path
+    if args.store_nice is not None:
+        for proc in (moto.proc if moto is not None else None, external):
+            if proc is not None:
+                os.setpriority(os.PRIO_PROCESS, proc.pid, args.store_nice)
     uploads = Uploads(args.provider, moto, root, external)
     try:
         create_topic(broker.bootstrap, "lat", 1)
@@ -394,7 +406,7 @@ def lateness(path, blocks):
 
 def report(args, blocks, lateness_log, machine_log):
     print(
-        f"\nprovider {args.provider}, uploader {args.uploader}, "
+        f"\nprovider {args.provider}, uploader {args.uploader}, store nice {args.store_nice}, "
         f"{args.cycles} x ABBA blocks of {args.block_s} s:"
     )
     figures = {}
