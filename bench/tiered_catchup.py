@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from contextlib import ExitStack
 from pathlib import Path
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -207,10 +208,13 @@ def main():
     args = parser.parse_args()
     os.environ.update(DUMMY_CREDENTIALS)
     rows = {"tiered": [], "full": []}
-    with tempfile.TemporaryDirectory(prefix="pluglog-catchup-") as tmp:
+    # ExitStack: whatever started is stopped, also when a later start fails.
+    with tempfile.TemporaryDirectory(prefix="pluglog-catchup-") as tmp, ExitStack() as stack:
         root = Path(tmp)
         zk = ZooKeeperProcess(root / "zk").start()
+        stack.callback(zk.stop)
         moto = MotoServer(root / "moto").start()
+        stack.callback(moto.stop)
         moto.client().create_bucket(Bucket="catchup")
         settings = {
             "remote.log.storage.system.enable": "true",
@@ -224,35 +228,31 @@ def main():
         }
         cluster = Cluster(root, zk.connect_string("/catchup"), settings=settings, http=True)
         cluster.start()
-        try:
-            admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-            meta = NewTopic(
-                "__remote_log_metadata",
-                num_partitions=2,
-                replica_assignment=[[1, 2, 3], [1, 2, 3]],
-                config={"cleanup.policy": "compact", "min.insync.replicas": "2"},
-            )
-            admin.create_topics([meta])["__remote_log_metadata"].result(30)
-            cluster.wait_for_isr("__remote_log_metadata", 2, 3)
-            for run in range(args.runs):
-                order = ("tiered", "full") if run % 2 == 0 else ("full", "tiered")
-                for mode in order:
-                    row = one_run(cluster, args, f"{mode}-{run}", mode == "tiered")
-                    rows[mode].append(row)
-                    print(
-                        f"run {run + 1} {mode:6}: caught up in {row['catchup_s']:.1f} s "
-                        f"(start {row['start_s']:.1f} s, then {row['after_start_s']:.1f} s) "
-                        f"holding {row['held_mb']:.1f} MB "
-                        f"from offset {row['from_offset']} of {row['end_offset']}; "
-                        f"wiped broker CPU {row['wiped_cpu_s']:.1f} s, "
-                        f"leader CPU {row['leader_cpu_s']:.1f} s; "
-                        f"write took {row['write_s']:.1f} s",
-                        flush=True,
-                    )
-        finally:
-            cluster.stop()
-            moto.stop()
-            zk.stop()
+        stack.callback(cluster.stop)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        meta = NewTopic(
+            "__remote_log_metadata",
+            num_partitions=2,
+            replica_assignment=[[1, 2, 3], [1, 2, 3]],
+            config={"cleanup.policy": "compact", "min.insync.replicas": "2"},
+        )
+        admin.create_topics([meta])["__remote_log_metadata"].result(30)
+        cluster.wait_for_isr("__remote_log_metadata", 2, 3)
+        for run in range(args.runs):
+            order = ("tiered", "full") if run % 2 == 0 else ("full", "tiered")
+            for mode in order:
+                row = one_run(cluster, args, f"{mode}-{run}", mode == "tiered")
+                rows[mode].append(row)
+                print(
+                    f"run {run + 1} {mode:6}: caught up in {row['catchup_s']:.1f} s "
+                    f"(start {row['start_s']:.1f} s, then {row['after_start_s']:.1f} s) "
+                    f"holding {row['held_mb']:.1f} MB "
+                    f"from offset {row['from_offset']} of {row['end_offset']}; "
+                    f"wiped broker CPU {row['wiped_cpu_s']:.1f} s, "
+                    f"leader CPU {row['leader_cpu_s']:.1f} s; "
+                    f"write took {row['write_s']:.1f} s",
+                    flush=True,
+                )
     print(f"median of {args.runs} ({args.mb} MB written per topic):")
     for mode, label in (("tiered", "tiered (local tail)"), ("full", "full copy")):
         got = rows[mode]

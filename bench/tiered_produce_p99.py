@@ -60,6 +60,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from contextlib import ExitStack
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
@@ -234,6 +235,8 @@ def main():
         "of every part by default, computed holding the GIL)",
     )
     args = parser.parse_args()
+    if args.uploader == "external" and args.provider != "s3":
+        parser.error("--uploader external needs --provider s3")
     os.environ.update(DUMMY_CREDENTIALS)
     work = tempfile.mkdtemp(prefix="tiered-p99-")
     if args.checksum:
@@ -244,6 +247,20 @@ def main():
     machine_log = os.path.join(work, "machine-lateness.txt")
     if args.gil_probe:
         os.environ["BENCH_LATENESS_LOG"] = lateness_log
+    # ExitStack: whatever started is stopped (last first), also when a later
+    # start fails; the uploads are released before the store is stopped.
+    with ExitStack() as stack:
+        blocks = run(args, work, stack, machine_log)
+    report(args, blocks, lateness_log, machine_log)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def reap(proc):
+    proc.kill()
+    proc.wait()
+
+
+def run(args, work, stack, machine_log):
     moto = None
     root = os.path.join(work, "remote")
     settings = {
@@ -254,6 +271,7 @@ def main():
     }
     if args.provider == "s3":
         moto = MotoServer(work).start()
+        stack.callback(moto.stop)
         moto.client().create_bucket(Bucket="bench")
         settings["rsm.config.s3.bucket"] = "bench"
         settings["rsm.config.s3.endpoint.url"] = moto.url
@@ -271,63 +289,50 @@ def main():
         print(f"note: this broker refuses {QUOTA_KEY} (not merged yet); running without it")
         del settings[QUOTA_KEY]
         broker = start_broker(work, settings, http_port)
+    stack.callback(broker.stop)
     url = f"http://127.0.0.1:{http_port}"
-    machine = None
     external = None
-    count_path = os.path.join(work, "external-bytes")
     if args.uploader == "external":
-        if args.provider != "s3":
-            raise SystemExit("--uploader external needs --provider s3")
+        count_path = os.path.join(work, "external-bytes")
         segment_file = os.path.join(work, "segment.bin")
         with open(segment_file, "wb") as out:
             out.write(os.urandom(args.segment_mb << 20))
         external = subprocess.Popen(
             [sys.executable, "-c", EXTERNAL, HERE, moto.url, segment_file, count_path]
         )
+        stack.callback(reap, external)
         url = count_path
     if args.store_nice is not None:
         for proc in (moto.proc if moto is not None else None, external):
             if proc is not None:
                 os.setpriority(os.PRIO_PROCESS, proc.pid, args.store_nice)
     uploads = Uploads(args.provider, moto, root, external)
-    try:
-        create_topic(broker.bootstrap, "lat", 1)
-        segment = args.segment_mb << 20
-        create_topic(
-            broker.bootstrap,
-            "hist",
-            1,
-            {
-                "remote.storage.enable": "true",
-                "segment.bytes": str(segment),
-                "local.retention.bytes": str(4 * segment),
-            },
+    stack.callback(uploads.release)
+    create_topic(broker.bootstrap, "lat", 1)
+    segment = args.segment_mb << 20
+    create_topic(
+        broker.bootstrap,
+        "hist",
+        1,
+        {
+            "remote.storage.enable": "true",
+            "segment.bytes": str(segment),
+            "local.retention.bytes": str(4 * segment),
+        },
+    )
+    time.sleep(2)  # __remote_log_metadata is made and loaded
+    if args.gil_probe:
+        machine = subprocess.Popen(
+            [sys.executable, "-c", LAUNCHER.split("from twisted")[0] + "time.sleep(1e9)"],
+            env={**os.environ, "BENCH_LATENESS_LOG": machine_log},
         )
-        time.sleep(2)  # __remote_log_metadata is made and loaded
-        if args.gil_probe:
-            machine = subprocess.Popen(
-                [sys.executable, "-c", LAUNCHER.split("from twisted")[0] + "time.sleep(1e9)"],
-                env={**os.environ, "BENCH_LATENESS_LOG": machine_log},
-            )
-        uploads.hold()
-        if external is None:
-            t = time.monotonic()
-            load(broker.bootstrap, "hist", args.mb)
-            print(f"backlog of {args.mb} MB produced in {time.monotonic() - t:.1f} s", flush=True)
-        blocks = run_blocks(args, broker, moto, uploads, url, external)
-    finally:
-        uploads.release()
-        broker.stop()
-        if external is not None:
-            external.kill()
-            external.wait()
-        if machine is not None:
-            machine.kill()
-            machine.wait()
-        if moto is not None:
-            moto.stop()
-    report(args, blocks, lateness_log, machine_log)
-    shutil.rmtree(work, ignore_errors=True)
+        stack.callback(reap, machine)
+    uploads.hold()
+    if external is None:
+        t = time.monotonic()
+        load(broker.bootstrap, "hist", args.mb)
+        print(f"backlog of {args.mb} MB produced in {time.monotonic() - t:.1f} s", flush=True)
+    return run_blocks(args, broker, moto, uploads, url, external)
 
 
 def probe_block(producer, seconds):
