@@ -1,24 +1,23 @@
-"""Tiered storage: upload throughput and CPU, remote fetch latency, produce p99 under uploads.
+"""Tiered storage: upload throughput and CPU, remote fetch latency.
 
-    python3 bench/tiered_bench.py [--mb 256] [--segment-mb 8] [--probes 2000]
+    python3 bench/tiered_bench.py [--mb 256] [--segment-mb 8] [--provider s3|filesystem]
 
 Runs a real ``moto_server`` (S3) and one broker with the ``s3`` provider,
 reached through a TCP gate (tests/tcp_gate.py) that starts closed:
 
 1. ``--mb`` MB are produced to a tiered topic (``--segment-mb`` segments,
    local retention of four segments) while nothing can be uploaded;
-2. a stop-and-wait producer probes Produce latency on an untiered topic
-   (``--probes`` one-record produces, each awaited): **no uploads**;
-3. the gate opens; the same probe runs while the backlog uploads, and the
-   upload's wall time and the broker's CPU (/proc utime+stime) are read
-   until every closed segment is in the bucket: **upload throughput, CPU
-   per uploaded GB, produce p50/p99 with uploads running**;
-4. ``--fetches`` consumers each read one record at a random remote offset
+2. the gate opens and the upload's wall time and the broker's and
+   moto_server's CPU (/proc utime+stime) are read until every closed
+   segment is in the bucket: **upload throughput, CPU per uploaded GB**;
+3. ``--fetches`` consumers each read one record at a random remote offset
    (time from assign to the record): **remote fetch latency cold** (a chunk
    not cached) and then the same offsets again, **cached**.
 
-The machine's other load lands on all phases alike; run it on a quiet one
-for figures worth comparing.
+Produce latency with uploads running against without them is measured by
+bench/tiered_produce_p99.py (blocks of each, interleaved). The machine's
+other load lands on all phases alike; run it on a quiet one for figures
+worth comparing.
 """
 
 import argparse
@@ -27,7 +26,6 @@ import random
 import shutil
 import sys
 import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,28 +48,6 @@ def cpu_seconds(pid):
 def quantiles(samples):
     ordered = sorted(samples)
     return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-
-
-def probe(bootstrap, topic, count, stop=None):
-    """Stop-and-wait one-record produces; latencies in ms."""
-    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
-    out = []
-    failed = []
-    for i in range(count):
-        if stop is not None and stop.is_set():
-            break
-        start = time.perf_counter()
-        producer.produce(
-            topic,
-            value=b"p" * 200,
-            key=str(i).encode(),
-            on_delivery=lambda err, _msg: err is not None and failed.append(err),
-        )
-        producer.flush(30)
-        out.append((time.perf_counter() - start) * 1000)
-    if failed:
-        raise SystemExit(f"{len(failed)} probe produce(s) failed: {failed[0]}")
-    return out
 
 
 def load(bootstrap, topic, megabytes):
@@ -134,15 +110,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=256)
     parser.add_argument("--segment-mb", type=int, default=8)
-    parser.add_argument("--probes", type=int, default=2000)
     parser.add_argument("--fetches", type=int, default=40)
     parser.add_argument(
         "--provider",
         choices=("s3", "filesystem"),
         default="s3",
         help="filesystem: a local directory instead of moto_server, so the store's own "
-        "CPU is not on the machine's two cores (the gate then stays open: the backlog "
-        "is uploaded as it is produced)",
+        "CPU is not on the machine's two cores (uploads are held back by a file in "
+        "the root's place instead of the gate)",
     )
     args = parser.parse_args()
     os.environ.update(DUMMY_CREDENTIALS)
@@ -168,7 +143,6 @@ def main():
         settings["rsm.config.filesystem.root"] = root
     broker = BrokerProcess(os.path.join(work, "data"), settings=settings).start()
     try:
-        create_topic(broker.bootstrap, "lat", 1)
         create_topic(
             broker.bootstrap,
             "hist",
@@ -187,37 +161,24 @@ def main():
             open(root, "w").close()
         load(broker.bootstrap, "hist", args.mb)
         backlog = local_closed_bytes(broker.data_dir, "hist")
-        quiet = probe(broker.bootstrap, "lat", args.probes)
-        pid = broker.proc.pid
-        cpu0, t0 = cpu_seconds(pid), time.monotonic()
+        pids = {"broker": broker.proc.pid, "moto_server": moto.proc.pid, "bench": os.getpid()}
+        cpu0, t0 = {k: cpu_seconds(p) for k, p in pids.items()}, time.monotonic()
         gate.open()
         if args.provider == "filesystem":
             os.unlink(root)
-        stop = threading.Event()
-        during = []
-        thread = threading.Thread(
-            target=lambda: during.extend(probe(broker.bootstrap, "lat", args.probes, stop))
-        )
-        thread.start()
         while stored_bytes(args.provider, s3, bucket, root) < backlog:
             time.sleep(0.2)
-        elapsed, cpu = time.monotonic() - t0, cpu_seconds(pid) - cpu0
-        stop.set()
-        thread.join()
+        elapsed = time.monotonic() - t0
+        cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
         gb = backlog / 1e9
         print(
             f"backlog uploaded: {backlog / 1e6:.1f} MB in {elapsed:.1f} s "
-            f"= {backlog / 1e6 / elapsed:.1f} MB/s; broker CPU {cpu:.2f} s "
-            f"= {cpu / gb:.1f} CPU-s per uploaded GB (includes the probe's produces)"
-        )
-        q50, q99 = quantiles(quiet)
-        d50, d99 = quantiles(during)
-        print(
-            f"produce latency without uploads: p50 {q50:.2f} ms p99 {q99:.2f} ms (n={len(quiet)})"
+            f"= {backlog / 1e6 / elapsed:.1f} MB/s; broker CPU {cpu['broker']:.2f} s "
+            f"= {cpu['broker'] / gb:.1f} CPU-s per uploaded GB"
         )
         print(
-            f"produce latency with uploads:    p50 {d50:.2f} ms p99 {d99:.2f} ms (n={len(during)})"
-            f"  p99 ratio {d99 / q99:.2f}"
+            f"  in the same time: moto_server CPU {cpu['moto_server']:.2f} s, this process "
+            f"(the TCP gate's relay, the bucket listing) {cpu['bench']:.2f} s"
         )
         time.sleep(3)  # local retention runs
         consumer = confluent_kafka.Consumer(
