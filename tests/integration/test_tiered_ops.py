@@ -9,12 +9,16 @@ revoked key is refused as AWS would refuse it.
 
 import json
 import os
+import time
+import urllib.request
 import uuid
 
 import kafka
 import kafka.protocol.consumer.offsets
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from tests.broker_process import assert_refused, free_port
 from tests.integration.clients import create_topic, make_records
 from tests.integration.test_cli import cli
 from tests.integration.test_tiered_storage import (
@@ -26,6 +30,7 @@ from tests.integration.test_tiered_storage import (
     remote_log_bytes,
     settled_segments,
     tiered_broker,
+    wait_for,
 )
 from tests.moto_s3 import DUMMY_CREDENTIALS, MotoServer
 
@@ -104,3 +109,166 @@ def test_topics_describe_shows_local_and_remote_sizes_and_offsets(moto, tmp_path
         assert "RemoteBytes" not in cli(broker, "topics", "describe", "plain").stdout
     finally:
         broker.stop()
+
+
+# -- credentials: moto with its IAM-like access control on ------------------------------
+
+_ALLOW = (
+    '{"Version": "2012-10-17",'
+    ' "Statement": [{"Effect": "Allow", "Action": "%s", "Resource": "*"}]}'
+)
+
+
+class AuthMoto:
+    """A moto_server that checks every request's signature and the IAM
+    policies of its user. Its first three actions (an admin user, its
+    policy and its key) go unchecked, as INITIAL_NO_AUTH_ACTION_COUNT=3
+    tells moto; everything after is signed by that admin or by the users
+    it makes."""
+
+    def __init__(self, directory):
+        self.server = MotoServer(directory)
+        self.admin = None
+
+    def start(self):
+        saved = os.environ.get("INITIAL_NO_AUTH_ACTION_COUNT")
+        os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"
+        try:
+            self.server.start()
+        finally:
+            if saved is None:
+                os.environ.pop("INITIAL_NO_AUTH_ACTION_COUNT")
+            else:
+                os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = saved
+        iam = self.client("iam", ("testing", "testing"))
+        iam.create_user(UserName="admin")
+        iam.put_user_policy(UserName="admin", PolicyName="all", PolicyDocument=_ALLOW % "*")
+        key = iam.create_access_key(UserName="admin")["AccessKey"]
+        self.admin = (key["AccessKeyId"], key["SecretAccessKey"])
+        return self
+
+    def client(self, service, credentials=None):
+        import boto3
+
+        key_id, secret = credentials or self.admin
+        return boto3.client(
+            service,
+            endpoint_url=self.server.url,
+            region_name="us-east-1",
+            aws_access_key_id=key_id,
+            aws_secret_access_key=secret,
+        )
+
+    def new_user(self):
+        """A user allowed s3:* only, and its access key ``(id, secret)``."""
+        name = f"broker-{uuid.uuid4().hex[:8]}"
+        iam = self.client("iam")
+        iam.create_user(UserName=name)
+        iam.put_user_policy(UserName=name, PolicyName="s3", PolicyDocument=_ALLOW % "s3:*")
+        key = iam.create_access_key(UserName=name)["AccessKey"]
+        return name, (key["AccessKeyId"], key["SecretAccessKey"])
+
+    def new_bucket(self):
+        name = f"pluglog-{uuid.uuid4().hex[:12]}"
+        self.client("s3").create_bucket(Bucket=name)
+        return name
+
+    def object_count(self, bucket):
+        listed = self.client("s3").list_objects_v2(Bucket=bucket)
+        return listed.get("KeyCount", 0)
+
+
+@pytest.fixture(scope="module")
+def auth_moto(tmp_path_factory):
+    server = AuthMoto(str(tmp_path_factory.mktemp("moto-auth"))).start()
+    yield server
+    server.server.stop()
+
+
+def use_credentials(monkeypatch, credentials):
+    """The broker processes started next get these (boto3's usual source)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", credentials[0])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", credentials[1])
+
+
+def test_a_wrong_secret_stops_the_broker_with_one_line(auth_moto, monkeypatch, tmp_path):
+    _user, (key_id, _secret) = auth_moto.new_user()
+    bucket = auth_moto.new_bucket()
+    use_credentials(monkeypatch, (key_id, "not-the-secret"))
+    exited = tiered_broker(tmp_path, auth_moto.server.url, bucket).run_until_exit()
+    assert_refused(exited, "rsm.config.s3.bucket", bucket, "refuses these credentials")
+
+
+def scrape(port, topic):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("topic", topic) == topic:
+                out[sample.name] = sample.value
+    return out
+
+
+def test_a_key_revoked_while_running_is_logged_counted_and_loses_nothing(
+    auth_moto, monkeypatch, tmp_path
+):
+    user, credentials = auth_moto.new_user()
+    bucket = auth_moto.new_bucket()
+    use_credentials(monkeypatch, credentials)
+    http = free_port()
+    broker = tiered_broker(tmp_path, auth_moto.server.url, bucket)
+    broker.extra_args += ["--http", f"tcp:{http}:interface=127.0.0.1"]
+    broker.start()
+    try:
+        topic = "revoked"
+        create_topic(broker.bootstrap, topic, partitions=1, config=TOPIC_CONFIG)
+        before = [(0, k, v, h) for _p, k, v, h in make_records(3000, partitions=1)]
+        produce(broker.bootstrap, topic, before)
+        # The good key works: segments go up and local retention follows.
+        wait_for(lambda: earliest_local(broker.bootstrap, topic) > 0, what="uploads")
+        settled_segments(broker, topic)
+        objects = auth_moto.object_count(bucket)
+        assert objects > 0
+        assert scrape(http, topic)["pluglog_remote_copy_failures_total"] == 0
+
+        auth_moto.client("iam").delete_access_key(UserName=user, AccessKeyId=credentials[0])
+        during = [(0, k, v, h) for _p, k, v, h in make_records(3000, partitions=1, seed=3000)]
+        produce(broker.bootstrap, topic, during)  # produce does not need the store
+        line = "remote storage of revoked-0 failed"
+        wait_for(lambda: line in broker.log_since_start(), what="the failure log line")
+        wait_for(
+            lambda: scrape(http, topic)["pluglog_remote_copy_failures_total"] >= 2,
+            what="the failure metric counting the passes that fail",
+        )
+        failed = [entry for entry in broker.log_since_start().splitlines() if line in entry]
+        assert len(failed) == 1, failed  # one line, not one per pass
+        assert "InvalidAccessKeyId" in failed[0]
+        assert "Traceback" not in broker.log_since_start()
+        # Nothing written since left the disk, and nothing remote was deleted.
+        local_start = earliest_local(broker.bootstrap, topic)
+        assert local_start <= len(before)
+        assert local_bytes(broker, topic) > 2 * TOPIC_SEGMENT_BYTES
+        assert auth_moto.object_count(bucket) == objects
+        tail = read_from(broker.bootstrap, topic, local_start, len(before) + len(during))
+        assert tail == [v for _p, _k, v, _h in (before + during)[local_start:]]
+    finally:
+        broker.stop()
+
+
+TOPIC_SEGMENT_BYTES = int(TOPIC_CONFIG["segment.bytes"])
+
+
+def read_from(bootstrap, topic, offset, end):
+    """Values of ``topic``-0 from ``offset`` up to ``end`` (kafka-python)."""
+    consumer = kafka.KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=5000)
+    tp = kafka.TopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek(tp, offset)
+    got = []
+    deadline = time.monotonic() + 30
+    while (not got or got[-1][0] < end - 1) and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=500).values():
+            got += [(r.offset, r.value) for r in records]
+    consumer.close()
+    return [v for _o, v in got]
