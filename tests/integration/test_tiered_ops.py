@@ -27,6 +27,7 @@ from tests.integration.test_tiered_storage import (
     local_bytes,
     metadata_states,
     produce,
+    remote_ids,
     remote_log_bytes,
     settled_segments,
     tiered_broker,
@@ -272,3 +273,72 @@ def read_from(bootstrap, topic, offset, end):
             got += [(r.offset, r.value) for r in records]
     consumer.close()
     return [v for _o, v in got]
+
+
+# -- ListOffsets by timestamp in the remote tier -----------------------------------------
+
+
+def produce_timed(bootstrap, topic, count, first_ms, step_ms):
+    """``count`` records whose timestamps grow by ``step_ms``, many to a batch."""
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 50}
+    )
+    for i in range(count):
+        producer.produce(
+            topic, value=b"v%05d-" % i + b"x" * 90, partition=0, timestamp=first_ms + i * step_ms
+        )
+        producer.poll(0)
+    assert producer.flush(30) == 0
+
+
+def lookups(bootstrap, topic, targets):
+    """kafka-python's offsets_for_times: ``{target: (offset, timestamp)}``."""
+    consumer = kafka.KafkaConsumer(bootstrap_servers=bootstrap)
+    tp = kafka.TopicPartition(topic, 0)
+    try:
+        out = {}
+        for target in targets:
+            found = consumer.offsets_for_times({tp: target})[tp]
+            out[target] = None if found is None else (found.offset, found.timestamp)
+        return out
+    finally:
+        consumer.close()
+
+
+def test_list_offsets_by_timestamp_into_a_remote_segment_answers_the_exact_record(moto, tmp_path):
+    bucket = new_bucket(moto)
+    broker = tiered_broker(tmp_path, moto.url, bucket).start()
+    try:
+        topic = "timed"
+        # Uploaded but kept locally at first: the answers before tiering.
+        config = {**TOPIC_CONFIG, "local.retention.bytes": str(100 << 20)}
+        create_topic(broker.bootstrap, topic, partitions=1, config=config)
+        first_ms, step = int(time.time() * 1000) - 3_600_000, 10
+        count = 3000
+        produce_timed(broker.bootstrap, topic, count, first_ms, step)
+        wait_for(lambda: len(remote_ids(moto, bucket, topic)) >= 4, what="uploads")
+        # Mid-batch and mid-segment targets: between two records (the later
+        # answers), on a record, and the very first.
+        targets = [first_ms - 1, first_ms + 5, first_ms + 317 * step - 3, first_ms + 555 * step]
+        targets += [first_ms + k * step + 1 for k in (101, 402, 777)]
+        before = lookups(broker.bootstrap, topic, targets)
+        for target, answer in before.items():
+            k = max(0, -(-(target - first_ms) // step))
+            assert answer == (k, first_ms + k * step), target
+        assert earliest_local(broker.bootstrap, topic) == 0
+
+        cli(
+            broker,
+            "topics",
+            "alter-config",
+            topic,
+            "--set",
+            f"local.retention.bytes={TOPIC_CONFIG['local.retention.bytes']}",
+        )
+        wait_for(lambda: earliest_local(broker.bootstrap, topic) > 800, what="local retention")
+        # Every target is below the local start now: the remote tier answers.
+        assert lookups(broker.bootstrap, topic, targets) == before
+    finally:
+        broker.stop()
