@@ -13,9 +13,52 @@ Retention (what is deleted) is :mod:`.retention`'s; the manager
 """
 
 import os
+import threading
+import time
 
 from pluglog.errors import RemoteStorageError
 from pluglog.storage.remote.metadata import epoch_checkpoint_bytes
+
+#: Kafka's default of remote.log.manager.copy.max.bytes.per.second: no limit.
+UNLIMITED = 9223372036854775807
+
+
+class CopyQuota:
+    """KIP-956's copy quota (``remote.log.manager.copy.max.bytes.per.second``),
+    shared by the broker's upload threads: each segment copy starts only
+    once the bytes copied before it have had their time at the rate, so
+    uploads average at most that rate and leave the disk and the network
+    to produce and fetch. Like Kafka's, it paces whole segments (a copy in
+    flight is not slowed). Thread-safe; waits in the caller's pool thread."""
+
+    def __init__(self, bytes_per_second, clock=time.monotonic):
+        self.rate = bytes_per_second
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._free_at = 0.0
+        self._stopping = threading.Event()
+        #: Seconds upload threads have waited for the quota (a metric).
+        self.waited_s = 0.0
+
+    @property
+    def limited(self):
+        return self.rate < UNLIMITED
+
+    def acquire(self, size):
+        """Wait until ``size`` bytes may go up (then charge them)."""
+        if not self.limited:
+            return
+        with self._lock:
+            now = self.clock()
+            start = max(now, self._free_at)
+            self._free_at = start + size / self.rate
+            self.waited_s += start - now
+        if start > now and self._stopping.wait(start - now):
+            raise RemoteStorageError("the broker is stopping; the upload is left for later")
+
+    def stop(self):
+        """Wake waiting threads (the broker is stopping)."""
+        self._stopping.set()
 
 
 def eligible_segment(part, tier):

@@ -26,7 +26,9 @@ retention deletes is :mod:`.retention`'s; this module holds the state
 
 Provider calls run in two bounded thread pools (uploads and deletions:
 ``remote.log.manager.thread.pool.size``; reads:
-``remote.log.reader.threads``); the reactor thread only writes metadata
+``remote.log.reader.threads``), uploads paced by the copy quota
+(``remote.log.manager.copy.max.bytes.per.second``, :class:`.copier.CopyQuota`);
+the reactor thread only writes metadata
 records and moves state, so produce and fetch never wait on the store. A
 store that fails is logged once per partition when it starts and when it
 recovers; nothing local is deleted meanwhile.
@@ -51,7 +53,7 @@ from pluglog.storage.remote.metadata import (
     epochs_in_range,
 )
 from pluglog.storage.remote.tier import ChunkCache, RemoteTier
-from pluglog.tiered.copier import copy_segment, eligible_segment, segment_files
+from pluglog.tiered.copier import CopyQuota, copy_segment, eligible_segment, segment_files
 from pluglog.tiered.metadata_store import METADATA_TOPIC, MetadataStore, PartitionMetadata
 from pluglog.tiered.retention import apply_local_retention, expired_segments
 
@@ -96,6 +98,7 @@ class RemoteLogManager(service.Service):
         self.copier_pool = ThreadPool(0, config.remote_log_manager_thread_pool_size, "pluglog-rlm")
         self.reader_pool = ThreadPool(0, config.remote_log_reader_threads, "pluglog-rlm-reader")
         self.interval_s = config.remote_log_manager_task_interval_ms / 1000.0
+        self.quota = CopyQuota(config.remote_log_manager_copy_max_bytes_per_second)
         #: (topic, partition) -> RemoteTier
         self.tiers = {}
         #: metadata partition -> {(topic, partition): PartitionMetadata}, once loaded
@@ -135,6 +138,7 @@ class RemoteLogManager(service.Service):
             self._loop.stop()
         for tier in self.tiers.values():
             tier.on_ready = None
+        self.quota.stop()
         self.copier_pool.stop()
         self.reader_pool.stop()
         self.store.close()
@@ -359,7 +363,9 @@ class RemoteLogManager(service.Service):
         yield self.store.write(started)
         meta.apply(started)
         files = segment_files(local, started)
-        yield self._in_thread(self.copier_pool, copy_segment, self.storage, started, files)
+        yield self._in_thread(
+            self.copier_pool, copy_segment, self.storage, started, files, self.quota
+        )
         if not (part.is_leader and part.leader_epoch == epoch):
             # Leadership moved during the copy: the new leader owns the
             # partition's metadata now and deletes this copy as unfinished.

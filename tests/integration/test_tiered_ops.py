@@ -342,3 +342,48 @@ def test_list_offsets_by_timestamp_into_a_remote_segment_answers_the_exact_recor
         assert lookups(broker.bootstrap, topic, targets) == before
     finally:
         broker.stop()
+
+
+# -- the copy quota (KIP-956) -------------------------------------------------------------
+
+
+def test_the_copy_quota_bounds_the_upload_rate(moto, tmp_path):
+    rate = 48 * 1024  # bytes per second: 1.5 segments of 32 KiB a second
+    bucket = new_bucket(moto)
+    broker = tiered_broker(
+        tmp_path,
+        moto.url,
+        bucket,
+        **{"remote.log.manager.copy.max.bytes.per.second": str(rate)},
+    ).start()
+    try:
+        topic = "paced"
+        # Written before tiering is on, so every segment is ready at once
+        # when it is: unpaced, they would go up in a fraction of a second.
+        untiered = {k: v for k, v in TOPIC_CONFIG.items() if k != "remote.storage.enable"}
+        create_topic(broker.bootstrap, topic, partitions=1, config=untiered)
+        records = [(0, k, v, h) for _p, k, v, h in make_records(4000, partitions=1)]
+        produce(broker.bootstrap, topic, records)
+        cli(broker, "topics", "alter-config", topic, "--set", "remote.storage.enable=true")
+        wait_for(lambda: len(remote_ids(moto, bucket, topic)) >= 6, what="uploads")
+        states = metadata_states(broker.bootstrap)
+        started = [
+            json.loads(v)
+            for k, v in states
+            if k[0] == "segment" and v and b"COPY_SEGMENT_STARTED" in v
+        ]
+        finished = sorted(
+            (json.loads(v) for k, v in states if v and b"COPY_SEGMENT_FINISHED" in v),
+            key=lambda s: s["event_ms"],
+        )
+        assert len(finished) >= 6
+        # Each copy starts only once the bytes before it had their time at
+        # the rate: from the first copy's start to the last one's end at
+        # least (all bytes but the last segment's) / rate. A slow machine
+        # only makes it longer.
+        first_start = min(s["event_ms"] for s in started)
+        owed_s = sum(s["size_bytes"] for s in finished[:-1]) / rate
+        assert (finished[-1]["event_ms"] - first_start) / 1000 >= owed_s * 0.999
+        assert owed_s >= 2
+    finally:
+        broker.stop()

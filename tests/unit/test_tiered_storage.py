@@ -296,3 +296,41 @@ def test_the_earliest_offset_waits_for_the_remote_metadata(tiered):
     assert log.log_start_offset == uploaded[-1].next_offset
     assert part.earliest_offset == 0
     assert part.delete_records(uploaded[1].base_offset + 1) == uploaded[1].base_offset + 1
+
+
+def test_the_copy_quota_paces_segment_copies_at_its_rate():
+    import threading
+    import time
+
+    from pluglog.errors import RemoteStorageError
+    from pluglog.tiered.copier import UNLIMITED, CopyQuota
+
+    unlimited = CopyQuota(UNLIMITED)
+    unlimited.acquire(10**12)  # Kafka's default: no wait at all
+    assert unlimited.waited_s == 0
+
+    quota = CopyQuota(10_000)  # bytes per second
+    started = time.monotonic()
+    for _ in range(4):
+        quota.acquire(1_000)
+    # The first copy goes at once, each next one after 0.1 s of the rate.
+    assert time.monotonic() - started >= 0.3
+    # (At most 0.3 s waited: a thread that overslept owes the next one less.)
+    assert 0 < quota.waited_s <= 0.3 + 1e-6
+
+    # Stopping wakes a waiting upload thread, which gives the copy up.
+    slow = CopyQuota(1)
+    slow.acquire(100)
+    failed = []
+
+    def waiter():
+        try:
+            slow.acquire(1)
+        except RemoteStorageError as exc:
+            failed.append(str(exc))
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    slow.stop()
+    thread.join(5)
+    assert not thread.is_alive() and "stopping" in failed[0]
