@@ -362,7 +362,7 @@ def test_the_copy_quota_bounds_the_upload_rate(moto, tmp_path):
         # when it is: unpaced, they would go up in a fraction of a second.
         untiered = {k: v for k, v in TOPIC_CONFIG.items() if k != "remote.storage.enable"}
         create_topic(broker.bootstrap, topic, partitions=1, config=untiered)
-        records = [(0, k, v, h) for _p, k, v, h in make_records(4000, partitions=1)]
+        records = [(0, k, v, h) for _p, k, v, h in make_records(6000, partitions=1)]
         produce(broker.bootstrap, topic, records)
         cli(broker, "topics", "alter-config", topic, "--set", "remote.storage.enable=true")
         wait_for(lambda: len(remote_ids(moto, bucket, topic)) >= 6, what="uploads")
