@@ -386,6 +386,10 @@ def handle_list_offsets(ctx, request):
         elif ts < 0:
             # Kafka's other specs (-5 latest tiered, v9) are not served.
             entry["error_code"] = UNSUPPORTED_VERSION
+        elif part.earliest_offset is None:
+            # Tiered storage, the remote metadata still being read after a
+            # start: the answer may be remote, so the client retries.
+            entry["error_code"] = OFFSET_NOT_AVAILABLE
         else:
             d = offset_for_timestamp_deferred(part.log, ts, part.high_watermark)
             args = (entry, part, ctx.version)
