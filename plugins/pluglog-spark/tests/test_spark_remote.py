@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 from pluglog_spark.control import ClusterView
-from spark_helpers import create_topic, make_records, produce
+from spark_helpers import BASE_TS, create_topic, make_records, produce
 from test_spark_read import as_tuples, run_available_now
 
 from pluglog.childprocess import free_port
@@ -229,3 +229,20 @@ def test_streaming_available_now_reads_the_remote_tier_from_s3_with_the_brokers_
     # into its remote tier.
     assert bytes_out(tiered)[history] > before.get(history, 0.0)
     assert remote_tier_use(tiered) == used
+
+
+def test_starting_timestamp_inside_a_remote_segment_starts_at_the_exact_record(
+    spark, tiered, history
+):
+    everything = as_tuples(read(spark, tiered, history))
+    # Record i has timestamp BASE_TS + 7 i, and i = 2000 is in the remote
+    # tier (at least the first 3000 of each partition's 6000 records are),
+    # inside a segment and inside a batch: 3 ms before it names that record.
+    target = BASE_TS + 7 * 2000 - 3
+    first = {
+        p: min(r[1] for r in everything if r[0] == p and r[5] >= target) for p in range(PARTITIONS)
+    }
+    expected = [r for r in everything if r[1] >= first[r[0]]]
+    assert all(r[5] < target for r in everything if r[1] < first[r[0]])
+    since = read(spark, tiered, history, startingTimestamp=str(target), **tiered.remote_options)
+    assert as_tuples(since) == expected
