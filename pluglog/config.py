@@ -275,6 +275,9 @@ class BrokerConfig:
     remote_log_manager_thread_pool_size: int = 10
     remote_log_manager_task_interval_ms: int = 30000
     remote_log_reader_threads: int = 10
+    #: KIP-956's copy quota: the broker's uploads in bytes per second
+    #: (Kafka's default, Long.MAX_VALUE: unlimited).
+    remote_log_manager_copy_max_bytes_per_second: int = 9223372036854775807
     #: Bounds the cache of remote indexes and record chunks together.
     remote_log_index_file_cache_total_size_bytes: int = 1073741824
     remote_log_metadata_topic_num_partitions: int = 50

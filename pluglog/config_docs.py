@@ -220,6 +220,10 @@ CONFIG_DOCS = {
         "How often each led partition is checked for segments to upload or expire.",
     ),
     "remote.log.reader.threads": (_I, "Threads that read remote segments for fetches."),
+    "remote.log.manager.copy.max.bytes.per.second": (
+        _L,
+        "The broker's remote uploads in bytes per second (KIP-956; default unlimited).",
+    ),
     "remote.log.index.file.cache.total.size.bytes": (
         _L,
         "Bytes of remote indexes and record chunks kept in memory (LRU).",

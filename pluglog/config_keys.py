@@ -437,6 +437,10 @@ BROKER_KEYS = {
         int_parser(1),
     ),
     "remote.log.reader.threads": ("remote_log_reader_threads", int_parser(1, 1024)),
+    "remote.log.manager.copy.max.bytes.per.second": (
+        "remote_log_manager_copy_max_bytes_per_second",
+        int_parser(1),
+    ),
     "remote.log.index.file.cache.total.size.bytes": (
         "remote_log_index_file_cache_total_size_bytes",
         int_parser(1),

@@ -8,7 +8,11 @@ returns: any earlier batch holding a record at or past the target would have
 a max timestamp at or past it too.
 """
 
+from twisted.internet import defer
+
+from pluglog.interfaces import ITieredLog
 from pluglog.protocol.records import iter_batches
+from pluglog.storage.remote.lookup import find_timestamp
 
 LOG_APPEND_TIME = 1
 
@@ -39,6 +43,28 @@ def offset_for_timestamp(log, target_ms, high_watermark):
                     return None
                 return record.offset, record.timestamp
     return None
+
+
+def offset_for_timestamp_deferred(log, target_ms, high_watermark):
+    """:func:`offset_for_timestamp` across both tiers, as a Deferred: when
+    the answer is in a remote segment (tiered storage) that segment's time
+    and offset indexes and the batch are read through the remote tier's
+    cache (:mod:`pluglog.storage.remote.lookup`), off the reactor, for the
+    exact record as in a local segment."""
+    tier = log.remote_tier if ITieredLog.providedBy(log) else None
+    if tier is not None and tier.loaded:
+        segment = tier.segment_for_timestamp(target_ms)
+        if segment is not None and segment.base_offset < log.log_start_offset:
+            d = find_timestamp(tier, segment, target_ms, tier.log_start_offset)
+
+            def found(answer):
+                if answer is None or answer[0] >= log.log_start_offset:
+                    # Not below the local start after all: the local log answers.
+                    return offset_for_timestamp(log, target_ms, high_watermark)
+                return answer
+
+            return d.addCallback(found)
+    return defer.succeed(offset_for_timestamp(log, target_ms, high_watermark))
 
 
 def max_timestamp_offset(log, high_watermark):

@@ -7,6 +7,7 @@ from pluglog import protocol as codec
 from pluglog.cli import cluster
 from pluglog.cli.common import add_json_flag, check, metadata, print_json
 from pluglog.cli.routing import router
+from pluglog.cli.tiered import describe_tiers, tier_line
 
 
 def add_parser(sub, positive, config_pair):
@@ -106,6 +107,18 @@ def tiered_note(start, local_start):
     return f"\tLocalStart: {local_start} (remote: {local_start - start} offsets)"
 
 
+def _tier_fields(tiers):
+    """A tiered partition's JSON fields (none for an untiered topic)."""
+    if tiers is None:
+        return {}
+    return {
+        "local_bytes": tiers["local_bytes"],
+        "remote_start_offset": tiers["remote_start"],
+        "remote_end_offset": tiers["remote_end"],
+        "remote_bytes": tiers["remote_bytes"],
+    }
+
+
 def describe_topic(client, args):
     if args.under_replicated or args.unavailable:
         return cluster.print_unhealthy(client, args)
@@ -133,6 +146,12 @@ def describe_topic(client, args):
     )
     result = resp["results"][0]
     check(result["error_code"], args.topic, result["error_message"])
+    tiered = any(
+        item["name"] == "remote.storage.enable" and item["value"] == "true"
+        for item in result["configs"]
+    )
+    # A tiered topic's local and remote tiers, per partition (pluglog.cli.tiered).
+    tiers = describe_tiers(client, args.topic, parts, local) if tiered else {}
     if getattr(args, "json", False):
         return print_json(
             {
@@ -146,6 +165,7 @@ def describe_topic(client, args):
                         "start_offset": start.get(p["partition_index"]),
                         "local_start_offset": local.get(p["partition_index"]),
                         "end_offset": end.get(p["partition_index"]),
+                        **_tier_fields(tiers.get(p["partition_index"])),
                     }
                     for p in sorted(topic["partitions"], key=lambda p: p["partition_index"])
                 ],
@@ -161,7 +181,11 @@ def describe_topic(client, args):
         print(
             f"\tPartition: {index}\tLeader: {p['leader_id']}\tReplicas: {p['replica_nodes']}\t"
             f"Isr: {p['isr_nodes']}\tStart: {start.get(index, '-')}\tEnd: {end.get(index, '-')}"
-            + tiered_note(start.get(index), local.get(index))
+            + (
+                tier_line(tiers[index])
+                if index in tiers
+                else tiered_note(start.get(index), local.get(index))
+            )
         )
     for item in result["configs"]:
         marker = "*" if item["config_source"] == 1 else " "

@@ -64,6 +64,11 @@ class TieredCollector:
                 "Upload or expiry passes that failed (the store, or the metadata write).",
             ),
             (manager.remote_read_errors, "pluglog_remote_read_errors", "Remote reads failed."),
+            (
+                manager.quota.waited_s,
+                "pluglog_remote_copy_quota_wait_seconds",
+                "Time uploads waited for remote.log.manager.copy.max.bytes.per.second (KIP-956).",
+            ),
         ):
             yield CounterMetricFamily(name, doc, value=value)
         yield SummaryMetricFamily(

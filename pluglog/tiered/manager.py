@@ -20,16 +20,19 @@ partitions of topics with ``remote.storage.enable``:
 * on every hosted partition it deletes uploaded local segments beyond
   ``local.retention.ms``/``local.retention.bytes``.
 
+Which segment goes up next and the upload call are :mod:`.copier`'s, what
+retention deletes is :mod:`.retention`'s; this module holds the state
+(tiers, loaded metadata, leadership) and writes the metadata records.
+
 Provider calls run in two bounded thread pools (uploads and deletions:
 ``remote.log.manager.thread.pool.size``; reads:
-``remote.log.reader.threads``); the reactor thread only writes metadata
+``remote.log.reader.threads``), uploads paced by the copy quota
+(``remote.log.manager.copy.max.bytes.per.second``, :class:`.copier.CopyQuota`);
+the reactor thread only writes metadata
 records and moves state, so produce and fetch never wait on the store. A
 store that fails is logged once per partition when it starts and when it
 recovers; nothing local is deleted meanwhile.
 """
-
-import dataclasses
-import os
 
 from twisted.application import service
 from twisted.internet import defer, task
@@ -47,11 +50,12 @@ from pluglog.storage.remote.metadata import (
     DELETE_SEGMENT_FINISHED,
     DELETE_SEGMENT_STARTED,
     RemoteSegment,
-    epoch_checkpoint_bytes,
     epochs_in_range,
 )
 from pluglog.storage.remote.tier import ChunkCache, RemoteTier
+from pluglog.tiered.copier import CopyQuota, copy_segment, eligible_segment, segment_files
 from pluglog.tiered.metadata_store import METADATA_TOPIC, MetadataStore, PartitionMetadata
+from pluglog.tiered.retention import apply_local_retention, expired_segments
 
 log = Logger()
 
@@ -78,19 +82,6 @@ def make_remote_log_manager(broker):
     return broker.remote_log_manager
 
 
-def _copy(storage, segment, files):
-    """In a pool thread: upload the segment's parts; an index file that is
-    missing (never written) goes up empty."""
-    parts = {}
-    for part, source in files.items():
-        if isinstance(source, str) and not os.path.exists(source):
-            if part == "log":
-                raise RemoteStorageError(f"{source} is gone (deleted before its upload)")
-            source = b""
-        parts[part] = source
-    storage.copy_segment(segment, parts)
-
-
 class RemoteLogManager(service.Service):
     """Tiered storage's periodic work for one broker (see the module doc)."""
 
@@ -107,6 +98,7 @@ class RemoteLogManager(service.Service):
         self.copier_pool = ThreadPool(0, config.remote_log_manager_thread_pool_size, "pluglog-rlm")
         self.reader_pool = ThreadPool(0, config.remote_log_reader_threads, "pluglog-rlm-reader")
         self.interval_s = config.remote_log_manager_task_interval_ms / 1000.0
+        self.quota = CopyQuota(config.remote_log_manager_copy_max_bytes_per_second)
         #: (topic, partition) -> RemoteTier
         self.tiers = {}
         #: metadata partition -> {(topic, partition): PartitionMetadata}, once loaded
@@ -146,6 +138,7 @@ class RemoteLogManager(service.Service):
             self._loop.stop()
         for tier in self.tiers.values():
             tier.on_ready = None
+        self.quota.stop()
         self.copier_pool.stop()
         self.reader_pool.stop()
         self.store.close()
@@ -221,7 +214,7 @@ class RemoteLogManager(service.Service):
             meta = loaded.setdefault(key, PartitionMetadata())
             if not tier.loaded:
                 self._install(tier, meta)
-            self._local_retention(part, now)
+            apply_local_retention(part, now, self._retention)
             if not part.is_leader:
                 continue
             if self._led.get(key) != part.leader_epoch:
@@ -318,53 +311,6 @@ class RemoteLogManager(service.Service):
             if tier is not None:
                 self._install(tier, meta)
 
-    # -- retention ----------------------------------------------------------------------
-
-    def _local_retention(self, part, now):
-        config = part.config
-        local = dataclasses.replace(
-            config,
-            retention_ms=config.effective_local_retention_ms,
-            retention_bytes=config.effective_local_retention_bytes,
-        )
-        count = self._retention.segments_to_delete(part.log, local, now)
-        if count:
-            deleted = part.log.delete_oldest_segments(count)
-            if deleted:
-                log.info(
-                    "local retention deleted {n} uploaded segment(s) of {t}-{i}",
-                    n=deleted,
-                    t=part.topic,
-                    i=part.index,
-                )
-
-    def _expired(self, part, tier, now):
-        """Remote segments beyond the total retention or below the start."""
-        config = part.config
-        segments = list(tier.segments)
-        out = []
-        for segment in segments:
-            if segment.next_offset <= tier.start_offset:
-                out.append(segment)
-            elif (
-                config.retention_ms >= 0
-                and segment.max_timestamp >= 0  # no timestamps: size decides
-                and now - segment.max_timestamp > config.retention_ms
-            ):
-                out.append(segment)
-            else:
-                break
-        if config.retention_bytes >= 0:
-            local_segments = getattr(part.log, "segments", ())
-            local = sum(s.size for s in local_segments if s.base_offset >= tier.next_offset)
-            total = tier.size_bytes + local - sum(s.size_bytes for s in out)
-            for segment in segments[len(out) :]:
-                if total - segment.size_bytes < config.retention_bytes:
-                    break
-                total -= segment.size_bytes
-                out.append(segment)
-        return out
-
     # -- the leader's work ----------------------------------------------------------------
 
     @defer.inlineCallbacks
@@ -376,11 +322,11 @@ class RemoteLogManager(service.Service):
         for orphan in meta.in_state(COPY_SEGMENT_STARTED, DELETE_SEGMENT_STARTED):
             yield self._delete_remote(orphan, meta, tier)
         while self.running and part.is_leader and part.leader_epoch == epoch:
-            segment = self._eligible(part, tier)
+            segment = eligible_segment(part, tier)
             if segment is None:
                 break
             yield self._upload(part, tier, meta, segment, epoch)
-        for segment in self._expired(part, tier, self.broker.now_ms()):
+        for segment in expired_segments(part, tier, self.broker.now_ms()):
             if segment.next_offset > tier.start_offset:
                 tier.start_offset = segment.next_offset
                 yield self.store.write_start(part.topic, part.index, segment.next_offset)
@@ -401,22 +347,6 @@ class RemoteLogManager(service.Service):
                 e=failure.getErrorMessage(),
             )
 
-    def _eligible(self, part, tier):
-        """The oldest closed local segment not yet uploaded and wholly below
-        the high watermark and the last stable offset, or None."""
-        segments = getattr(part.log, "segments", None)
-        if not segments:
-            return None
-        bound = min(part.high_watermark, part.last_stable_offset)
-        copied = max(tier.next_offset, tier.start_offset)
-        for segment in segments[:-1]:
-            if segment.next_offset <= copied or segment.size == 0:
-                continue
-            if segment.next_offset > bound:
-                return None
-            return segment
-        return None
-
     @defer.inlineCallbacks
     def _upload(self, part, tier, meta, local, epoch):
         remote = RemoteSegment.new(
@@ -432,14 +362,10 @@ class RemoteLogManager(service.Service):
         started = remote.with_state(COPY_SEGMENT_STARTED, self.broker.now_ms(), self.node_id)
         yield self.store.write(started)
         meta.apply(started)
-        files = {
-            "log": local.log_path,
-            "index": local.index.path,
-            "timeindex": local.time_index.path,
-            "txnindex": local.txn_index.path,
-            "leader_epoch": epoch_checkpoint_bytes(started.leader_epochs),
-        }
-        yield self._in_thread(self.copier_pool, _copy, self.storage, started, files)
+        files = segment_files(local, started)
+        yield self._in_thread(
+            self.copier_pool, copy_segment, self.storage, started, files, self.quota
+        )
         if not (part.is_leader and part.leader_epoch == epoch):
             # Leadership moved during the copy: the new leader owns the
             # partition's metadata now and deletes this copy as unfinished.

@@ -8,6 +8,7 @@ tests/integration/test_tiered_storage.py).
 """
 
 import os
+import struct
 
 import pytest
 from twisted.internet import defer
@@ -296,3 +297,79 @@ def test_the_earliest_offset_waits_for_the_remote_metadata(tiered):
     assert log.log_start_offset == uploaded[-1].next_offset
     assert part.earliest_offset == 0
     assert part.delete_records(uploaded[1].base_offset + 1) == uploaded[1].base_offset + 1
+
+
+def test_the_copy_quota_paces_segment_copies_at_its_rate():
+    import threading
+    import time
+
+    from pluglog.errors import RemoteStorageError
+    from pluglog.tiered.copier import UNLIMITED, CopyQuota
+
+    unlimited = CopyQuota(UNLIMITED)
+    unlimited.acquire(10**12)  # Kafka's default: no wait at all
+    assert unlimited.waited_s == 0
+
+    quota = CopyQuota(10_000)  # bytes per second
+    started = time.monotonic()
+    for _ in range(4):
+        quota.acquire(1_000)
+    # The first copy goes at once, each next one after 0.1 s of the rate.
+    assert time.monotonic() - started >= 0.3
+    # (At most 0.3 s waited: a thread that overslept owes the next one less.)
+    assert 0 < quota.waited_s <= 0.3 + 1e-6
+
+    # Stopping wakes a waiting upload thread, which gives the copy up.
+    slow = CopyQuota(1)
+    slow.acquire(100)
+    failed = []
+
+    def waiter():
+        try:
+            slow.acquire(1)
+        except RemoteStorageError as exc:
+            failed.append(str(exc))
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    slow.stop()
+    thread.join(5)
+    assert not thread.is_alive() and "stopping" in failed[0]
+
+
+def test_a_timestamp_lookup_in_a_remote_segment_finds_the_record(tiered):
+    from pluglog.storage.remote.lookup import find_timestamp
+    from pluglog.storage.remote.tier import time_index_before, trim_time_index
+
+    log, remote = tiered
+    segments = upload_closed(log, remote)
+    tier = RemoteTier("t", 0, remote, ChunkCache(1 << 30), synchronous)
+    tier.set_segments(segments)
+    tier.loaded = True
+
+    def lookup(target, min_offset=0):
+        segment = tier.segment_for_timestamp(target)
+        if segment is None:
+            return None
+        found = []
+        find_timestamp(tier, segment, target, min_offset).addCallback(found.append)
+        return found[0]
+
+    # Record i has timestamp 1000 + i: every target names one record,
+    # including those deep inside a segment (past several index entries).
+    assert len(segments) >= 3
+    for segment in segments:
+        middle = (segment.base_offset + segment.end_offset) // 2
+        for offset in (segment.base_offset, middle, segment.end_offset):
+            assert lookup(1000 + offset) == (offset, 1000 + offset)
+    assert lookup(0) == (0, 1000)
+    # A start inside the tier (DeleteRecords) is respected.
+    assert lookup(1000 + 5, min_offset=20) == (20, 1020)
+    assert lookup(10**12) is None
+    # The time index helpers: a zero-filled tail is cut, and the search
+    # answers the last entry older than the target.
+    entries = b"".join(struct.pack(">qI", 1000 + 10 * i, 10 * i) for i in range(5))
+    trimmed = trim_time_index(entries + bytes(24))
+    assert trimmed == entries
+    assert time_index_before(trimmed, 1025) == 20
+    assert time_index_before(trimmed, 1000) == 0

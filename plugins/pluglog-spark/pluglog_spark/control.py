@@ -175,9 +175,8 @@ class ClusterView:
         if wanted:
             tp = next(iter(wanted))
             raise ControlError(f"list offsets of {tp[0]}-{tp[1]}: no leader answered")
-        for tp, ts in timestamps.items():
-            if ts >= 0 and out[tp] >= 0:
-                out[tp] = self._first_at_or_after(tp, out[tp], ts)
+        # A time's answer is already the first record at or after it, in
+        # the remote tier too (the broker reads the segment's time index).
         return out
 
     def _list_offsets_at(self, node, timestamps, version=5):
@@ -195,25 +194,6 @@ class ClusterView:
             for topic in resp["topics"]
             for entry in topic["partitions"]
         }
-
-    def _first_at_or_after(self, tp, offset, ts):
-        """pluglog answers a timestamp lookup with the base offset of the first
-        batch whose max timestamp is >= ``ts`` (it never parses records on that
-        path); Kafka's answer is the first *record* with timestamp >= ``ts``.
-        Scan that batch here so startingTimestamp means what it means in Kafka."""
-        topic, partition = tp
-        body = fetch_body(
-            topic, {partition: offset}, max_bytes=8_388_608, partition_max_bytes=8_388_608
-        )
-        resp = self._request(codec.FETCH, FETCH_VERSION, body, self._leaders_of.get(tp))
-        data = resp["responses"][0]["partitions"][0]["records"] or b""
-        for batch in iter_batches(data):
-            if batch.max_timestamp < ts:
-                continue
-            for record in batch.records:
-                if record.offset >= offset and record.timestamp >= ts:
-                    return record.offset
-        return offset
 
     def earliest_local(self, tps):
         """The local log start of each partition (ListOffsets v8,

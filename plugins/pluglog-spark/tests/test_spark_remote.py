@@ -19,8 +19,8 @@ import uuid
 
 import pytest
 from pluglog_spark.control import ClusterView
-from spark_helpers import create_topic, make_records, produce
-from test_spark_read import as_tuples
+from spark_helpers import BASE_TS, create_topic, make_records, produce
+from test_spark_read import as_tuples, run_available_now
 
 from pluglog.childprocess import free_port
 from tests.broker_process import BrokerProcess
@@ -179,3 +179,70 @@ def test_read_committed_with_remote_offsets_is_refused(spark, tiered, history):
     frame = read(spark, tiered, history, isolationLevel="read_committed", **tiered.remote_options)
     with pytest.raises(Exception, match="read_uncommitted only"):
         frame.collect()
+
+
+def remote_tier_use(broker):
+    """How often the broker itself looked into its remote tier: cache
+    lookups (hits and misses) and reads from S3."""
+    with urllib.request.urlopen(broker.http_url + "/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    names = (
+        "pluglog_remote_cache_hits_total",
+        "pluglog_remote_cache_misses_total",
+        "pluglog_remote_read_seconds_count",
+    )
+    found = dict(re.findall(r"^(pluglog_remote_\w+) (\S+)$", text, re.M))
+    return {name: float(found[name]) for name in names}
+
+
+def test_streaming_available_now_reads_the_remote_tier_from_s3_with_the_brokers_rows(
+    spark, tiered, history, tmp_path
+):
+    through_broker = as_tuples(read(spark, tiered, history))
+    # Read-ahead the broker started for that read may still land: wait
+    # until its remote tier is quiet.
+    used = remote_tier_use(tiered)
+    while True:
+        time.sleep(0.5)
+        used, was = remote_tier_use(tiered), used
+        if used == was:
+            break
+    before = bytes_out(tiered)
+    out, checkpoint = tmp_path / "table", tmp_path / "checkpoint"
+    # Micro-batches of 5000 offsets: the first wholly in the remote tier
+    # (the fixture left at least 3000 of each partition in S3 only), a
+    # later one across the boundary into the local tail.
+    batches = run_available_now(
+        spark,
+        tiered,
+        history,
+        out,
+        checkpoint,
+        maxOffsetsPerTrigger="5000",
+        **tiered.remote_options,
+    )
+    assert batches == [5000, 5000, COUNT - 10_000]
+    assert as_tuples(spark.read.parquet(str(out))) == through_broker
+    # The remote offsets came from S3 in the executors: the broker served
+    # the local tail (a consumer stopping mid-tail fetches ahead of its end,
+    # so the next micro-batch may fetch some of it again) and never looked
+    # into its remote tier.
+    assert bytes_out(tiered)[history] > before.get(history, 0.0)
+    assert remote_tier_use(tiered) == used
+
+
+def test_starting_timestamp_inside_a_remote_segment_starts_at_the_exact_record(
+    spark, tiered, history
+):
+    everything = as_tuples(read(spark, tiered, history))
+    # Record i has timestamp BASE_TS + 7 i, and i = 2000 is in the remote
+    # tier (at least the first 3000 of each partition's 6000 records are),
+    # inside a segment and inside a batch: 3 ms before it names that record.
+    target = BASE_TS + 7 * 2000 - 3
+    first = {
+        p: min(r[1] for r in everything if r[0] == p and r[5] >= target) for p in range(PARTITIONS)
+    }
+    expected = [r for r in everything if r[1] >= first[r[0]]]
+    assert all(r[5] < target for r in everything if r[1] < first[r[0]])
+    since = read(spark, tiered, history, startingTimestamp=str(target), **tiered.remote_options)
+    assert as_tuples(since) == expected

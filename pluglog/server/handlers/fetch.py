@@ -13,16 +13,18 @@ progress.
 """
 
 from twisted.internet import defer
+from twisted.logger import Logger
 
 from pluglog import protocol as codec
 from pluglog.broker.replica_selection import preferred_read_replica
-from pluglog.broker.timestamps import max_timestamp_offset, offset_for_timestamp
+from pluglog.broker.timestamps import max_timestamp_offset, offset_for_timestamp_deferred
 from pluglog.errors import (
     FENCED_LEADER_EPOCH,
     NONE,
     NOT_LEADER_OR_FOLLOWER,
     OFFSET_NOT_AVAILABLE,
     OFFSET_OUT_OF_RANGE,
+    UNKNOWN_SERVER_ERROR,
     UNKNOWN_TOPIC_ID,
     UNSUPPORTED_VERSION,
     KafkaError,
@@ -36,6 +38,8 @@ from pluglog.server.handlers.common import (
     resolve_topic_ids,
 )
 from pluglog.server.handlers.leaders import current_leader, leader_endpoints
+
+_log = Logger()
 
 LATEST = -1
 EARLIEST = -2
@@ -345,6 +349,8 @@ class _LongPoll:
 
 def handle_list_offsets(ctx, request):
     committed = request.get("isolation_level", 0) == 1
+    #: Timestamp lookups still reading a remote segment (tiered storage).
+    pending = []
 
     def answer(part, want, topic):
         entry = {
@@ -380,16 +386,47 @@ def handle_list_offsets(ctx, request):
         elif ts < 0:
             # Kafka's other specs (-5 latest tiered, v9) are not served.
             entry["error_code"] = UNSUPPORTED_VERSION
+        elif part.earliest_offset is None:
+            # Tiered storage, the remote metadata still being read after a
+            # start: the answer may be remote, so the client retries.
+            entry["error_code"] = OFFSET_NOT_AVAILABLE
         else:
-            found = offset_for_timestamp(part.log, ts, part.high_watermark)
-            if found is not None:
-                entry["offset"], entry["timestamp"] = found
-                entry["leader_epoch"] = part.leader_epoch
+            d = offset_for_timestamp_deferred(part.log, ts, part.high_watermark)
+            args = (entry, part, ctx.version)
+            d.addCallbacks(_timestamp_found, _timestamp_failed, args, None, args)
+            if not d.called:
+                pending.append(d)
+            return entry
         if ctx.version == 0 and entry["offset"] >= 0:
             entry["old_style_offsets"] = [entry["offset"]]
         return entry
 
-    return {"throttle_time_ms": 0, "topics": per_partition(ctx.broker, request["topics"], answer)}
+    topics = per_partition(ctx.broker, request["topics"], answer)
+    response = {"throttle_time_ms": 0, "topics": topics}
+    if not pending:
+        return response
+    return defer.gatherResults(pending).addCallback(lambda _: response)
+
+
+def _timestamp_found(found, entry, part, version):
+    """Fill a ListOffsets entry with a timestamp lookup's answer."""
+    if found is not None:
+        entry["offset"], entry["timestamp"] = found
+        entry["leader_epoch"] = part.leader_epoch
+    if version == 0 and entry["offset"] >= 0:
+        entry["old_style_offsets"] = [entry["offset"]]
+
+
+def _timestamp_failed(failure, entry, part, version):
+    """The remote tier could not be read (the store is failing): an error
+    for this partition, and one line in the log."""
+    _log.warn(
+        "ListOffsets by timestamp in the remote tier of {t}-{i} failed: {e}",
+        t=part.topic,
+        i=part.index,
+        e=failure.getErrorMessage(),
+    )
+    entry["error_code"] = UNKNOWN_SERVER_ERROR
 
 
 def handle_offset_for_leader_epoch(ctx, request):

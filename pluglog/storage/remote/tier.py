@@ -23,6 +23,7 @@ import struct
 from bisect import bisect_right
 from collections import OrderedDict
 
+from twisted.internet.defer import succeed
 from twisted.logger import Logger
 
 from pluglog.storage.results import ReadResult
@@ -34,6 +35,7 @@ _HEADER = 61
 _BASE_LENGTH = struct.Struct(">qi")
 _LAST_DELTA = struct.Struct(">i")
 _INDEX_ENTRY = struct.Struct(">II")
+_TIME_ENTRY = struct.Struct(">qI")
 
 
 class ChunkCache:
@@ -86,6 +88,35 @@ def trim_index(index):
         last = rel
         valid += 1
     return bytes(index[: valid * _INDEX_ENTRY.size])
+
+
+def trim_time_index(index):
+    """The valid prefix of a time index: entries while their timestamps
+    increase (a preallocated tail of zeros is cut)."""
+    count = len(index) // _TIME_ENTRY.size
+    valid = 0
+    last = None
+    for timestamp, _rel in _TIME_ENTRY.iter_unpack(memoryview(index)[: count * _TIME_ENTRY.size]):
+        if last is not None and timestamp <= last:
+            break
+        last = timestamp
+        valid += 1
+    return bytes(index[: valid * _TIME_ENTRY.size])
+
+
+def time_index_before(index, timestamp):
+    """The relative offset of the last entry of a trimmed time index whose
+    timestamp is < ``timestamp`` (every batch up to it is older), or 0."""
+    lo, hi, found = 0, len(index) // _TIME_ENTRY.size, 0
+    while lo < hi:
+        mid = (lo + hi) // 2
+        ts, rel = _TIME_ENTRY.unpack_from(index, mid * _TIME_ENTRY.size)
+        if ts < timestamp:
+            found = rel
+            lo = mid + 1
+        else:
+            hi = mid
+    return found
 
 
 def index_position(index, relative_offset):
@@ -235,15 +266,49 @@ class RemoteTier:
         records = out[0] if len(out) == 1 else b"".join(out)
         return ReadResult(records, size, first, log_start, log_end)
 
-    def offset_for_timestamp(self, timestamp_ms):
-        """``(base offset, max timestamp)`` of the first remote segment whose
-        newest record is at or after ``timestamp_ms``, or None: the answer
-        is segment-granular in the remote tier (docs/storage.rst)."""
+    def segment_for_timestamp(self, timestamp_ms):
+        """The first remote segment still served whose newest record is at
+        or after ``timestamp_ms``, or None."""
         start = self.log_start_offset
         for segment in self.segments:
             if segment.max_timestamp >= timestamp_ms and segment.next_offset > start:
-                return max(segment.base_offset, start), segment.max_timestamp
+                return segment
         return None
+
+    def offset_for_timestamp(self, timestamp_ms):
+        """``(base offset, max timestamp)`` of :meth:`segment_for_timestamp`,
+        or None: a synchronous, segment-granular answer for callers that
+        cannot wait; ListOffsets asks :func:`.lookup.find_timestamp`, which
+        reads the segment's time and offset indexes for the exact record."""
+        segment = self.segment_for_timestamp(timestamp_ms)
+        if segment is None:
+            return None
+        return max(segment.base_offset, self.log_start_offset), segment.max_timestamp
+
+    def load(self, segment, part, number):
+        """A Deferred firing with the cached bytes of one part of a remote
+        segment (a chunk ``number`` of the ``log``, or -1: a whole index),
+        fetched in the reader pool on a miss and then cached."""
+        key = (segment.segment_id, part, number)
+        data = self.cache.get(key)
+        if data is not None:
+            return succeed(data)
+        if number < 0:
+            start, end = 0, None
+        else:
+            start = number * CHUNK_BYTES
+            end = min(start + CHUNK_BYTES, segment.size_bytes)
+        d = self.run_in_thread(self.storage.fetch, segment, part, start, end)
+
+        def fetched(data):
+            if part == "index":
+                data = trim_index(data)
+            elif part == "timeindex":
+                data = trim_time_index(data)
+            self.cache.put(key, data)
+            return data
+
+        return d.addCallback(fetched)
 
     def aborted_between(self, start, end):
         """The remote segments' aborted transactions that may hold data in
