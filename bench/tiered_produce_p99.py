@@ -120,10 +120,25 @@ class ProbedBroker(BrokerProcess):
         return [cmd[0], "-c", LAUNCHER, *cmd[3:]]
 
 
-def cpu_seconds(pid):
+def _stat(pid):
     with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return handle.read().rsplit(")", 1)[1].split()
+
+
+def cpu_seconds(pid):
+    """CPU (utime+stime) of ``pid`` and its live children: the broker's
+    upload processes (remote.log.copy.processes) count as the broker's."""
+    fields = _stat(pid)
+    ticks = int(fields[11]) + int(fields[12])
+    for child in os.listdir("/proc"):
+        if child.isdigit():
+            try:
+                found = _stat(child)
+            except (OSError, IndexError):
+                continue
+            if int(found[1]) == pid:
+                ticks += int(found[11]) + int(found[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def copied_bytes(url):

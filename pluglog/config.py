@@ -278,6 +278,9 @@ class BrokerConfig:
     #: KIP-956's copy quota: the broker's uploads in bytes per second
     #: (Kafka's default, Long.MAX_VALUE: unlimited).
     remote_log_manager_copy_max_bytes_per_second: int = 9223372036854775807
+    #: pluglog's own: child processes that run segment uploads, off the
+    #: broker's GIL (0: the upload threads call the provider themselves).
+    remote_log_copy_processes: int = 1
     #: Bounds the cache of remote indexes and record chunks together.
     remote_log_index_file_cache_total_size_bytes: int = 1073741824
     remote_log_metadata_topic_num_partitions: int = 50

@@ -220,6 +220,10 @@ CONFIG_DOCS = {
         "How often each led partition is checked for segments to upload or expire.",
     ),
     "remote.log.reader.threads": (_I, "Threads that read remote segments for fetches."),
+    "remote.log.copy.processes": (
+        _I,
+        "Child processes that run segment uploads off the broker's GIL (0: in its threads).",
+    ),
     "remote.log.manager.copy.max.bytes.per.second": (
         _L,
         "The broker's remote uploads in bytes per second (KIP-956; default unlimited).",

@@ -437,6 +437,7 @@ BROKER_KEYS = {
         int_parser(1),
     ),
     "remote.log.reader.threads": ("remote_log_reader_threads", int_parser(1, 1024)),
+    "remote.log.copy.processes": ("remote_log_copy_processes", int_parser(0, 64)),
     "remote.log.manager.copy.max.bytes.per.second": (
         "remote_log_manager_copy_max_bytes_per_second",
         int_parser(1),

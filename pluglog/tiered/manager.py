@@ -56,6 +56,7 @@ from pluglog.storage.remote.tier import ChunkCache, RemoteTier
 from pluglog.tiered.copier import CopyQuota, copy_segment, eligible_segment, segment_files
 from pluglog.tiered.metadata_store import METADATA_TOPIC, MetadataStore, PartitionMetadata
 from pluglog.tiered.retention import apply_local_retention, expired_segments
+from pluglog.tiered.upload_process import ProcessUploader
 
 log = Logger()
 
@@ -78,7 +79,10 @@ def make_remote_log_manager(broker):
     # partitions another broker leads; deferred like the broker's own import.
     from pluglog.replication.peer import connect
 
-    broker.remote_log_manager = RemoteLogManager(broker, storage, connect)
+    uploader = None
+    if config.remote_log_copy_processes:
+        uploader = ProcessUploader(name, config, config.remote_log_copy_processes)
+    broker.remote_log_manager = RemoteLogManager(broker, storage, connect, uploader)
     return broker.remote_log_manager
 
 
@@ -87,11 +91,14 @@ class RemoteLogManager(service.Service):
 
     name = "remote-log-manager"
 
-    def __init__(self, broker, storage, connect=None):
+    def __init__(self, broker, storage, connect=None, uploader=None):
         config = broker.config
         self.broker = broker
         self.reactor = broker.reactor
         self.storage = storage
+        #: what copies segments: child processes (upload_process), or the
+        #: provider itself in the copier threads
+        self.uploader = uploader if uploader is not None else storage
         self.node_id = broker.node_id
         self.store = MetadataStore(broker, connect)
         self.cache = ChunkCache(config.remote_log_index_file_cache_total_size_bytes)
@@ -140,6 +147,8 @@ class RemoteLogManager(service.Service):
             tier.on_ready = None
         self.quota.stop()
         self.copier_pool.stop()
+        if self.uploader is not self.storage:
+            self.uploader.stop()
         self.reader_pool.stop()
         self.store.close()
         return super().stopService()
@@ -364,7 +373,7 @@ class RemoteLogManager(service.Service):
         meta.apply(started)
         files = segment_files(local, started)
         yield self._in_thread(
-            self.copier_pool, copy_segment, self.storage, started, files, self.quota
+            self.copier_pool, copy_segment, self.uploader, started, files, self.quota
         )
         if not (part.is_leader and part.leader_epoch == epoch):
             # Leadership moved during the copy: the new leader owns the
