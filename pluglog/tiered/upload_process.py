@@ -22,26 +22,43 @@ start-up check, the remote reads and the deletes.
 
 import concurrent.futures
 import multiprocessing
+import os
 import signal
 import threading
+import time
 from concurrent.futures.process import BrokenProcessPool
 
 from pluglog.errors import RemoteStorageError
 
 #: the provider a child built (set by :func:`_start`, in the child)
 _storage = None
+#: how often a child checks that the broker that started it is alive
+PARENT_CHECK_S = 0.5
 
 
 def _start(name, config, autoload):
-    """In a child: build the provider (SIGINT is the parent's business)."""
+    """In a child: build the provider (SIGINT is the parent's business) and
+    watch the parent."""
     global _storage
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
     from pluglog.plugins import make_plugin_manager
     from pluglog.registry import Registry
 
     _storage = Registry(make_plugin_manager(autoload=autoload)).build(
         "remote_storage", name, config, None
     )
+
+
+def _exit_with(parent):
+    """In a child: exit once the broker is gone. A SIGKILLed broker closes
+    nothing the pool's worker waits on (it holds both ends of its queue's
+    pipe), so without this the child would outlive it, possibly mid-upload
+    (harmless to the data: an unfinished copy is deleted by the next leader
+    pass, but a leaked process)."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(0)
 
 
 def _copy(segment, parts):

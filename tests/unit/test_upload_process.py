@@ -3,6 +3,9 @@ the real ``filesystem`` provider built by name in the child."""
 
 import os
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -11,6 +14,8 @@ from pluglog.errors import RemoteStorageError
 from pluglog.storage.remote.filesystem import FilesystemRemoteStorage
 from pluglog.storage.remote.metadata import RemoteSegment
 from pluglog.tiered.upload_process import ProcessUploader
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def config_for(root):
@@ -78,3 +83,46 @@ def _parent(pid):
             return int(handle.read().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return -1
+
+
+def test_the_child_exits_when_the_broker_is_killed(tmp_path):
+    # A broker SIGKILLed mid-upload must not leave its upload process behind.
+    (tmp_path / "remote").mkdir()
+    script = (
+        "import sys, os, time\n"
+        "from tests.unit.test_upload_process import config_for, copy_once\n"
+        "from pathlib import Path\n"
+        "from pluglog.tiered.upload_process import ProcessUploader\n"
+        "up = ProcessUploader('filesystem', config_for(Path(sys.argv[1])), 1, autoload=False)\n"
+        "copy_once(up, Path(sys.argv[1]))\n"
+        "print(*up._pool._processes, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    broker = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    try:
+        children = [int(pid) for pid in broker.stdout.readline().split()]
+        assert children and all(os.path.exists(f"/proc/{pid}") for pid in children)
+        broker.kill()
+        broker.wait()
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in children if _alive(pid)], "it outlived the broker"
+    finally:
+        broker.kill()
+
+
+def copy_once(uploader, root):
+    source = root / "seg.log"
+    source.write_bytes(b"y" * 100)
+    uploader.copy_segment(RemoteSegment.new("t", 0, 0, 9, 1, 100, []), {"log": str(source)})
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
