@@ -44,12 +44,13 @@ def _stat(pid):
         return handle.read().rsplit(")", 1)[1].split()
 
 
-def cpu_seconds(pid):
-    """CPU (utime+stime) of ``pid`` and its live children: the broker's
-    upload processes (remote.log.copy.processes) count as the broker's."""
+def cpu_seconds(pid, children=False):
+    """CPU (utime+stime) of ``pid``; with ``children`` also of its live
+    children: the broker's upload processes (remote.log.copy.processes)
+    count as the broker's."""
     fields = _stat(pid)
     ticks = int(fields[11]) + int(fields[12])
-    for child in os.listdir("/proc"):
+    for child in os.listdir("/proc") if children else ():
         if child.isdigit():
             try:
                 found = _stat(child)
@@ -177,14 +178,14 @@ def main():
         load(broker.bootstrap, "hist", args.mb)
         backlog = local_closed_bytes(broker.data_dir, "hist")
         pids = {"broker": broker.proc.pid, "moto_server": moto.proc.pid, "bench": os.getpid()}
-        cpu0, t0 = {k: cpu_seconds(p) for k, p in pids.items()}, time.monotonic()
+        cpu0, t0 = {k: cpu_seconds(p, k == "broker") for k, p in pids.items()}, time.monotonic()
         gate.open()
         if args.provider == "filesystem":
             os.unlink(root)
         while stored_bytes(args.provider, s3, bucket, root) < backlog:
             time.sleep(0.2)
         elapsed = time.monotonic() - t0
-        cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
+        cpu = {k: cpu_seconds(p, k == "broker") - cpu0[k] for k, p in pids.items()}
         gb = backlog / 1e9
         print(
             f"backlog uploaded: {backlog / 1e6:.1f} MB in {elapsed:.1f} s "

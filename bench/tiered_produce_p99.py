@@ -3,7 +3,7 @@
     python3 bench/tiered_produce_p99.py [--mb 512] [--cycles 3] [--block-s 1.5]
         [--provider s3|filesystem] [--copy-rate BYTES_PER_S]
         [--switch-interval S] [--gil-probe] [--checksum when_required]
-        [--uploader broker|external]
+        [--uploader broker|external] [--copy-processes N]
 
 One broker (``--http`` for /metrics) with tiered storage on ``moto_server``
 (``s3``) or a local directory (``filesystem``). ``--mb`` MB are produced to
@@ -30,6 +30,8 @@ Diagnostics:
 * ``--copy-rate N`` sets ``remote.log.manager.copy.max.bytes.per.second``
   (an upload quota); a broker that does not know the key refuses to start,
   and the bench says so and runs without it;
+* ``--copy-processes N`` sets ``remote.log.copy.processes`` (``0``: the
+  copies run in the broker's upload threads, as before that key existed);
 * ``--switch-interval S`` starts the broker with ``sys.setswitchinterval(S)``
   (Python's default 0.005): how long another thread may keep the GIL when
   the reactor wants it;
@@ -125,12 +127,13 @@ def _stat(pid):
         return handle.read().rsplit(")", 1)[1].split()
 
 
-def cpu_seconds(pid):
-    """CPU (utime+stime) of ``pid`` and its live children: the broker's
-    upload processes (remote.log.copy.processes) count as the broker's."""
+def cpu_seconds(pid, children=False):
+    """CPU (utime+stime) of ``pid``; with ``children`` also of its live
+    children: the broker's upload processes (remote.log.copy.processes)
+    count as the broker's."""
     fields = _stat(pid)
     ticks = int(fields[11]) + int(fields[12])
-    for child in os.listdir("/proc"):
+    for child in os.listdir("/proc") if children else ():
         if child.isdigit():
             try:
                 found = _stat(child)
@@ -241,6 +244,11 @@ def main():
         "tail follow the store's CPU?",
     )
     parser.add_argument("--copy-rate", type=int, help=f"{QUOTA_KEY}, bytes per second")
+    parser.add_argument(
+        "--copy-processes",
+        type=int,
+        help="remote.log.copy.processes (0: uploads in the broker's threads; default 1)",
+    )
     parser.add_argument("--switch-interval", type=float, help="the broker's sys.setswitchinterval")
     parser.add_argument("--gil-probe", action="store_true", help="log wake-up lateness")
     parser.add_argument(
@@ -296,6 +304,8 @@ def run(args, work, stack, machine_log):
     http_port = free_port()
     if args.copy_rate:
         settings[QUOTA_KEY] = str(args.copy_rate)
+    if args.copy_processes is not None:
+        settings["remote.log.copy.processes"] = str(args.copy_processes)
     try:
         broker = start_broker(work, settings, http_port)
     except RuntimeError as exc:
@@ -387,11 +397,11 @@ def run_blocks(args, broker, moto, uploads, url, external):
         else:
             uploads.hold()
         before = copied_bytes(url)
-        cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
+        cpu0 = {k: cpu_seconds(p, k == "broker") for k, p in pids.items()}
         t0 = time.monotonic()
         samples = probe_block(producer, args.block_s)
         t1 = time.monotonic()
-        cpu = {k: (cpu_seconds(p) - cpu0[k]) / (t1 - t0) for k, p in pids.items()}
+        cpu = {k: (cpu_seconds(p, k == "broker") - cpu0[k]) / (t1 - t0) for k, p in pids.items()}
         uploads.hold()  # between blocks nothing uploads: the /metrics read is outside
         copied = copied_bytes(url) - before
         blocks.append(
