@@ -331,6 +331,7 @@ class RemoteLogManager(service.Service):
         if count:
             deleted = part.log.delete_oldest_segments(count)
             if deleted:
+                part.log_start_moved()
                 log.info(
                     "local retention deleted {n} uploaded segment(s) of {t}-{i}",
                     n=deleted,
