@@ -14,6 +14,7 @@ import kafka
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from pluglog.broker.fetch_sessions import SWEEP_MS
 from tests.broker_process import BrokerProcess, free_port
 from tests.integration.clients import (
     _norm_headers,
@@ -165,6 +166,7 @@ def test_many_partitions_read_exactly_once_while_records_trickle_in(metered):
                     out.append((msg.partition, msg.key, msg.value, _norm_headers(msg.headers)))
 
     later = []
+    waits = []
     try:
         poll_until(len(first))
         # Caught up: trickles of 7 records, each to a few partitions, with
@@ -176,18 +178,25 @@ def test_many_partitions_read_exactly_once_while_records_trickle_in(metered):
             ]
             produce_confluent(broker.bootstrap, topic, trickle)
             later.extend(trickle)
+            started = time.monotonic()
             poll_until(len(first) + len(later), timeout=20)
+            waits.append(time.monotonic() - started)
         # Nothing new for a while, then one record: the parked fetch wakes.
         poll_until(len(out) + 1, timeout=1.5)
         last = [(partitions - 1, b"last", b"v", [])]
         produce_confluent(broker.bootstrap, topic, last)
         later.extend(last)
+        started = time.monotonic()
         poll_until(len(first) + len(later), timeout=20)
+        waits.append(time.monotonic() - started)
         poll_until(len(out) + 1, timeout=1.0)  # and nothing more comes
         found = scrape(url)
     finally:
         consumer.close()
     assert by_partition(out) == by_partition(first + later)
+    # Delivered by the appends' marks, not by the session's full read
+    # every SWEEP_MS (which would hide a change no hook reported).
+    assert max(waits) < SWEEP_MS / 1000 - 2, waits
     assert found[("pluglog_fetch_sessions_created_total", ())] == 1
     got = consume_confluent(broker.bootstrap, topic, partitions, len(first) + len(later))
     assert by_partition(got) == by_partition(first + later)
