@@ -9,6 +9,7 @@ partitions its session omits (ISR lag as Kafka keeps it)."""
 import collections
 import shutil
 import tempfile
+import uuid
 from types import SimpleNamespace
 
 import pytest
@@ -328,3 +329,28 @@ class FollowerSessionTests(Base):
         self.answer(self.next(sid, replica_id=1))
         self.answer(self.next(sid, replica_id=1))
         self.assertEqual(self.updates, {3: 1})  # the ISR change marked it once
+
+
+class TopicIdSessionTests(Base):
+    """A v13+ session names topics by id: its partitions are watched too."""
+
+    def test_only_changed_partitions_are_read_by_id(self):
+        self.ctx = RequestContext(self.broker, SimpleNamespace(api_version=13), "peer")
+        tid = uuid.UUID(self.broker.coordinator.topics()[TOPIC].topic_id)
+
+        def by_id(request):
+            for topic in request["topics"]:
+                topic["topic_id"] = tid
+                del topic["topic"]
+            return request
+
+        full = self.successResultOf(self.fetch(by_id(body(0, 0, dict.fromkeys(range(COUNT), 0)))))
+        sid = full["session_id"]
+        self.assertNotEqual(sid, 0)
+        self.parts.take()
+        self.epoch = 1
+        self.assertEqual(self.answer(self.next(sid)), {})
+        self.assertEqual(self.parts.take(), [])
+        self.produce(11)
+        self.assertEqual(self.answer(self.next(sid)), {11: (0, 1, 0, self.size)})
+        self.assertEqual(self.parts.take(), [11])
