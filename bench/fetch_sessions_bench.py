@@ -25,22 +25,33 @@ per second and per Fetch request for idle (the Fetch count is the broker's
 ``pluglog_requests_total{api="Fetch"}`` from its ``/metrics``). The median
 of ``--runs`` runs is printed.
 
+In process, the cases also include a long poll (parked 500 ms, answered
+empty) and a follower's idle incremental fetch (replica 1 of every
+partition, caught up).
+
+Before/after: ``--root before=/work/main --root after=.`` measures each
+checkout in its own worker process (in process: its pluglog imported; live:
+its broker started), alternating the order between runs.
+
 Usage: ``python3 bench/fetch_sessions_bench.py [--partitions 10000] [--records 200000]
-[--live 20000] [--runs 3]``.
+[--live 20000] [--runs 3] [--root LABEL=PATH ...] [--modes sessions] [--in-process]``.
 """
 
 import argparse
+import json
 import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import threading
 import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+# A worker imports pluglog (and starts brokers) from the checkout it measures.
+sys.path.insert(0, os.environ.get("FETCH_BENCH_ROOT") or os.path.dirname(HERE))
 
 from pluglog import protocol as codec  # noqa: E402
 from pluglog.client.blocking import BlockingClient  # noqa: E402
@@ -91,8 +102,11 @@ def produce(client, batches):
 def load(broker, partitions, records):
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(TOPIC, partitions, 1)])[TOPIC].result(300)
+    # Creating 10,000 partitions can outlast librdkafka's default timeouts
+    # on a busy machine.
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "socket.timeout.ms": 300000})
+    futures = admin.create_topics([NewTopic(TOPIC, partitions, 1)], request_timeout=300)
+    futures[TOPIC].result(300)
     per = max(1, records // partitions)
     batch = build_batch([Record(value=os.urandom(200)) for _ in range(per)], base_timestamp=1)
     with BlockingClient.from_bootstrap(broker.bootstrap, timeout=120) as client:
@@ -161,7 +175,7 @@ def run_mode(mode, args, work):
         out["idle"] = (fetches(url) - f0, seconds, cpu)
         consumer.close()
     finally:
-        broker.stop()
+        broker.stop(timeout=120)
         shutil.rmtree(data, ignore_errors=True)
     return out
 
@@ -256,11 +270,77 @@ def in_process(partitions, rounds=20):
                 for p in changed:
                     offsets[p] += 10
         results[label] = statistics.median(times)
+    # A long poll: parked for 500 ms (nothing arrives), then answered empty.
+    handle_fetch(ctx, body(session_id, epoch, changed))  # the client's offsets catch up
+    epoch += 1
+    times = []
+    for _ in range(rounds):
+        request = dict(body(session_id, epoch, ()), max_wait_ms=500)
+        epoch += 1
+        frame = memoryview(codec.encode_request(codec.FETCH, 11, 1, "bench", request))[4:]
+        t0 = time.perf_counter()
+        header = codec.parse_request_header(frame)
+        d = handle_fetch(ctx, codec.decode_request(header, frame))
+        clock.advance(0.5)
+        got = [d]
+        if not isinstance(d, dict):
+            d.addCallback(got.append)
+        assert got[-1]["responses"] == [], "the long poll should have had nothing to answer"
+        b"".join(bytes(p) for p in codec.encode_response(codec.FETCH, 11, 1, got[-1]))
+        times.append(time.perf_counter() - t0)
+    results["incremental, parked 500 ms, answered empty"] = statistics.median(times)
+    # A follower (replica 1) of every partition, caught up and idle.
+    now = broker.now_ms()
+    for p in range(partitions):
+        part = broker.partitions[(TOPIC, p)]
+        part.become_leader(part.leader_epoch + 1, (0, 1), (0, 1), now)
+    ends = {p: broker.partitions[(TOPIC, p)].log.log_end_offset for p in range(partitions)}
+    full = dict(body(0, 0, ()), replica_id=1)
+    full["topics"] = body(0, 0, range(partitions))["topics"]
+    for want in full["topics"][0]["partitions"]:
+        want["fetch_offset"] = ends[want["partition"]]
+    follower_id = handle_fetch(ctx, full)["session_id"]
+    times = []
+    for follower_epoch in range(1, rounds + 1):
+        times.append(one(dict(body(follower_id, follower_epoch, ()), replica_id=1)))
+    results["follower incremental, idle"] = statistics.median(times)
     shutil.rmtree(work, ignore_errors=True)
-    for label, seconds in results.items():
-        print(
-            f"in process, {partitions} partitions, {label:30s} {seconds * 1000:7.2f} ms per fetch"
-        )
+    return results
+
+
+def worker(args):
+    """One measurement in this process, printed as JSON (the parent runs
+    one worker per checkout, so each imports its own pluglog)."""
+    if args.worker == "in-process":
+        out = in_process(args.partitions)
+    else:
+        out = run_mode(args.mode, args, args.work)
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def spawn(root, args, kind, mode=None):
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        kind,
+        "--partitions",
+        str(args.partitions),
+        "--records",
+        str(args.records),
+        "--live",
+        str(args.live),
+        "--work",
+        args.work,
+    ]
+    if mode:
+        command += ["--mode", mode]
+    env = dict(os.environ, FETCH_BENCH_ROOT=root)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError(f"worker {kind} {mode} in {root} failed:\n{done.stderr[-3000:]}")
 
 
 def main():
@@ -271,25 +351,58 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--work", default="/tmp/pluglog-bench")
     parser.add_argument("--in-process", action="store_true", help="only the in-process figures")
+    parser.add_argument("--skip-in-process", action="store_true", help="only the live figures")
+    parser.add_argument(
+        "--root",
+        action="append",
+        default=[],
+        metavar="LABEL=PATH",
+        help="a checkout to measure (repeat to compare, e.g. before=/work/main); "
+        "default: this one, as 'this'",
+    )
+    parser.add_argument(
+        "--modes", default=",".join(MODES), help="comma-separated, of: " + ", ".join(MODES)
+    )
+    parser.add_argument("--worker", choices=("in-process", "live"), help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=tuple(MODES), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    in_process(args.partitions)
+    if args.worker:
+        worker(args)
+        return
+    roots = dict(r.split("=", 1) for r in args.root) or {"this": os.path.dirname(HERE)}
+    modes = [m for m in args.modes.split(",") if m]
+    os.makedirs(args.work, exist_ok=True)
+    # In process: checkouts alternate within each run, median over runs.
+    timings = {label: [] for label in roots}
+    for run in range(0 if args.skip_in_process else args.runs):
+        for label in roots if run % 2 == 0 else reversed(list(roots)):
+            timings[label].append(spawn(roots[label], args, "in-process"))
+    for label in roots if timings[next(iter(roots))] else ():
+        for case in timings[label][0]:
+            ms = statistics.median(r[case] for r in timings[label]) * 1000
+            print(
+                f"in process, {args.partitions} partitions, {label:8s} {case:44s} "
+                f"{ms:7.2f} ms per fetch (median of {len(timings[label])})",
+                flush=True,
+            )
     if args.in_process:
         return
-    os.makedirs(args.work, exist_ok=True)
-    results = {mode: [] for mode in MODES}
+    cases = [(label, mode) for label in roots for mode in modes]
+    results = {case: [] for case in cases}
     for run in range(args.runs):
-        for mode in MODES if run % 2 == 0 else reversed(list(MODES)):
-            results[mode].append(run_mode(mode, args, args.work))
-            print(f"run {run} {mode}: {results[mode][-1]}", flush=True)
+        for case in cases if run % 2 == 0 else reversed(cases):
+            results[case].append(spawn(roots[case[0]], args, "live", case[1]))
+            print(f"run {run} {case}: {results[case][-1]}", flush=True)
     for phase in ("catch-up", "live", "idle"):
-        for mode in MODES:
-            rows = [r[phase] for r in results[mode]]
+        for case in cases:
+            name = f"{case[0]}/{case[1]}"
+            rows = [r[phase] for r in results[case]]
             if phase == "idle":
                 cpu = statistics.median(c / s for _n, s, c in rows)
                 rate = statistics.median(n / s for n, s, _c in rows)
                 per = statistics.median(c / n * 1000 for n, _s, c in rows if n)
                 print(
-                    f"{phase:8s} {mode:11s} {rate:5.1f} fetches/s, broker CPU "
+                    f"{phase:8s} {name:20s} {rate:5.1f} fetches/s, broker CPU "
                     f"{cpu * 1000:6.1f} ms/s, {per:6.2f} ms per fetch"
                 )
                 continue
@@ -297,7 +410,7 @@ def main():
             per = statistics.median(c / n * 1e6 for n, _s, c in rows if n)
             got = min(n for n, _s, _c in rows)
             print(
-                f"{phase:8s} {mode:11s} {got} msgs, {rate:9.0f} msgs/s, "
+                f"{phase:8s} {name:20s} {got} msgs, {rate:9.0f} msgs/s, "
                 f"broker CPU {per:6.2f} us/msg (median of {len(rows)})"
             )
 

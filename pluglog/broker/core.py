@@ -120,7 +120,9 @@ class Broker:
         self.quotas = ClientQuotas(config)
         #: incremental fetch sessions (KIP-227) of consumers and followers
         self.fetch_sessions = FetchSessionCache(
-            config.max_incremental_fetch_session_cache_slots, config.fetch_max_bytes
+            config.max_incremental_fetch_session_cache_slots,
+            config.fetch_max_bytes,
+            lookup=self._session_partition,
         )
         #: The built-in schema registry once the --http listener loaded it.
         self.schema_registry = None
@@ -129,6 +131,12 @@ class Broker:
         self.cleaner = None
         #: The remote log manager (pluglog.tiered) when tiered storage is on.
         self.remote_log_manager = None
+
+    def _session_partition(self, key, name, index):
+        """A fetch session entry's Partition (``key``: "topic_id" from v13)."""
+        if key == "topic_id":
+            name = self.topic_ids.name_of(name)
+        return self.partitions.get((name, index))
 
     def now_ms(self):
         return int(self.reactor.seconds() * 1000)
@@ -384,6 +392,7 @@ class Broker:
             count = policy.segments_to_delete(part.log, part.config, now)
             if count:
                 part.log.delete_oldest_segments(count)
+                part.log_start_moved()
                 deleted += count
                 log.info(
                     "retention deleted {count} segment(s) of {topic}-{index}",

@@ -19,11 +19,25 @@ UNKNOWN_TOPIC_ID until the client forgets them. A session opened by id and
 continued by name (or the reverse) answers FETCH_SESSION_TOPIC_ID_ERROR.
 
 The handler (pluglog.server.handlers.fetch) asks :meth:`FetchSessionCache.context`
-for a context per request. The context's ``request`` is what to read: for an
-incremental fetch every partition in the session, at the offsets it last
-sent. Its ``respond`` turns one answer's partitions into the response's and
+for a context per request. The context's ``request`` is what to read, and
+its ``respond`` turns one answer's partitions into the response's and
 updates the session's remembered per-partition state for what was sent; a
 parked fetch calls it once, when it answers.
+
+An incremental fetch reads only the session's *dirty* partitions, where
+Kafka's broker reads all of them: each Partition knows the sessions that
+hold it (``Partition.fetch_sessions``) and marks them on every change a
+fetch can see (append, high watermark, log start, leadership or epoch,
+ISR, going offline or deleted). A partition listed in the request is
+dirty; after an answer it stays dirty unless the client is at the end of
+what it may read (a consumer at the high watermark, a follower at the log
+end and in the ISR) with a plain answer (no error, divergence or preferred
+replica), so a byte-limited, throttled or failing partition is read again
+each time. A parked fetch waits on its session (``waiters``), woken by any
+mark. Marks are numbered, so a change made while a fetch is parked or in
+flight is never cleared by its answer. A follower's caught-up partitions
+the session does not read count as fetched at each session fetch
+(:class:`FollowerClock`). Every ``SWEEP_MS`` a session reads everything.
 
 Kafka's cache (FetchSession.scala) simplified: at most
 ``max.incremental.fetch.session.cache.slots`` sessions; when full, a new
@@ -37,150 +51,41 @@ Finding the victim walks the cache, which happens only when it is full.
 
 import random
 
+from pluglog.broker.fetch_session_state import (
+    _MAX_EPOCH,
+    INITIAL_EPOCH,
+    FetchSession,
+    FollowerClock,
+    new_entry,
+    next_epoch,
+    remember,
+    topic_key,
+)
 from pluglog.errors import (
     FETCH_SESSION_ID_NOT_FOUND,
     FETCH_SESSION_TOPIC_ID_ERROR,
     INVALID_FETCH_SESSION_EPOCH,
 )
 
-INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 #: Idle sessions older than this give up their slot to any new session (Kafka's value).
 EVICTION_MS = 120_000
-_MAX_EPOCH = 0x7FFFFFFF
-
-
-def next_epoch(epoch):
-    return 1 if epoch >= _MAX_EPOCH else epoch + 1
-
-
-def _entry(want):
-    """The session's copy of one request partition, with the remembered
-    answer state (high watermark -1: the next answer includes it)."""
-    return {
-        "partition": want["partition"],
-        "current_leader_epoch": want.get("current_leader_epoch", -1),
-        "fetch_offset": want["fetch_offset"],
-        "last_fetched_epoch": want.get("last_fetched_epoch", -1),
-        "log_start_offset": want.get("log_start_offset", -1),
-        "partition_max_bytes": want["partition_max_bytes"],
-        "hw": -1,
-        "start": -1,
-        "lso": -1,
-    }
-
-
-def topic_key(version):
-    """The request field naming a topic: its id from v13, else its name."""
-    return "topic_id" if version >= 13 else "topic"
-
-
-def _group(order, key="topic"):
-    """Request ``topics`` entries from (topic, entry) pairs, in order."""
-    topics = []
-    last = None
-    parts = None
-    for name, entry in order:
-        if name != last:
-            parts = []
-            topics.append({key: name, "partitions": parts})
-            last = name
-        parts.append(entry)
-    return topics
-
-
-def _remember(entry, answer):
-    """Record what one answered partition told the client; True if the
-    answer must list it (Kafka's CachedPartition.maybeUpdateResponseData)."""
-    must = bool(answer["records"])
-    hw = answer["high_watermark"]
-    if hw != entry["hw"]:
-        must = True
-        entry["hw"] = hw
-    start = answer["log_start_offset"]
-    if start != entry["start"]:
-        must = True
-        entry["start"] = start
-    lso = answer["last_stable_offset"]
-    if lso != entry["lso"]:
-        must = True
-        entry["lso"] = lso
-    if answer["error_code"]:
-        # Re-sent once the error clears: the remembered watermark never matches.
-        entry["hw"] = -1
-        must = True
-    if answer.get("diverging_epoch"):
-        must = True  # KIP-320: the fetcher must learn its log diverged
-    return must
-
-
-class FetchSession:
-    """One session: its partitions (in fetch order) and what it last sent."""
-
-    __slots__ = ("id", "privileged", "key", "epoch", "entries", "order", "topics", "last_used_ms")
-
-    def __init__(self, session_id, privileged, order, now_ms, key="topic"):
-        self.id = session_id
-        self.privileged = privileged
-        #: "topic_id" for a v13+ session (keyed by topic id), else "topic"
-        self.key = key
-        #: the epoch the next incremental request must carry
-        self.epoch = next_epoch(INITIAL_EPOCH)
-        self.entries = {(name, entry["partition"]): entry for name, entry in order}
-        self.order = order
-        #: request ``topics`` over ``order``; replaced, never mutated, so a
-        #: parked fetch keeps reading the partitions it was asked for
-        self.topics = _group(order, key)
-        self.last_used_ms = now_ms
-
-    def __len__(self):
-        return len(self.entries)
-
-    def update(self, topics, forgotten):
-        """Apply an incremental request: new and changed partitions, then the forgotten."""
-        added = False
-        key = self.key
-        for topic in topics:
-            name = topic[key]
-            for want in topic["partitions"]:
-                entry = self.entries.get((name, want["partition"]))
-                if entry is None:
-                    entry = _entry(want)
-                    self.entries[(name, want["partition"])] = entry
-                    self.order.append((name, entry))
-                    added = True
-                else:
-                    entry["fetch_offset"] = want["fetch_offset"]
-                    entry["last_fetched_epoch"] = want.get("last_fetched_epoch", -1)
-                    entry["partition_max_bytes"] = want["partition_max_bytes"]
-                    entry["current_leader_epoch"] = want.get("current_leader_epoch", -1)
-                    entry["log_start_offset"] = want.get("log_start_offset", -1)
-        removed = False
-        for topic in forgotten:
-            for index in topic["partitions"]:
-                if self.entries.pop((topic[key], index), None) is not None:
-                    removed = True
-        if removed:
-            self.order = [(n, e) for n, e in self.order if (n, e["partition"]) in self.entries]
-        if added or removed:
-            self.topics = _group(self.order, key)
-
-    def rotate(self, served):
-        """Move the partitions that just returned records to the end, so a
-        response cut by its byte limit does not starve the later ones
-        (Kafka's fairness rule for sessions)."""
-        served_ids = {id(e) for e in served}
-        self.order = [p for p in self.order if id(p[1]) not in served_ids] + [
-            p for p in self.order if id(p[1]) in served_ids
-        ]
-        self.topics = _group(self.order, self.key)
+#: A session reads all its partitions at least this often, whatever its
+#: dirty set says (a bound on the cost of a state change no hook reported).
+SWEEP_MS = 10_000
 
 
 class _Sessionless:
     """Epoch -1, or a v4-v6 request: answer every partition, no session."""
 
+    session_waits = False
+    clock = None
+
     def __init__(self, request):
         self.request = request
+
+    def reread(self):
+        return self.request
 
     def respond(self, topics, total):
         return 0, topics
@@ -189,65 +94,105 @@ class _Sessionless:
 class _Full:
     """Epoch 0: answer every partition, and open a session if there is room."""
 
+    session_waits = False
+
     def __init__(self, cache, request, now_ms, key):
         self.cache = cache
         self.request = request
         self.now_ms = now_ms
         self.key = key
+        self.replica_id = request.get("replica_id", -1)
+        #: handed to the session: the first pass's follower updates point at it
+        self.clock = FollowerClock() if self.replica_id >= 0 else None
+
+    def reread(self):
+        return self.request
 
     def respond(self, topics, total):
         order = []
         entries = {}
+        answers = {}
         for want_topic, got_topic in zip(self.request["topics"], topics):
             name = want_topic[self.key]
             for want, answer in zip(want_topic["partitions"], got_topic["partitions"]):
                 key = (name, want["partition"])
                 entry = entries.get(key)
                 if entry is None:
-                    entry = entries[key] = _entry(want)
+                    entry = entries[key] = new_entry(want)
                     order.append((name, entry))
-                _remember(entry, answer)
-        privileged = self.request.get("replica_id", -1) >= 0
-        session = self.cache.create(privileged, order, self.now_ms, self.key)
-        return (0 if session is None else session.id), topics
+                remember(entry, answer)
+                answers[key] = answer
+        session = self.cache.create(
+            self.replica_id >= 0, order, self.now_ms, self.key, self.replica_id, self.clock
+        )
+        if session is None:
+            return 0, topics
+        for key, entry in entries.items():
+            session.settle(key, entry, answers[key], None)
+        return session.id, topics
 
 
 class _Incremental:
-    """A known session at the right epoch: only what changed goes back."""
+    """A known session at the right epoch: only what changed goes back.
+
+    Each pass (the first, a parked fetch's re-reads, its answer) reads the
+    session's dirty partitions as they are at that moment (``reread``)."""
+
+    session_waits = True
 
     def __init__(self, session, request, max_bytes):
         self.session = session
-        self.topics = session.topics
-        self.request = dict(request, topics=session.topics)
+        self.base = request
         #: the answer's byte limit (the request's, capped by fetch.max.bytes)
         self.max_bytes = max_bytes
+        self.clock = session.clock if session.replica_id >= 0 else None
+        self.request = self.reread()
+
+    def reread(self):
+        """The request over the partitions to read now: the dirty ones."""
+        self.seen = dict(self.session.dirty)
+        self.topics = self.session.topics_for(self.seen)
+        return dict(self.base, topics=self.topics)
 
     def respond(self, topics, total):
+        session = self.session
+        key = session.key
+        seen = self.seen
         out = []
         served = []
         for want_topic, got_topic in zip(self.topics, topics):
+            name = want_topic[key]
             keep = []
             for entry, answer in zip(want_topic["partitions"], got_topic["partitions"]):
-                if _remember(entry, answer):
+                if remember(entry, answer):
                     keep.append(answer)
                     if answer["records"]:
                         served.append(entry)
+                index = entry["partition"]
+                session.settle((name, index), entry, answer, seen.get((name, index)))
             if keep:
                 out.append(dict(got_topic, partitions=keep))
-        if served and len(served) < len(self.session) and total * 2 >= self.max_bytes:
+        if served and len(served) < len(session) and total * 2 >= self.max_bytes:
             # Near the response's byte limit: the partitions further on may
             # have been left out for lack of room.
-            self.session.rotate(served)
-        return self.session.id, out
+            session.rotate(served)
+        return session.id, out
 
 
 class FetchSessionCache:
-    """The broker's sessions by id, bounded by ``slots``."""
+    """The broker's sessions by id, bounded by ``slots``.
 
-    def __init__(self, slots, fetch_max_bytes=0x7FFFFFFF, eviction_ms=EVICTION_MS, rng=None):
+    ``lookup(key, name, index)`` finds the broker's Partition for a session
+    entry (``key`` is the session's topic field); without it every fetch
+    reads every partition of its session."""
+
+    def __init__(
+        self, slots, fetch_max_bytes=0x7FFFFFFF, eviction_ms=EVICTION_MS, rng=None, lookup=None
+    ):
         self.slots = slots
         self.fetch_max_bytes = fetch_max_bytes
         self.eviction_ms = eviction_ms
+        self.lookup = lookup
         self.sessions = {}
         #: sessions opened and evicted since start (metrics read them)
         self.created = 0
@@ -257,6 +202,15 @@ class FetchSessionCache:
     def __len__(self):
         return len(self.sessions)
 
+    def parked(self):
+        """The fetches parked on a session (the purgatory metric counts them)."""
+        return [wake for session in self.sessions.values() for wake in session.waiters]
+
+    def _close(self, session_id):
+        session = self.sessions.pop(session_id, None)
+        if session is not None:
+            session.close()
+
     def context(self, request, version, now_ms):
         """The request's fetch context, or a top-level error code for a bad id or epoch."""
         if version < 7:
@@ -265,7 +219,7 @@ class FetchSessionCache:
         epoch = request.get("session_epoch", FINAL_EPOCH)
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
             if session_id:
-                self.sessions.pop(session_id, None)
+                self._close(session_id)
             if epoch == FINAL_EPOCH or not self.slots:
                 return _Sessionless(request)
             return _Full(self, request, now_ms, topic_key(version))
@@ -279,19 +233,26 @@ class FetchSessionCache:
         session.update(request["topics"], request.get("forgotten_topics_data", ()))
         session.epoch = next_epoch(epoch)
         session.last_used_ms = now_ms
+        if session.lookup is None or now_ms - session.swept_ms >= SWEEP_MS:
+            # Without partitions to watch, or now and then as a safety net
+            # for a change no hook reported: read every partition.
+            session.mark_all()
+            session.swept_ms = now_ms
         max_bytes = request.get("max_bytes", 0x7FFFFFFF)
         if max_bytes <= 0:
             max_bytes = 0x7FFFFFFF
         return _Incremental(session, request, min(max_bytes, self.fetch_max_bytes))
 
-    def create(self, privileged, order, now_ms, key="topic"):
+    def create(self, privileged, order, now_ms, key="topic", replica_id=-1, clock=None):
         """A new session over ``order``, or None when no slot can be had."""
         if len(self.sessions) >= self.slots and not self._evict(privileged, len(order), now_ms):
             return None
         session_id = 0
         while session_id == 0 or session_id in self.sessions:
             session_id = self._rng.randint(1, _MAX_EPOCH)
-        session = FetchSession(session_id, privileged, order, now_ms, key)
+        session = FetchSession(session_id, privileged, order, now_ms, key, self.lookup, replica_id)
+        if clock is not None:
+            session.clock = clock
         self.sessions[session_id] = session
         self.created += 1
         return session
@@ -310,6 +271,6 @@ class FetchSessionCache:
                 victim = lowest
         if victim is None:
             return False
-        del self.sessions[victim.id]
+        self._close(victim.id)
         self.evicted += 1
         return True

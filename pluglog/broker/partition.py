@@ -67,7 +67,14 @@ class DuplicateAppend:
 class RemoteReplica:
     """What the leader knows of one follower (Kafka's Replica state)."""
 
-    __slots__ = ("broker_id", "leo", "last_caught_up_ms", "last_fetch_ms", "last_fetch_leader_leo")
+    __slots__ = (
+        "broker_id",
+        "leo",
+        "last_caught_up_ms",
+        "last_fetch_ms",
+        "last_fetch_leader_leo",
+        "clock",
+    )
 
     def __init__(self, broker_id, now_ms):
         self.broker_id = broker_id
@@ -76,6 +83,29 @@ class RemoteReplica:
         self.last_caught_up_ms = now_ms
         self.last_fetch_ms = now_ms
         self.last_fetch_leader_leo = -1
+        #: The follower's fetch session clock while it is caught up here and
+        #: its session omits this partition (pluglog.broker.fetch_sessions):
+        #: each of the session's fetches counts as one at the same offset.
+        self.clock = None
+
+    @property
+    def caught_up_ms(self):
+        """When the follower last had everything (Kafka's lastCaughtUpTimeMs)."""
+        clock = self.clock
+        if clock is not None and clock.fetch_ms > self.last_caught_up_ms:
+            return clock.fetch_ms
+        return self.last_caught_up_ms
+
+    def unclock(self):
+        """Fold the session fetches this partition was omitted from into the
+        fetch state, as Kafka's per-fetch updates at an unchanged offset
+        that was caught up would have left it."""
+        clock = self.clock
+        if clock is not None:
+            self.clock = None
+            if clock.fetch_ms > self.last_fetch_ms:
+                self.last_fetch_ms = clock.fetch_ms
+                self.last_caught_up_ms = max(self.last_caught_up_ms, clock.fetch_ms)
 
 
 class Partition(PartitionTransactions):
@@ -102,6 +132,9 @@ class Partition(PartitionTransactions):
         self.txns = PartitionTxns()
         self.offline = False
         self._waiters = []
+        #: fetch sessions holding this partition -> their key for it; marked
+        #: on every change a fetch can see (pluglog.broker.fetch_sessions)
+        self.fetch_sessions = {}
         self._hw_waits = []
         self._producers_loaded = False
         #: Client records and bytes appended (per batch; read by pluglog.metrics on scrape).
@@ -249,7 +282,7 @@ class Partition(PartitionTransactions):
             self.bytes_in += size_in
         if len(self.isr) == 1:
             self._set_high_watermark(self.log.log_end_offset)
-        if self._waiters:
+        if self._waiters or self.fetch_sessions:
             self._wake()
         return info
 
@@ -316,11 +349,17 @@ class Partition(PartitionTransactions):
             self._set_high_watermark(hw)
             self._wake()
 
-    def update_follower(self, broker_id, fetch_offset, now_ms):
-        """A follower fetched from ``fetch_offset``: it holds everything below."""
+    def update_follower(self, broker_id, fetch_offset, now_ms, clock=None):
+        """A follower fetched from ``fetch_offset``: it holds everything below.
+
+        ``clock``: the FollowerClock of the fetch session it fetched in; while
+        it stays caught up, the session's later fetches that omit this
+        partition count as fetches at the same offset (Kafka updates every
+        session partition on each fetch)."""
         remote = self.remotes.get(broker_id)
         if remote is None:
             return False
+        remote.unclock()
         leo = self.log.log_end_offset
         if fetch_offset >= leo:
             remote.last_caught_up_ms = now_ms
@@ -329,10 +368,19 @@ class Partition(PartitionTransactions):
         remote.last_fetch_leader_leo = leo
         remote.last_fetch_ms = now_ms
         remote.leo = fetch_offset
+        if clock is not None and fetch_offset >= leo:
+            remote.clock = clock
         if broker_id not in self.isr and self._caught_up(fetch_offset):
             self._request_isr(tuple(self.isr) + (broker_id,))
         self._maybe_advance_hw()
         return True
+
+    def follower_left_session(self, broker_id, clock):
+        """The follower's session ``clock`` no longer fetches this partition
+        (forgotten, or the fetch failed for it): its lag counts from now."""
+        remote = self.remotes.get(broker_id)
+        if remote is not None and remote.clock is clock:
+            remote.unclock()
 
     def _caught_up(self, leo):
         # Kafka's isFollowerInSync: at the HW and past this epoch's start.
@@ -344,7 +392,7 @@ class Partition(PartitionTransactions):
         out = []
         for broker in self.isr:
             remote = self.remotes.get(broker)
-            if remote is not None and now_ms - remote.last_caught_up_ms > lag_ms:
+            if remote is not None and now_ms - remote.caught_up_ms > lag_ms:
                 out.append(broker)
         return out
 
@@ -362,6 +410,9 @@ class Partition(PartitionTransactions):
         self._maybe_advance_hw()
         if len(self.isr) == 1:
             self._set_high_watermark(self.log.log_end_offset)
+        # Fetch sessions re-read it: a follower outside the ISR now fetches
+        # through update_follower each time, and the HW may have moved.
+        self._wake()
 
     # -- follower ----------------------------------------------------------------
 
@@ -380,7 +431,7 @@ class Partition(PartitionTransactions):
             self._replicated_producer_headers(records, headers)
         hw = self.high_watermark
         self._set_high_watermark(min(leader_hw, self.log.log_end_offset))
-        if self.high_watermark > hw and self._waiters:
+        if self.high_watermark > hw and (self._waiters or self.fetch_sessions):
             # Consumers parked here read from this follower (KIP-392).
             self._wake()
         return info
@@ -394,6 +445,7 @@ class Partition(PartitionTransactions):
         self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
         # Producer state may name truncated batches: rebuild on demand.
         self._reset_producers()
+        self._wake()
 
     def restart_at(self, offset):
         """Empty the log and continue at ``offset`` (the leader's log start)."""
@@ -401,6 +453,7 @@ class Partition(PartitionTransactions):
         self.epochs.truncate_from_end(-1)
         self.high_watermark = offset
         self._reset_producers()
+        self._wake()
 
     # -- tiers -------------------------------------------------------------------
 
@@ -429,8 +482,14 @@ class Partition(PartitionTransactions):
             plog.delete_records_before(offset)
         if ITieredLog.providedBy(plog) and plog.remote_tier is not None:
             plog.remote_tier.delete_records_before(offset)
+        self._wake()
         earliest = self.earliest_offset
         return plog.log_start_offset if earliest is None else earliest
+
+    def log_start_moved(self):
+        """Retention (or the leader's log start, on a follower) moved the
+        log start outside this class: fetch sessions must send it."""
+        self._wake()
 
     def data_ready(self):
         """Bytes a parked fetch waited for arrived (a remote tier read): wake it."""
@@ -439,6 +498,9 @@ class Partition(PartitionTransactions):
     # -- waiters -------------------------------------------------------------------
 
     def _wake(self):
+        if self.fetch_sessions:
+            for session, key in list(self.fetch_sessions.items()):
+                session.mark(key)
         if self._waiters:
             waiters, self._waiters = self._waiters, []
             for waiter in waiters:

@@ -75,7 +75,7 @@ def preferred_read_replica(broker, part, client_rack, fetch_offset, now_ms):
     for broker_id, remote in part.remotes.items():
         if broker_id not in racks or broker_id not in part.isr:
             continue
-        if now_ms - remote.last_caught_up_ms > lag_ms or remote.leo < fetch_offset:
+        if now_ms - remote.caught_up_ms > lag_ms or remote.leo < fetch_offset:
             continue
         candidates.append(ReplicaView(broker_id, racks[broker_id], remote.leo))
     chosen = selector.select(part.topic, part.index, client_rack, leader, candidates)

@@ -161,6 +161,8 @@ class TrafficCollector:
         for part in list(self.broker.partitions.values()):
             fetches.update(part.parked_fetches)
             produces += part.parked_produces
+        # Incremental fetches park on their session, not on each partition.
+        fetches.update(self.broker.fetch_sessions.parked())
         purgatory = GaugeMetricFamily(
             "pluglog_purgatory_size",
             "Requests parked: fetches waiting for MinBytes (one per request), "

@@ -283,6 +283,7 @@ class LeaderFetcher:
                 if part.log.log_start_offset < leader_start <= part.log.log_end_offset:
                     # DeleteRecords or retention on the leader moved its log start.
                     part.log.delete_records_before(leader_start)
+                    part.log_start_moved()
             except KafkaError as exc:
                 log.error("{key}: replicated data refused: {exc}", key=key, exc=exc)
                 entry[1] = True

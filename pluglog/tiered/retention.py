@@ -31,6 +31,8 @@ def apply_local_retention(part, now, policy):
     if count:
         deleted = part.log.delete_oldest_segments(count)
         if deleted:
+            # Fetch sessions holding the partition answer the new local start.
+            part.log_start_moved()
             log.info(
                 "local retention deleted {n} uploaded segment(s) of {t}-{i}",
                 n=deleted,

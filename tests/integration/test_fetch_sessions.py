@@ -14,6 +14,7 @@ import kafka
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from pluglog.broker.fetch_sessions import SWEEP_MS
 from tests.broker_process import BrokerProcess, free_port
 from tests.integration.clients import (
     _norm_headers,
@@ -137,3 +138,65 @@ def test_kafka_python_pause_and_resume_forget_and_re_add_partitions(metered):
         assert scrape(url)[("pluglog_fetch_sessions_created_total", ())] == 1
     finally:
         consumer.close()
+
+
+def test_many_partitions_read_exactly_once_while_records_trickle_in(metered):
+    """1,000 partitions, one kafka-python consumer: a session's fetch reads
+    only the partitions that changed, and parks on the session between
+    trickles of records to a few partitions at a time. Every record
+    arrives exactly once, in order; confluent-kafka (sessionless) reads
+    the same."""
+    broker, url = metered
+    topic = "trickle"
+    partitions = 1000
+    create_topic(broker.bootstrap, topic, partitions)
+    first = make_records(2000, partitions)
+    produce_confluent(broker.bootstrap, topic, first)
+    consumer = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
+    tps = [kafka.TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    out = []
+
+    def poll_until(count, timeout=60):
+        deadline = time.monotonic() + timeout
+        while len(out) < count and time.monotonic() < deadline:
+            for tp_records in consumer.poll(timeout_ms=300).values():
+                for msg in tp_records:
+                    out.append((msg.partition, msg.key, msg.value, _norm_headers(msg.headers)))
+
+    later = []
+    waits = []
+    try:
+        poll_until(len(first))
+        # Caught up: trickles of 7 records, each to a few partitions, with
+        # the consumer's fetches parked in between.
+        for n in range(12):
+            trickle = [
+                ((p * 37 + n * 101) % partitions, k, v, h)
+                for p, k, v, h in make_records(7, partitions, seed=10_000 + 7 * n)
+            ]
+            produce_confluent(broker.bootstrap, topic, trickle)
+            later.extend(trickle)
+            started = time.monotonic()
+            poll_until(len(first) + len(later), timeout=20)
+            waits.append(time.monotonic() - started)
+        # Nothing new for a while, then one record: the parked fetch wakes.
+        poll_until(len(out) + 1, timeout=1.5)
+        last = [(partitions - 1, b"last", b"v", [])]
+        produce_confluent(broker.bootstrap, topic, last)
+        later.extend(last)
+        started = time.monotonic()
+        poll_until(len(first) + len(later), timeout=20)
+        waits.append(time.monotonic() - started)
+        poll_until(len(out) + 1, timeout=1.0)  # and nothing more comes
+        found = scrape(url)
+    finally:
+        consumer.close()
+    assert by_partition(out) == by_partition(first + later)
+    # Delivered by the appends' marks, not by the session's full read
+    # every SWEEP_MS (which would hide a change no hook reported).
+    assert max(waits) < SWEEP_MS / 1000 - 2, waits
+    assert found[("pluglog_fetch_sessions_created_total", ())] == 1
+    got = consume_confluent(broker.bootstrap, topic, partitions, len(first) + len(later))
+    assert by_partition(got) == by_partition(first + later)

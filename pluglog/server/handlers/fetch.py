@@ -3,10 +3,12 @@
 Fetch v7+ keeps incremental fetch sessions (KIP-227,
 pluglog.broker.fetch_sessions): the session's context says which partitions
 to read and turns each answer into the response (all partitions for a full
-fetch, only the changed ones for an incremental one). Record data is returned as the storage's file
-range, untouched. Long polls: when the first pass has fewer than MinBytes,
-one waiter per partition and one timer per request are registered; the
-first append that brings the total to MinBytes, or MaxWaitMs, answers.
+fetch; for an incremental one only the session's dirty partitions are read
+and only the changed ones answered). Record data is returned as the
+storage's file range, untouched. Long polls: when the first pass has fewer
+than MinBytes, one timer per request and one waiter per partition (one per
+session for an incremental fetch) are registered; the first append that
+brings the total to MinBytes, or MaxWaitMs, answers.
 Size limits follow KIP-74: the first non-empty partition may exceed
 MaxBytes/PartitionMaxBytes by one whole batch so a consumer always makes
 progress.
@@ -90,7 +92,7 @@ def _unknown_ids(topic):
     }
 
 
-def _read_all(broker, request, first_pass=True, version=0):
+def _read_all(broker, request, first_pass=True, version=0, clock=None):
     """One pass over the requested partitions; returns (response topics, bytes).
 
     Consumers read below the high watermark. A follower (``replica_id`` >= 0)
@@ -102,7 +104,11 @@ def _read_all(broker, request, first_pass=True, version=0):
     KIP-392: a consumer's v11+ fetch may be served by a follower replica
     here (below this broker's own HW, learnt from the leader), and on the
     leader it may be answered with no records and a ``preferred_read_replica``
-    when ``replica.selector.class`` picks another broker for its rack."""
+    when ``replica.selector.class`` picks another broker for its rack.
+
+    ``clock``: a follower's fetch session clock (FollowerClock), set to this
+    fetch's time after the first pass; partitions it reached update_follower
+    for while caught up count as fetched at each later session fetch."""
     max_bytes = request.get("max_bytes", 0x7FFFFFFF)
     if max_bytes <= 0:
         max_bytes = 0x7FFFFFFF
@@ -137,6 +143,8 @@ def _read_all(broker, request, first_pass=True, version=0):
             if code == NOT_LEADER_OR_FOLLOWER and from_any_replica and part is not None:
                 code = follower_error(broker, part, want)
             if code != NONE:
+                if clock is not None and now and part is not None:
+                    part.follower_left_session(replica_id, clock)
                 hw, start = (-1, -1) if part is None else (part.high_watermark, -1)
                 entry = _partition_data(index, code, hw, start)
                 if version >= 12 and code in (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH):
@@ -148,6 +156,8 @@ def _read_all(broker, request, first_pass=True, version=0):
             if version >= 12:
                 diverging = _diverging(part, want, offset)
                 if diverging is not None:
+                    if clock is not None and now:
+                        part.follower_left_session(replica_id, clock)
                     entry = _partition_data(
                         index, NONE, part.high_watermark, plog.log_start_offset
                     )
@@ -172,7 +182,7 @@ def _read_all(broker, request, first_pass=True, version=0):
                     continue
             throttle = None
             if replica_id >= 0:
-                if now and not part.update_follower(replica_id, offset, now):
+                if now and not part.update_follower(replica_id, offset, now, clock):
                     out.append(_partition_data(index, NOT_LEADER_OR_FOLLOWER))
                     continue
                 end, max_offset = plog.log_end_offset, None
@@ -238,6 +248,8 @@ def _read_all(broker, request, first_pass=True, version=0):
                 )
             )
         topics.append({"topic": name, "topic_id": topic.get("topic_id"), "partitions": out})
+    if clock is not None and now:
+        clock.fetch_ms = now
     return topics, total
 
 
@@ -275,9 +287,9 @@ def handle_fetch(ctx, request):
     session = broker.fetch_sessions.context(request, version, broker.now_ms())
     if isinstance(session, int):  # an unknown session id or a wrong epoch
         return {"throttle_time_ms": 0, "error_code": session, "session_id": 0, "responses": []}
-    # An incremental fetch reads every partition of its session.
+    # An incremental fetch reads the partitions of its session that changed.
     request = session.request
-    topics, total = _read_all(broker, request, version=version)
+    topics, total = _read_all(broker, request, version=version, clock=session.clock)
     min_bytes = request["min_bytes"]
     max_wait = request["max_wait_ms"]
     # An error, a diverging epoch or a preferred read replica is answered at
@@ -296,7 +308,10 @@ class _LongPoll:
     """A fetch parked until enough data arrives or MaxWaitMs passes.
 
     Re-reads are plain reads; only the pass that answers goes through the
-    session's context, so a session remembers what was actually sent."""
+    session's context, so a session remembers what was actually sent. An
+    incremental fetch waits on its session, which any change to one of its
+    partitions wakes, and re-reads only the session's dirty partitions;
+    sessionless and full fetches wait on each partition."""
 
     def __init__(self, broker, session, max_wait_ms, ctx):
         self.broker = broker
@@ -306,30 +321,52 @@ class _LongPoll:
         self.request = request = session.request
         self.deferred = defer.Deferred(self._cancel)
         self.partitions = []
-        for topic in request["topics"]:
-            name = (
-                broker.topic_ids.name_of(topic["topic_id"])
-                if self.version >= 13
-                else topic["topic"]
-            )
-            for want in topic["partitions"]:
-                part = broker.partitions.get((name, want["partition"]))
-                if part is not None:
-                    part.add_waiter(self._wake)
-                    self.partitions.append(part)
+        self.watched = None
+        if session.session_waits:
+            self.watched = session.session
+            self.watched.waiters.append(self._wake_session)
+        else:
+            for topic in request["topics"]:
+                name = (
+                    broker.topic_ids.name_of(topic["topic_id"])
+                    if self.version >= 13
+                    else topic["topic"]
+                )
+                for want in topic["partitions"]:
+                    part = broker.partitions.get((name, want["partition"]))
+                    if part is not None:
+                        part.add_waiter(self._wake)
+                        self.partitions.append(part)
         self.timer = broker.reactor.callLater(max_wait_ms / 1000.0, self._answer)
 
     def _detach(self):
         for part in self.partitions:
             part.remove_waiter(self._wake)
         self.partitions = []
+        if self.watched is not None:
+            try:
+                self.watched.waiters.remove(self._wake_session)
+            except ValueError:
+                pass
+            self.watched = None
         if self.timer.active():
             self.timer.cancel()
+
+    def _read(self):
+        return _read_all(self.broker, self.session.reread(), False, self.version)
+
+    def _wake_session(self):
+        if self.deferred.called:
+            return
+        topics, total = self._read()
+        if total >= self.request["min_bytes"]:
+            self._detach()
+            self.deferred.callback(_response(self.session, topics, total, self.broker, self.ctx))
 
     def _wake(self, part):
         if self.deferred.called:
             return
-        topics, total = _read_all(self.broker, self.request, False, self.version)
+        topics, total = self._read()
         if total >= self.request["min_bytes"]:
             self._detach()
             self.deferred.callback(_response(self.session, topics, total, self.broker, self.ctx))
@@ -340,7 +377,7 @@ class _LongPoll:
         if self.deferred.called:
             return
         self._detach()
-        topics, total = _read_all(self.broker, self.request, False, self.version)
+        topics, total = self._read()
         self.deferred.callback(_response(self.session, topics, total, self.broker, self.ctx))
 
     def _cancel(self, _deferred):
