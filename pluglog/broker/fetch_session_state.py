@@ -85,7 +85,7 @@ class FollowerClock:
     updates a follower's fetch state for every partition of its session on
     each fetch, the omitted ones at their cached offset; here a caught-up
     partition the session does not read points its RemoteReplica at this
-    clock instead (pluglog.broker.partition.RemoteReplica), so the ISR lag
+    clock instead (pluglog.broker.remote_replica.RemoteReplica), so the ISR lag
     check sees it fetched at each of the session's fetches."""
 
     __slots__ = ("fetch_ms",)

@@ -30,6 +30,7 @@ from twisted.internet import defer
 
 from pluglog.broker.partition_txns import PartitionTransactions
 from pluglog.broker.producer_state import ProducerStateTable, producer_fields
+from pluglog.broker.remote_replica import RemoteReplica
 from pluglog.broker.txn_state import PartitionTxns
 from pluglog.broker.validation import validate_records
 from pluglog.errors import (
@@ -62,50 +63,6 @@ class DuplicateAppend:
         self.last_offset = last_offset
         self.log_append_time = log_append_time
         self.log_start_offset = log_start_offset
-
-
-class RemoteReplica:
-    """What the leader knows of one follower (Kafka's Replica state)."""
-
-    __slots__ = (
-        "broker_id",
-        "leo",
-        "last_caught_up_ms",
-        "last_fetch_ms",
-        "last_fetch_leader_leo",
-        "clock",
-    )
-
-    def __init__(self, broker_id, now_ms):
-        self.broker_id = broker_id
-        self.leo = -1
-        # A new leader gives every follower a full lag period to show up.
-        self.last_caught_up_ms = now_ms
-        self.last_fetch_ms = now_ms
-        self.last_fetch_leader_leo = -1
-        #: The follower's fetch session clock while it is caught up here and
-        #: its session omits this partition (pluglog.broker.fetch_sessions):
-        #: each of the session's fetches counts as one at the same offset.
-        self.clock = None
-
-    @property
-    def caught_up_ms(self):
-        """When the follower last had everything (Kafka's lastCaughtUpTimeMs)."""
-        clock = self.clock
-        if clock is not None and clock.fetch_ms > self.last_caught_up_ms:
-            return clock.fetch_ms
-        return self.last_caught_up_ms
-
-    def unclock(self):
-        """Fold the session fetches this partition was omitted from into the
-        fetch state, as Kafka's per-fetch updates at an unchanged offset
-        that was caught up would have left it."""
-        clock = self.clock
-        if clock is not None:
-            self.clock = None
-            if clock.fetch_ms > self.last_fetch_ms:
-                self.last_fetch_ms = clock.fetch_ms
-                self.last_caught_up_ms = max(self.last_caught_up_ms, clock.fetch_ms)
 
 
 class Partition(PartitionTransactions):
