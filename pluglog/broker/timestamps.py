@@ -72,7 +72,7 @@ def max_timestamp_offset(log, high_watermark):
     first record with the largest timestamp below ``high_watermark``, or
     None when there is none. The segment infos' largest timestamps find the
     segment, its batch headers the batch, and that batch is decoded. The
-    local log only (a remote tier's segments are not searched)."""
+    local log only: :func:`max_timestamp_offset_deferred` adds the remote tier."""
     best = None
     for info in log.segment_infos():
         if info.base_offset >= high_watermark or info.next_offset <= log.log_start_offset:
@@ -97,3 +97,37 @@ def max_timestamp_offset(log, high_watermark):
                 if record.timestamp == target:
                     return record.offset, target
     return None
+
+
+def max_timestamp_offset_deferred(log, high_watermark):
+    """:func:`max_timestamp_offset` across both tiers, as a Deferred. The
+    remote segments' metadata carries each one's max timestamp; when the
+    largest of all is in a segment below the local start (ties: the earlier
+    offset, as in one log) that segment is searched through the remote
+    tier's cache (:func:`~pluglog.storage.remote.lookup.find_timestamp`, off
+    the reactor) for its first record with that timestamp."""
+    local = max_timestamp_offset(log, high_watermark)
+    tier = log.remote_tier if ITieredLog.providedBy(log) else None
+    if tier is None or not tier.loaded or tier.log_start_offset is None:
+        return defer.succeed(local)
+    start = tier.log_start_offset
+    best = None
+    for segment in tier.segments:
+        if segment.next_offset <= start or segment.base_offset >= log.log_start_offset:
+            continue
+        if segment.max_timestamp >= 0 and (
+            best is None or segment.max_timestamp > best.max_timestamp
+        ):
+            best = segment
+    if best is None or (local is not None and best.max_timestamp < local[1]):
+        return defer.succeed(local)
+    d = find_timestamp(tier, best, best.max_timestamp, start)
+
+    def found(answer):
+        # None: the newest records were deleted (DeleteRecords) after the
+        # metadata was written; the local log's answer stands.
+        if answer is None or answer[0] >= high_watermark:
+            return local
+        return answer
+
+    return d.addCallback(found)

@@ -22,7 +22,9 @@ says so).
 from typing import NamedTuple
 from urllib.parse import quote
 
-from pluglog.console import state
+from twisted.internet import defer
+
+from pluglog.console import browse, state
 from pluglog.console.params import PageError, number, param, timestamp
 
 NAMES = ("create-topic", "delete-topic", "add-partitions", "reset-offsets")
@@ -78,8 +80,16 @@ def _url(*parts):
 
 
 def plan(broker, action, request):
-    """The :class:`Plan` of ``action`` with the request's parameters; raises
-    PageError (400) or NotFoundError (404) naming what is wrong."""
+    """A Deferred firing the :class:`Plan` of ``action`` with the request's
+    parameters (an offset reset "to a time" looks the offsets up first, in
+    the remote tier too); raises PageError (400) or NotFoundError (404)
+    naming what is wrong."""
+    if action == "reset-offsets":
+        return _reset_plan(broker, request)
+    return defer.succeed(_plan(broker, action, request))
+
+
+def _plan(broker, action, request):
     if action == "create-topic":
         name = _text(request, "name", "the topic name")
         partitions = number(
@@ -138,8 +148,6 @@ def plan(broker, action, request):
             _url("topics", name),
             lambda ops, who: ops.add_partitions(who, name, count),
         )
-    if action == "reset-offsets":
-        return _reset_plan(broker, request)
     raise PageError(404, "the console has no such action")
 
 
@@ -165,15 +173,26 @@ def _reset_plan(broker, request):
         if target is None:
             raise PageError(400, "the time is missing")
     rows = []
+    lookups = []
     for entry in group["offsets"]:
         if only and entry["topic"] != only:
             continue
         topic, index = entry["topic"], entry["partition"]
         new = target if to == "offset" else _resolve(broker, topic, index, to, target)
-        rows.append({"topic": topic, "partition": index, "current": entry["offset"], "new": new})
+        row = {"topic": topic, "partition": index, "current": entry["offset"], "new": new}
+        if isinstance(new, defer.Deferred):
+            lookups.append(new.addCallback(lambda offset, row=row: row.update(new=offset)))
+        rows.append(row)
     if not rows:
         where = f" on {only!r}" if only else ""
         raise PageError(400, f"group {group_id!r} has no committed offsets{where}")
+    looked_up = defer.gatherResults(lookups, consumeErrors=True)
+    # The first lookup's failure (a PageError), not gatherResults' wrapper.
+    looked_up.addErrback(lambda failure: failure.value.subFailure)
+    return looked_up.addCallback(lambda _: _reset_plan_of(group_id, only, to, value, rows))
+
+
+def _reset_plan_of(group_id, only, to, value, rows):
     fields = [("group", group_id), ("topic", only), ("to", to), ("value", value)]
     offsets = [(r["topic"], r["partition"], r["new"]) for r in rows]
     scope = f"topic {only!r}" if only else "every partition it has committed"
@@ -204,8 +223,14 @@ def _resolve(broker, topic, index, to, at_ms):
             "reset it to an explicit offset, or from its leader's console",
         ) from None
     if to == "earliest":
-        return part.log.log_start_offset
+        # ListOffsets EARLIEST: the remote tier's start (tiered storage).
+        earliest = part.earliest_offset
+        if earliest is None:
+            raise PageError(
+                503, f"the remote tier of {topic!r} is still being loaded: retry in a moment"
+            )
+        return earliest
     if to == "latest":
         return part.high_watermark
-    found = part.log.offset_for_timestamp(at_ms)
-    return part.high_watermark if found is None else max(found[0], part.log.log_start_offset)
+    # ListOffsets' exact lookup, in the remote tier too: a Deferred.
+    return browse.offset_at_time(part, at_ms)

@@ -11,12 +11,22 @@ skipped, as consumers skip them.
 Keys, values and header values are shown as text when they are valid
 UTF-8, else as hex, cut at a length the caller chooses; the templates
 escape whatever text comes out (Jinja2 autoescape).
+
+:func:`offset_at_time` is the console's lookup by time (the browser's
+``time=`` and an offset reset "to a time"): ListOffsets' own exact lookup
+across both tiers, a Deferred that may wait on the remote tier.
 """
 
 import datetime
 
+from twisted.logger import Logger
+
+from pluglog.broker.timestamps import offset_for_timestamp_deferred
+from pluglog.console.params import PageError
 from pluglog.errors import KafkaError
 from pluglog.protocol.records import batches_end, iter_batches
+
+log = Logger()
 
 #: Bytes of batches one page may read from the log, whatever ``limit`` is.
 MAX_SCAN_BYTES = 4 * 1024 * 1024
@@ -53,6 +63,39 @@ def timestamp_text(ms):
     except (OverflowError, ValueError, OSError):
         return str(ms)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def offset_at_time(part, at_ms):
+    """A Deferred firing with the offset of ``part``'s first record with a
+    timestamp >= ``at_ms`` (the high watermark when there is none), exactly
+    as ListOffsets answers it: to the record, in a remote segment (tiered
+    storage) too. Raises PageError (503) while the remote tier's metadata
+    is still being read; the Deferred fails with one when the remote tier
+    cannot be read."""
+    earliest = part.earliest_offset
+    if earliest is None:
+        raise PageError(
+            503, "the partition's remote tier is still being loaded: retry in a moment"
+        )
+    d = offset_for_timestamp_deferred(part.log, at_ms, part.high_watermark)
+
+    def found(answer):
+        return part.high_watermark if answer is None else max(answer[0], earliest)
+
+    def failed(failure):
+        log.warn(
+            "console lookup by time in the remote tier of {t}-{i} failed: {e}",
+            t=part.topic,
+            i=part.index,
+            e=failure.getErrorMessage(),
+        )
+        raise PageError(
+            503,
+            f"the remote tier of partition {part.index} of {part.topic!r} could not be "
+            "read: retry later (the broker log has the details)",
+        )
+
+    return d.addCallbacks(found, failed)
 
 
 def _record_view(record, limit, decode, topic):

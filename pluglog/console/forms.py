@@ -14,7 +14,9 @@ The login checks the password against the broker's SCRAM credential store
 :class:`~pluglog.console.session.LoginBudget` times a second; a failure
 says only that the user or password is wrong. Every POST must carry the
 session's CSRF token. Action POSTs answer asynchronously: the action's
-Deferred writes the result page.
+Deferred writes the result page. An offset reset "to a time" may wait on
+the remote tier (tiered storage) before its confirmation page or its run:
+:func:`later` answers such pages when their Deferred fires.
 """
 
 import urllib.parse
@@ -104,11 +106,14 @@ def _action(console, parts):
 
 def confirm_page(console, request, parts):
     name = _action(console, parts)
-    checked = actions.plan(console.broker, name, request)
     found = console.sessions.ensure(request)
-    return console.page(
-        request, "confirm.html", section="", plan=checked, csrf=found.csrf, done=None
-    )
+
+    def render(checked):
+        return console.page(
+            request, "confirm.html", section="", plan=checked, csrf=found.csrf, done=None
+        )
+
+    return later(console, request, actions.plan(console.broker, name, request), render)
 
 
 def run_action(console, request, parts):
@@ -121,6 +126,12 @@ def run_action(console, request, parts):
             403, "the form's token is missing or stale: open the action again and confirm"
         )
     checked = actions.plan(console.broker, name, request)
+    return later(console, request, checked, lambda plan: _run(console, request, found, plan))
+
+
+def _run(console, request, found, checked):
+    """Run a checked :class:`~.actions.Plan`; its outcome page follows."""
+    name = checked.action
     # The browser's IP for host-based ACLs ("" over a UNIX socket).
     who = (found.principal, getattr(request.getClientAddress(), "host", ""))
     _safe_log.info(
@@ -170,6 +181,32 @@ def guarded(console, request, run):
         return console.error(
             request, PageError(500, "the page failed; the broker log has the details")
         )
+
+
+def later(console, request, d, render):
+    """The body of a page that waits on ``d`` (a lookup in the remote tier):
+    ``render(result)`` makes it, or an error page when ``d`` fails or
+    ``render`` raises, as :func:`guarded`. Returned at once when ``d`` has
+    fired (local answers); else NOT_DONE_YET, and written when it fires."""
+    body = []
+    d.addCallbacks(
+        lambda value: guarded(console, request, lambda: render(value)),
+        lambda failure: guarded(console, request, failure.raiseException),
+    )
+    d.addCallback(body.append)
+    if body:
+        return body[0]
+    finished = []
+    request.notifyFinish().addBoth(finished.append)
+
+    def write(_):
+        # Not when the browser went away, nor when ``render`` answers later itself.
+        if not finished and body[0] is not NOT_DONE_YET:
+            request.write(body[0])
+            request.finish()
+
+    d.addCallback(write)
+    return NOT_DONE_YET
 
 
 def login_redirect(request):

@@ -16,6 +16,7 @@ Routes (GET)::
     /console/topics/T                        partitions of T and its configs
     /console/topics/T/P?offset=&limit=       message browser of partition P
     /console/topics/T/P?time=                ... from the first record at or after a time
+                                             (ListOffsets' answer: may wait on the remote tier)
     /console/topics/T/P/O                    the record at offset O
     /console/groups, /console/groups/G       consumer groups, one group's offsets, lag, chart
     /console/schemas, /console/schemas/S     registry subjects, one subject's versions
@@ -41,6 +42,7 @@ import time
 import urllib.parse
 
 import jinja2
+from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.web import resource
 
@@ -216,8 +218,17 @@ class ConsoleResource(resource.Resource):
                 return forms.login_redirect(request)
             if parts[0] == "actions":
                 return forms.confirm_page(self, request, parts)
-            template, values = self._route(request, parts)
-            return self.page(request, template, section=parts[0] or "overview", **values)
+            routed = self._route(request, parts)
+            section = parts[0] or "overview"
+            if isinstance(routed, defer.Deferred):  # a lookup by time (remote tier)
+                return forms.later(
+                    self,
+                    request,
+                    routed,
+                    lambda r: self.page(request, r[0], section=section, **r[1]),
+                )
+            template, values = routed
+            return self.page(request, template, section=section, **values)
 
         body = forms.guarded(self, request, run)
         # How long the broker spent on the page (reading its state and
@@ -323,15 +334,24 @@ class ConsoleResource(resource.Resource):
         if at is not None and at.strip() and offset_text is not None and offset_text.strip():
             raise PageError(400, "give an offset or a time, not both")
         if at is not None and at.strip():
-            found = part.log.offset_for_timestamp(timestamp(at))
-            offset = part.high_watermark if found is None else max(found[0], start)
-        else:
-            offset = number(offset_text or str(start), "the offset")
+            # ListOffsets' exact lookup, which may wait on the remote tier.
+            found = browse.offset_at_time(part, timestamp(at))
+            return found.addCallback(lambda offset: self._records(part, offset, limit, note, at))
+        return self._records(
+            part, number(offset_text or str(start), "the offset"), limit, note, at
+        )
+
+    def _records(self, part, offset, limit, note, at):
+        start = part.log.log_start_offset
+        if at and offset < start and note is None:
+            # The browser reads the local log; ListOffsets' answers (a time's
+            # offset) may be in the remote tier below it.
+            note = f"offset {offset} is in the remote tier: records are shown from {start}"
         decoder = Decoder(self.broker.schema_registry)
         records, following = browse.read_records(part, offset, limit, LIST_SHOWN, decoder)
         return "partition.html", {
-            "topic": name,
-            "partition": index,
+            "topic": part.topic,
+            "partition": part.index,
             "offset": offset,
             "time": at or "",
             "limit": limit,

@@ -9,8 +9,12 @@ import json
 import shutil
 import tempfile
 
+from twisted.internet import defer
+from twisted.internet.error import ConnectionDone
 from twisted.internet.task import Clock
+from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
+from twisted.web.server import NOT_DONE_YET
 from twisted.web.test.requesthelper import DummyRequest
 
 from pluglog.console import browse
@@ -162,6 +166,34 @@ class PageTests(SynchronousTestCase):
         self.assertIn("the page failed; the broker log has the details", text)
         self.assertNotIn("boom", text)
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
+    def test_a_page_waiting_on_a_lookup_is_written_when_it_answers(self):
+        # A lookup by time in the remote tier (tiered storage) answers later.
+        lookups = []
+
+        def waiting(self, request, parts):
+            lookups.append(defer.Deferred())
+            return lookups[-1]
+
+        self.patch(ConsoleResource, "_route", waiting)
+        request = Request([b"topics"])
+        self.assertEqual(self.resource.render(request), NOT_DONE_YET)
+        self.assertEqual(request.finished, 0)
+        lookups[0].callback(("error.html", {"status": 200, "message": "answered <later>"}))
+        self.assertEqual(request.finished, 1)
+        self.assertIn("answered &lt;later&gt;", b"".join(request.written).decode())
+
+        failed = Request([b"topics"])
+        self.assertEqual(self.resource.render(failed), NOT_DONE_YET)
+        lookups[1].errback(PageError(503, "the remote tier could not be read"))
+        self.assertEqual((failed.finished, failed.responseCode), (1, 503))
+        self.assertIn("the remote tier could not be read", b"".join(failed.written).decode())
+
+        gone = Request([b"topics"])
+        self.assertEqual(self.resource.render(gone), NOT_DONE_YET)
+        gone.processingFailed(Failure(ConnectionDone()))  # the browser went away
+        lookups[2].callback(("error.html", {"status": 200, "message": "late"}))
+        self.assertEqual(gone.written, [])
 
 
 class DecodeTests(SynchronousTestCase):

@@ -19,7 +19,10 @@ from twisted.logger import Logger
 
 from pluglog import protocol as codec
 from pluglog.broker.replica_selection import preferred_read_replica
-from pluglog.broker.timestamps import max_timestamp_offset, offset_for_timestamp_deferred
+from pluglog.broker.timestamps import (
+    max_timestamp_offset_deferred,
+    offset_for_timestamp_deferred,
+)
 from pluglog.errors import (
     FENCED_LEADER_EPOCH,
     NONE,
@@ -414,10 +417,12 @@ def handle_list_offsets(ctx, request):
             else:
                 entry["offset"], entry["leader_epoch"] = earliest, part.leader_epoch
         elif ts == MAX_TIMESTAMP and ctx.version >= 7:
-            found = max_timestamp_offset(part.log, part.high_watermark)
-            if found is not None:
-                entry["offset"], entry["timestamp"] = found
-                entry["leader_epoch"] = part.leader_epoch
+            # Tiered storage: the largest timestamp may be in a remote segment.
+            d = max_timestamp_offset_deferred(part.log, part.high_watermark)
+            args = (entry, part, ctx.version)
+            d.addCallbacks(_timestamp_found, _timestamp_failed, args, None, args)
+            if not d.called:
+                pending.append(d)
         elif ts == EARLIEST_LOCAL and ctx.version >= 8:
             entry["offset"], entry["leader_epoch"] = part.log.log_start_offset, part.leader_epoch
         elif ts < 0:
