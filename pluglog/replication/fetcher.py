@@ -15,7 +15,8 @@ fetcher's own work per fetch follows the partitions that changed too: it
 keeps which partitions await truncation and which are fetched, and marks a
 partition in the session when its fetch state may have moved (here, or
 through ``Partition._wake`` on a truncation or a moved log start, as the
-fetcher sits in the partition's ``fetch_sessions``). The leader
+fetcher sits in the partition's ``fetch_sessions``); every RECHECK_MS, and
+while a replication throttle is set, it looks at all of them. The leader
 parks a caught-up fetch for
 ``replica.fetch.wait.max.ms``; its next append answers it at once, so the
 loop costs nothing while idle and reacts within a round trip under load.
@@ -46,6 +47,9 @@ from pluglog.replication.fetch_session import FetchSessionClient
 log = Logger()
 
 FETCH_VERSION = 11
+#: Every so often a fetch looks at every partition anyway: a safety net for
+#: a change no mark reported (as the leader's sessions sweep, SWEEP_MS).
+RECHECK_MS = 10_000
 EPOCH_VERSION = 3
 
 
@@ -65,6 +69,7 @@ class LeaderFetcher:
         self._fetchable = set()
         self._max_bytes = None
         self._was_limited = False
+        self._checked_ms = None
         self.conn = None
         self.running = False
         self._address = None
@@ -255,9 +260,14 @@ class LeaderFetcher:
         throttle = self.manager.follower_throttle
         throttled = set()
         max_bytes = self.config.replica_fetch_max_bytes
-        if max_bytes != self._max_bytes:
-            # A dynamic config change: every entry differs.
-            self._max_bytes = max_bytes
+        now = self.broker.now_ms()
+        if (
+            max_bytes != self._max_bytes
+            or self._checked_ms is None
+            or (now - self._checked_ms >= RECHECK_MS)
+        ):
+            # A dynamic config change (every entry differs), or the safety net.
+            self._max_bytes, self._checked_ms = max_bytes, now
             self.session.mark_all(keys)
         limited = throttle.limited
         if limited or self._was_limited:
@@ -268,7 +278,7 @@ class LeaderFetcher:
             self.session.mark_all(keys)
         if limited:
             throttled = {key for key in keys if self._throttled(self.partitions[key][0])}
-            if throttled and throttle.exceeded(self.broker.now_ms()):
+            if throttled and throttle.exceeded(now):
                 keys = keys - throttled
                 if not keys:
                     return False  # wait a backoff for the quota window to move on

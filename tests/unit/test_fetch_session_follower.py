@@ -11,7 +11,7 @@ from twisted.internet.task import Clock
 
 from pluglog import protocol as codec
 from pluglog.broker.fetch_sessions import FetchSessionCache
-from pluglog.replication.fetcher import LeaderFetcher
+from pluglog.replication.fetcher import RECHECK_MS, LeaderFetcher
 from pluglog.replication.throttle import UNLIMITED, ReplicationThrottle
 
 pytestmark = pytest.mark.unit
@@ -167,7 +167,7 @@ def make_fetcher(count, rate=UNLIMITED):
     config = SimpleNamespace(
         replica_fetch_max_bytes=MAX_BYTES, replica_fetch_wait_max_ms=0, replica_fetch_backoff_ms=10
     )
-    broker = SimpleNamespace(node_id=1, now_ms=lambda: 0)
+    broker = SimpleNamespace(node_id=1, now_ms=lambda: broker.time_ms, time_ms=0)
     manager = SimpleNamespace(
         broker=broker,
         reactor=Clock(),
@@ -324,3 +324,18 @@ def test_a_throttled_partition_is_left_out_and_comes_back():
     fetcher.manager.follower_throttle.rate = UNLIMITED
     _ok, body = round_trip(fetcher, leader)
     assert listed(body)[("t", 2)]["fetch_offset"] == 100
+
+
+def test_a_change_no_mark_reported_is_sent_within_the_recheck_interval():
+    fetcher, counter, leader = make_fetcher(20)
+    round_trip(fetcher, leader)
+    round_trip(fetcher, leader)
+    fetcher.partitions[("t", 5)][0].log._end = 7  # behind the fetcher's back
+    fetcher.broker.time_ms = RECHECK_MS - 1
+    _ok, body = round_trip(fetcher, leader)
+    assert body["topics"] == []
+    fetcher.broker.time_ms = RECHECK_MS
+    counter.n = 0
+    _ok, body = round_trip(fetcher, leader)
+    assert {k: p["fetch_offset"] for k, p in listed(body).items()} == {("t", 5): 7}
+    assert counter.n >= 20  # this one looked at every partition
