@@ -8,6 +8,12 @@ max bytes or leader epoch changed, plus ``forgotten_topics_data`` for those
 no longer fetched. The leader then answers only partitions with news, so an
 idle follower of 10,000 partitions sends and receives almost nothing.
 
+The follower's own work is kept as small: the fetcher ``mark``s a partition
+whenever its fetch state may have changed (an append, a truncation, a moved
+log start, added, removed), and an incremental ``build`` looks only at the
+marked ones (Kafka's Builder compares every partition on every fetch).
+A full request still lists every partition.
+
 A session error in the answer (unknown id: the leader restarted or evicted
 it; wrong epoch) or a failed request starts over with a full fetch: epoch 0
 with the old id, which also closes the old session on the leader.
@@ -25,27 +31,52 @@ class FetchSessionClient:
     def __init__(self):
         self.session_id = 0
         self.epoch = INITIAL_EPOCH
-        #: (topic, index) -> the partition entry last sent (as a tuple)
+        #: (topic, index) -> the partition entry the leader's session holds (as a tuple)
         self.sent = {}
+        #: partitions whose entry may differ from ``sent`` (or that came or went)
+        self.changed = set()
+        #: (full?, entries) the request in flight would make ``sent``
         self._pending = None
+        self._taken = set()
 
-    def build(self, wanted):
-        """``wanted``: (topic, index) -> request partition entry. Returns
-        (session_id, epoch, topics, forgotten_topics_data) for the request."""
-        new = {key: tuple(entry.values()) for key, entry in wanted.items()}
-        if self.epoch == INITIAL_EPOCH:
-            send = list(wanted)
-            forgotten = []
-        else:
-            send = [key for key, value in new.items() if self.sent.get(key) != value]
-            forgotten = [key for key in self.sent if key not in new]
-        self._pending = new
+    def mark(self, key):
+        """``key``'s fetch state may have changed: the next build looks at it."""
+        self.changed.add(key)
+
+    def mark_all(self, keys):
+        """Look at ``keys`` and everything in the session next time."""
+        self.changed.update(keys)
+        self.changed.update(self.sent)
+
+    def build(self, keys, entry):
+        """``keys``: the partitions fetched now (a set); ``entry(key)``: its
+        request partition entry. Returns (session_id, epoch, topics,
+        forgotten_topics_data) for the request."""
+        taken, self.changed = self.changed, set()
+        self._taken = taken
         topics = {}
-        for key in send:
-            topics.setdefault(key[0], []).append(wanted[key])
         gone = {}
-        for topic, index in forgotten:
-            gone.setdefault(topic, []).append(index)
+        if self.epoch == INITIAL_EPOCH:
+            new = {}
+            for key in keys:
+                value = entry(key)
+                new[key] = tuple(value.values())
+                topics.setdefault(key[0], []).append(value)
+            self._pending = (True, new)
+        else:
+            updates = {}
+            sent = self.sent
+            for key in taken:
+                if key in keys:
+                    value = entry(key)
+                    as_sent = tuple(value.values())
+                    if sent.get(key) != as_sent:
+                        updates[key] = as_sent
+                        topics.setdefault(key[0], []).append(value)
+                elif key in sent:
+                    updates[key] = None
+                    gone.setdefault(key[0], []).append(key[1])
+            self._pending = (False, updates)
         return (
             self.session_id,
             self.epoch,
@@ -60,9 +91,18 @@ class FetchSessionClient:
         if code != NONE:
             if code == FETCH_SESSION_ID_NOT_FOUND:
                 self.session_id = 0
-            self.epoch = INITIAL_EPOCH
+            self._restart()
             return False
-        self.sent = self._pending or {}
+        full, entries = self._pending or (False, {})
+        self._pending = None
+        if full:
+            self.sent = entries
+        else:
+            for key, value in entries.items():
+                if value is None:
+                    self.sent.pop(key, None)
+                else:
+                    self.sent[key] = value
         session_id = response.get("session_id", 0)
         if session_id == 0:
             # No session (the leader's cache is full, or it closed ours): full again.
@@ -75,4 +115,11 @@ class FetchSessionClient:
 
     def request_failed(self):
         """The answer never came: the leader's epoch is unknown, start over."""
+        self._restart()
+
+    def _restart(self):
+        # The next request is full; what it took stays marked all the same.
         self.epoch = INITIAL_EPOCH
+        self.changed |= self._taken
+        self._taken = set()
+        self._pending = None

@@ -10,7 +10,13 @@ broker's id and the partition's current leader epoch, appending what comes
 back unchanged (offsets and leader epochs kept) and following the leader's
 high watermark. Fetches use an incremental fetch session (KIP-227,
 replication/fetch_session.py): after the first, only partitions whose
-offsets changed are listed, and only those with news come back. The leader
+offsets changed are listed, and only those with news come back. The
+fetcher's own work per fetch follows the partitions that changed too: it
+keeps which partitions await truncation and which are fetched, and marks a
+partition in the session when its fetch state may have moved (here, or
+through ``Partition._wake`` on a truncation or a moved log start, as the
+fetcher sits in the partition's ``fetch_sessions``); every RECHECK_MS, and
+while a replication throttle is set, it looks at all of them. The leader
 parks a caught-up fetch for
 ``replica.fetch.wait.max.ms``; its next append answers it at once, so the
 loop costs nothing while idle and reacts within a round trip under load.
@@ -41,6 +47,9 @@ from pluglog.replication.fetch_session import FetchSessionClient
 log = Logger()
 
 FETCH_VERSION = 11
+#: Every so often a fetch looks at every partition anyway: a safety net for
+#: a change no mark reported (as the leader's sessions sweep, SWEEP_MS).
+RECHECK_MS = 10_000
 EPOCH_VERSION = 3
 
 
@@ -53,8 +62,14 @@ class LeaderFetcher:
         self.reactor = manager.reactor
         self.config = manager.config
         self.leader_id = leader_id
-        #: (topic, index) -> [Partition, needs_truncation]
+        #: (topic, index) -> [Partition, needs_truncation, leader_epoch]
         self.partitions = {}
+        #: keys whose entry needs truncation first / is fetched (entry[1] split)
+        self._truncating = set()
+        self._fetchable = set()
+        self._max_bytes = None
+        self._was_limited = False
+        self._checked_ms = None
         self.conn = None
         self.running = False
         self._address = None
@@ -65,7 +80,12 @@ class LeaderFetcher:
         key = (part.topic, part.index)
         entry = self.partitions.get(key)
         if entry is None or entry[0] is not part or entry[2] != part.leader_epoch:
+            if entry is not None:
+                entry[0].fetch_sessions.pop(self, None)
             self.partitions[key] = [part, True, part.leader_epoch]
+            # Partition._wake marks this fetcher's session (Partition.fetch_sessions).
+            part.fetch_sessions[self] = key
+            self._needs_truncation(key)
         if not self.running:
             self.running = True
             self._run().addErrback(
@@ -73,12 +93,34 @@ class LeaderFetcher:
             )
 
     def remove(self, key):
-        self.partitions.pop(key, None)
+        entry = self.partitions.pop(key, None)
+        if entry is not None:
+            entry[0].fetch_sessions.pop(self, None)
+        self._truncating.discard(key)
+        self._fetchable.discard(key)
+        self.session.mark(key)
 
     def stop(self):
         self.running = False
-        self.partitions.clear()
+        for key in list(self.partitions):
+            self.remove(key)
         self._drop_connection()
+
+    def mark(self, key):
+        """The partition's log changed (``Partition._wake``): look at it next fetch."""
+        self.session.mark(key)
+
+    def _needs_truncation(self, key):
+        self.partitions[key][1] = True
+        self._fetchable.discard(key)
+        self._truncating.add(key)
+        self.session.mark(key)
+
+    def _truncated(self, key):
+        self.partitions[key][1] = False
+        self._truncating.discard(key)
+        self._fetchable.add(key)
+        self.session.mark(key)
 
     def brokers_changed(self):
         if self._address is not None and self._leader_address() != self._address:
@@ -125,13 +167,11 @@ class LeaderFetcher:
         while self.running and self.partitions:
             try:
                 conn = yield self._connection()
-                pending = [key for key, entry in self.partitions.items() if entry[1]]
-                if pending:
-                    yield self._truncate(conn, pending)
-                wanted = [key for key, entry in self.partitions.items() if not entry[1]]
+                if self._truncating:
+                    yield self._truncate(conn, list(self._truncating))
                 ok = False
-                if wanted:
-                    ok = yield self._fetch(conn, wanted)
+                if self._fetchable:
+                    ok = yield self._fetch(conn, self._fetchable)
                 if not ok:
                     # Nothing fetchable, or an error: do not spin on the leader.
                     yield task.deferLater(self.reactor, backoff, lambda: None)
@@ -201,7 +241,7 @@ class LeaderFetcher:
                         epoch=answer["leader_epoch"],
                     )
                     part.truncate_to(target)
-                entry[1] = False
+                self._truncated(key)
 
     # -- fetch -------------------------------------------------------------------------
 
@@ -216,25 +256,45 @@ class LeaderFetcher:
 
     @defer.inlineCallbacks
     def _fetch(self, conn, keys):
+        """One Fetch for ``keys`` (the fetched set); True when it went well."""
         throttle = self.manager.follower_throttle
-        throttled = {key for key in keys if self._throttled(self.partitions[key][0])}
-        if throttled and throttle.exceeded(self.broker.now_ms()):
-            keys = [key for key in keys if key not in throttled]
-            if not keys:
-                return False  # wait a backoff for the quota window to move on
+        throttled = set()
         max_bytes = self.config.replica_fetch_max_bytes
-        wanted = {}
-        for key in keys:
+        now = self.broker.now_ms()
+        if (
+            max_bytes != self._max_bytes
+            or self._checked_ms is None
+            or (now - self._checked_ms >= RECHECK_MS)
+        ):
+            # A dynamic config change (every entry differs), or the safety net.
+            self._max_bytes, self._checked_ms = max_bytes, now
+            self.session.mark_all(keys)
+        limited = throttle.limited
+        if limited or self._was_limited:
+            # Which partitions are left out depends on the quota window, so
+            # while a throttle is configured (and once after) every partition
+            # is looked at.
+            self._was_limited = limited
+            self.session.mark_all(keys)
+        if limited:
+            throttled = {key for key in keys if self._throttled(self.partitions[key][0])}
+            if throttled and throttle.exceeded(now):
+                keys = keys - throttled
+                if not keys:
+                    return False  # wait a backoff for the quota window to move on
+
+        def entry(key):
             part = self.partitions[key][0]
-            wanted[key] = {
+            return {
                 "partition": key[1],
                 "current_leader_epoch": part.leader_epoch,
                 "fetch_offset": part.log.log_end_offset,
                 "log_start_offset": part.log.log_start_offset,
                 "partition_max_bytes": max_bytes,
             }
+
         # KIP-227: only partitions whose state changed are listed.
-        session_id, epoch, topics, forgotten = self.session.build(wanted)
+        session_id, epoch, topics, forgotten = self.session.build(keys, entry)
         body = {
             "replica_id": self.broker.node_id,
             "max_wait_ms": self.config.replica_fetch_wait_max_ms,
@@ -269,6 +329,8 @@ class LeaderFetcher:
                     continue
                 if key in throttled and answer["records"]:
                     throttle.record(len(answer["records"]), now)
+                # An answer may move the fetch offset or log start: look again.
+                self.session.mark(key)
                 ok = self._apply(entry, key, answer, now) and ok
         return ok
 
@@ -286,7 +348,7 @@ class LeaderFetcher:
                     part.log_start_moved()
             except KafkaError as exc:
                 log.error("{key}: replicated data refused: {exc}", key=key, exc=exc)
-                entry[1] = True
+                self._needs_truncation(key)
                 return False
             return True
         if code == OFFSET_OUT_OF_RANGE:
@@ -296,12 +358,12 @@ class LeaderFetcher:
             if leader_start > part.log.log_end_offset:
                 part.restart_at(leader_start)
             else:
-                entry[1] = True
+                self._needs_truncation(key)
             return False
         if code in (FENCED_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION):
             # This follower's view is stale or the leader's is: the coordinator's
             # next state event re-adds the partition.
-            self.partitions.pop(key, None)
+            self.remove(key)
             self.reactor.callLater(
                 self.config.replica_fetch_backoff_ms / 1000.0, self.manager.refresh, *key
             )

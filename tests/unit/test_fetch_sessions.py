@@ -190,7 +190,9 @@ def test_follower_client_and_cache_agree():
 
     def exchange(offsets, answers=None, version=11):
         wanted = {("t", i): want(i, offset=o) for i, o in offsets.items()}
-        sid, epoch, topics, forgotten = client.build(wanted)
+        # Every partition marked: this checks the wire exchange, not the marking.
+        client.mark_all(wanted)
+        sid, epoch, topics, forgotten = client.build(set(wanted), wanted.__getitem__)
         req = {
             "replica_id": 1,
             "max_bytes": 1 << 20,
