@@ -1,0 +1,178 @@
+"""Produce, then consume from offset 0, across 1, 1,000 and 10,000 partitions.
+
+    python3 bench/partitions_bench.py [--n 1000000] [--partitions 1,1000,10000]
+                                      [--runs 3]
+
+The issue's measurement of many partitions (issue 24): one broker
+(``twistd -n pluglog``, default settings, a fresh data dir per topic size),
+confluent-kafka, ``--n`` records of 200 B, acks=1, the random partitioner,
+produced into a topic of P partitions; then one confluent-kafka consumer
+assigned every partition at offset 0 reads them all back (no group, so no
+rebalance time counts). Printed per phase: msgs/s, the broker's CPU per
+message (/proc utime+stime over the phase) and its share of a core, and the
+ratio of each size to one partition (the issue's targets: produce and
+consume both at least 0.70 at 10,000 partitions). A topic of 10,000
+partitions is created 500 at a time (one CreateTopics of 10,000 takes the
+broker longer than librdkafka's request timeout, bench/RESULTS.md). Topic
+sizes alternate their order between runs.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, HERE)
+
+SIZE = 200
+CREATE_STEP = 500
+
+
+def proc_cpu(pid):
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def create(bootstrap, topic, partitions):
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    first = min(partitions, CREATE_STEP)
+    admin.create_topics([NewTopic(topic, first, 1)], request_timeout=120)[topic].result()
+    count = first
+    while count < partitions:
+        count = min(partitions, count + CREATE_STEP)
+        grown = admin.create_partitions([NewPartitions(topic, count)], request_timeout=120)
+        grown[topic].result()
+
+
+def produce(bootstrap, topic, n):
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": 1,
+            "linger.ms": 5,
+            "partitioner": "random",
+            "queue.buffering.max.messages": 1000000,
+            "log_level": 3,
+        }
+    )
+    producer.list_topics(topic, timeout=60)
+    value = b"v" * SIZE
+    failed = []
+
+    def report(err, _msg):
+        if err is not None:
+            failed.append(err)
+
+    start = time.monotonic()
+    sent = 0
+    while sent < n:
+        try:
+            producer.produce(topic, value, callback=report)
+            sent += 1
+        except BufferError:
+            producer.poll(0.01)
+    producer.flush(300)
+    elapsed = time.monotonic() - start
+    if failed:
+        raise SystemExit(f"{len(failed)} records failed, first: {failed[0]}")
+    return elapsed
+
+
+def consume(bootstrap, topic, partitions, n):
+    import confluent_kafka
+
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "partitions-bench",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 52428800,
+            "log_level": 3,
+        }
+    )
+    consumer.assign(
+        [
+            confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+            for p in range(partitions)
+        ]
+    )
+    got = 0
+    start = time.monotonic()
+    deadline = start + 600
+    while got < n and time.monotonic() < deadline:
+        for message in consumer.consume(10000, 0.5):
+            if not message.error():
+                got += 1
+    elapsed = time.monotonic() - start
+    consumer.close()
+    if got < n:
+        raise SystemExit(f"consumed {got} of {n} records in 600 s")
+    return elapsed
+
+
+def one_size(partitions, n):
+    from tests.broker_process import BrokerProcess
+
+    with tempfile.TemporaryDirectory(prefix="pluglog-partitions-") as tmp:
+        broker = BrokerProcess(Path(tmp) / "data").start()
+        try:
+            topic = f"p{partitions}"
+            create(broker.bootstrap, topic, partitions)
+            out = {}
+            for phase in ("produce", "consume"):
+                cpu0 = proc_cpu(broker.proc.pid)
+                if phase == "produce":
+                    elapsed = produce(broker.bootstrap, topic, n)
+                else:
+                    elapsed = consume(broker.bootstrap, topic, partitions, n)
+                cpu = proc_cpu(broker.proc.pid) - cpu0
+                out[phase] = (n / elapsed, 1e6 * cpu / n, cpu / elapsed)
+            return out
+        finally:
+            broker.stop()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=1_000_000)
+    parser.add_argument("--partitions", default="1,1000,10000")
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    sizes = [int(p) for p in args.partitions.split(",")]
+    results = {}
+    for run in range(args.runs):
+        order = sizes if run % 2 == 0 else list(reversed(sizes))
+        for partitions in order:
+            out = one_size(partitions, args.n)
+            results.setdefault(partitions, []).append(out)
+            for phase, (rate, us, share) in out.items():
+                print(
+                    f"run {run + 1} {partitions:>6} partitions {phase:8} {rate:>11,.0f} msgs/s"
+                    f"  broker {us:5.2f} µs/msg ({100 * share:3.0f} % of a core)",
+                    flush=True,
+                )
+    print(f"\nmedians of {args.runs} run(s), {args.n:,} records of {SIZE} B")
+    base = {}
+    for partitions in sizes:
+        for phase in ("produce", "consume"):
+            runs = [r[phase] for r in results[partitions]]
+            rate = statistics.median(r[0] for r in runs)
+            us = statistics.median(r[1] for r in runs)
+            base.setdefault(phase, rate)
+            print(
+                f"{partitions:>6} partitions {phase:8} {rate:>11,.0f} msgs/s  broker {us:5.2f} "
+                f"µs/msg  {rate / base[phase]:4.2f} x one partition"
+            )
+
+
+if __name__ == "__main__":
+    main()
