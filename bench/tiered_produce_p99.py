@@ -65,9 +65,10 @@ import urllib.request
 from contextlib import ExitStack
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, HERE)
+sys.path[:0] = [HERE, os.path.join(HERE, "bench")]
 
 import confluent_kafka  # noqa: E402
+from tiered_bench import cpu_seconds, load  # noqa: E402
 
 from tests.broker_process import BrokerProcess, free_port  # noqa: E402
 from tests.integration.clients import create_topic  # noqa: E402
@@ -122,28 +123,6 @@ class ProbedBroker(BrokerProcess):
         return [cmd[0], "-c", LAUNCHER, *cmd[3:]]
 
 
-def _stat(pid):
-    with open(f"/proc/{pid}/stat") as handle:
-        return handle.read().rsplit(")", 1)[1].split()
-
-
-def cpu_seconds(pid, children=False):
-    """CPU (utime+stime) of ``pid``; with ``children`` also of its live
-    children: the broker's upload processes (remote.log.copy.processes)
-    count as the broker's."""
-    fields = _stat(pid)
-    ticks = int(fields[11]) + int(fields[12])
-    for child in os.listdir("/proc") if children else ():
-        if child.isdigit():
-            try:
-                found = _stat(child)
-            except (OSError, IndexError):
-                continue
-            if int(found[1]) == pid:
-                ticks += int(found[11]) + int(found[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
 def copied_bytes(url):
     """The broker's uploaded bytes (its /metrics), or the external uploader's file."""
     if not url.startswith("http"):
@@ -163,22 +142,6 @@ def copied_bytes(url):
 
 def percentile(ordered, q):
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
-
-
-def load(bootstrap, topic, megabytes):
-    producer = confluent_kafka.Producer(
-        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20}
-    )
-    value = os.urandom(1000)
-    for i in range(megabytes * 1000):
-        while True:
-            try:
-                producer.produce(topic, value=value, key=str(i).encode())
-                break
-            except BufferError:
-                producer.poll(0.05)
-        producer.poll(0)
-    producer.flush(300)
 
 
 class Uploads:

@@ -33,23 +33,9 @@ from tests.integration.test_tiered_storage import (
     tiered_broker,
     wait_for,
 )
-from tests.moto_s3 import DUMMY_CREDENTIALS, MotoServer
+from tests.moto_s3 import MotoServer
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def moto(tmp_path_factory):
-    saved = {key: os.environ.get(key) for key in DUMMY_CREDENTIALS}
-    os.environ.update(DUMMY_CREDENTIALS)  # inherited by the broker processes
-    server = MotoServer(str(tmp_path_factory.mktemp("moto"))).start()
-    yield server
-    server.stop()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
 
 
 def new_bucket(moto):

@@ -21,7 +21,6 @@ from pluglog.storage.remote.metadata import RemoteSegment
 from pluglog.storage.remote.s3 import S3RemoteStorage
 from tests.broker_process import BrokerProcess, assert_refused
 from tests.integration.clients import CONSUMERS, by_partition, create_topic, make_records
-from tests.moto_s3 import DUMMY_CREDENTIALS, MotoServer
 from tests.tcp_gate import TcpGate
 
 SEGMENT_BYTES = 32768
@@ -32,20 +31,6 @@ TOPIC_CONFIG = {
     "local.retention.bytes": str(LOCAL_RETENTION),
     "file.delete.delay.ms": "0",
 }
-
-
-@pytest.fixture(scope="module")
-def moto(tmp_path_factory):
-    saved = {key: os.environ.get(key) for key in DUMMY_CREDENTIALS}
-    os.environ.update(DUMMY_CREDENTIALS)  # inherited by the broker processes
-    server = MotoServer(str(tmp_path_factory.mktemp("moto"))).start()
-    yield server
-    server.stop()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ from tests.integration.test_cli import cli
 from tests.integration.test_tiered_ops import earliest_local, lookups, new_bucket
 from tests.integration.test_tiered_storage import (
     TOPIC_CONFIG,
-    moto,  # noqa: F401 - the module's S3 server fixture
     settled_segments,
     tiered_broker,
     wait_for,
@@ -70,7 +69,7 @@ def committed(bootstrap, group, topic):
         consumer.close()
 
 
-def test_console_lookups_by_time_answer_as_list_offsets_in_both_tiers(moto, tmp_path):  # noqa: F811
+def test_console_lookups_by_time_answer_as_list_offsets_in_both_tiers(moto, tmp_path):
     bucket = new_bucket(moto)
     http = free_port()
     broker = tiered_broker(tmp_path, moto.url, bucket, **ACTING)
@@ -132,7 +131,7 @@ def max_timestamp(bootstrap, topic):
         admin.close()
 
 
-def test_max_timestamp_is_found_in_a_remote_segment(moto, tmp_path):  # noqa: F811
+def test_max_timestamp_is_found_in_a_remote_segment(moto, tmp_path):
     bucket = new_bucket(moto)
     broker = tiered_broker(tmp_path, moto.url, bucket).start()
     try:

@@ -280,7 +280,9 @@ def test_leader_election_on_broker_loss(rt, cluster):
     watcher = by_id[1] if controller_of(rt, nodes).broker_id != 1 else by_id[3]
     # Shrink the ISRs of "dirty" and "strict" to their leader 2 (as a leader would).
     for topic in ("dirty", "strict"):
-        state = by_id[2].state(topic, 0)
+        # create_topic answers once the *calling* broker (1) has seen the
+        # states; broker 2 learns them through its own watch, maybe later.
+        state = rt.wait(lambda t=topic: by_id[2].co.partition_state(t, 0))
         by_id[2].call("alter_isr", topic, 0, state, (2,))
     by_id[2].stop()
     # Clean: the next replica in assignment order that is in the ISR and alive.
@@ -434,7 +436,10 @@ def test_deletion_partitions_and_config_events(rt, cluster, zk):
     nodes = cluster(1, 2)
     nodes[0].call("create_topic", "ev", 2, 2, {})
     grown = nodes[1].call("create_partitions", "ev", 4)
-    assert grown.num_partitions == 4 and nodes[1].state("ev", 3) is not None
+    assert grown.num_partitions == 4
+    # create_partitions waits a bounded time for the new states; on a loaded
+    # machine they may arrive after it answered.
+    rt.wait(lambda: nodes[1].co.partition_state("ev", 3))
     rt.wait(lambda: nodes[0].co.topics()["ev"].num_partitions == 4)
     assert nodes[0].events_of("changed")[-1].num_partitions == 4
     nodes[1].call("alter_topic_config", "ev", {"retention.ms": "5"})
