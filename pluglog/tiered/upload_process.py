@@ -29,6 +29,8 @@ import time
 from concurrent.futures.process import BrokenProcessPool
 
 from pluglog.errors import RemoteStorageError
+from pluglog.plugins import make_plugin_manager
+from pluglog.registry import Registry
 
 #: the provider a child built (set by :func:`_start`, in the child)
 _storage = None
@@ -42,9 +44,6 @@ def _start(name, config, autoload):
     global _storage
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
-    from pluglog.plugins import make_plugin_manager
-    from pluglog.registry import Registry
-
     _storage = Registry(make_plugin_manager(autoload=autoload)).build(
         "remote_storage", name, config, None
     )
