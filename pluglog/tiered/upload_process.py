@@ -36,6 +36,9 @@ from pluglog.registry import Registry
 _storage = None
 #: how often a child checks that the broker that started it is alive
 PARENT_CHECK_S = 0.5
+#: added to a child's nice value: an upload is background work, and where
+#: the broker and its child share cores, the reactor's wake-ups should win
+UPLOAD_NICE = 10
 
 
 def _start(name, config, autoload):
@@ -43,10 +46,20 @@ def _start(name, config, autoload):
     watch the parent."""
     global _storage
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _yield_cpu()
     threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
     _storage = Registry(make_plugin_manager(autoload=autoload)).build(
         "remote_storage", name, config, None
     )
+
+
+def _yield_cpu():
+    """In a child: run as background work. A higher nice value gives the
+    reactor the larger CFS share, and SCHED_BATCH tells the scheduler the
+    child does not need to preempt on wake-up; an upload backlog still drains
+    in the idle time. Neither is a privilege, so neither can fail here."""
+    os.nice(UPLOAD_NICE)
+    os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
 
 
 def _exit_with(parent):

@@ -13,7 +13,7 @@ from pluglog.config import BrokerConfig, parse_settings
 from pluglog.errors import RemoteStorageError
 from pluglog.storage.remote.filesystem import FilesystemRemoteStorage
 from pluglog.storage.remote.metadata import RemoteSegment
-from pluglog.tiered.upload_process import ProcessUploader
+from pluglog.tiered.upload_process import UPLOAD_NICE, ProcessUploader
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -47,6 +47,16 @@ def test_a_child_process_copies_what_the_brokers_provider_reads(tmp_path, upload
     assert local.fetch(seg, "log", 0, None) == source.read_bytes()
     children = [p for p in os.listdir("/proc") if p.isdigit() and _parent(p) == os.getpid()]
     assert children, "the copy ran in this process, not a child"
+
+
+def test_the_child_runs_as_background_work(tmp_path, uploader):
+    source = tmp_path / "seg.log"
+    source.write_bytes(b"x" * 1000)
+    uploader.copy_segment(RemoteSegment.new("t", 0, 0, 9, 1, 1000, []), {"log": str(source)})
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    for pid in list(uploader._pool._processes):
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, mine + UPLOAD_NICE)
+        assert os.sched_getscheduler(pid) == os.SCHED_BATCH
 
 
 def test_an_error_in_the_child_comes_back_as_the_providers(tmp_path, uploader):
@@ -92,7 +102,7 @@ def test_the_child_exits_when_the_broker_is_killed(tmp_path):
         "import sys, os, time\n"
         "from tests.unit.test_upload_process import config_for, copy_once\n"
         "from pathlib import Path\n"
-        "from pluglog.tiered.upload_process import ProcessUploader\n"
+        "from pluglog.tiered.upload_process import UPLOAD_NICE, ProcessUploader\n"
         "up = ProcessUploader('filesystem', config_for(Path(sys.argv[1])), 1, autoload=False)\n"
         "copy_once(up, Path(sys.argv[1]))\n"
         "print(*up._pool._processes, flush=True)\n"
