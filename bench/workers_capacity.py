@@ -70,11 +70,17 @@ def _string(text):
     return struct.pack(">h", len(raw)) + raw
 
 
-def produce_request(partition, batch, correlation_id=0):
+#: ``--compression`` names and the batch attribute codes Kafka gives them
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def produce_request(partition, batch, correlation_id=0, compression="none"):
     """A framed Produce v8 request: one batch of ``batch`` x 200 B for ``partition``."""
     from pluglog.protocol.records import Record, build_batch
 
-    records = build_batch([Record(None, b"x" * 200) for _ in range(batch)])
+    records = build_batch(
+        [Record(None, b"x" * 200) for _ in range(batch)], compression=CODECS[compression]
+    )
     body = struct.pack(">hhi", -1, 1, 5000) + struct.pack(">i", 1) + _string(TOPIC)
     body += struct.pack(">iii", 1, partition, len(records)) + records
     message = struct.pack(">hhi", 0, 8, correlation_id) + _string("cap") + body
@@ -85,7 +91,7 @@ def client(args):
     """One pipelined raw-socket producer; prints the answers counted in the window."""
     sock = socket.create_connection(("127.0.0.1", args.port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    request = produce_request(args.partition, args.batch)
+    request = produce_request(args.partition, args.batch, compression=args.compression)
     buf = bytearray()
 
     def answers():
@@ -214,7 +220,7 @@ def measure(root, zk, workers, args):
                     str(ports[partition % workers]),
                 ]
                 cmd += ["--partition", str(partition), "--batch", str(args.batch)]
-                cmd += ["--depth", str(args.depth)]
+                cmd += ["--depth", str(args.depth), "--compression", args.compression]
                 clients.append(
                     subprocess.Popen(
                         cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=HERE
@@ -283,12 +289,19 @@ def main():
     c.add_argument("--partition", type=int, required=True)
     c.add_argument("--batch", type=int, required=True)
     c.add_argument("--depth", type=int, required=True)
+    c.add_argument("--compression", choices=sorted(CODECS), default="none")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=10, help="measured window per set-up")
     parser.add_argument("--warmup", type=float, default=3)
     parser.add_argument("--batch", type=int, default=50, help="records per Produce request")
     parser.add_argument("--depth", type=int, default=64, help="requests in flight per client")
     parser.add_argument("--clients-per-partition", type=int, default=1)
+    parser.add_argument(
+        "--compression",
+        choices=sorted(CODECS),
+        default="none",
+        help="the batch's codec: the broker decompresses it to validate every record",
+    )
     args = parser.parse_args()
     if args.mode == "client":
         return client(args)
@@ -297,7 +310,9 @@ def main():
     results = {1: [], 2: []}
     print(
         f"2 partitions, {args.clients_per_partition} raw-socket client(s) per partition, "
-        f"Produce v8 of {args.batch} x 200 B, {args.depth} in flight, acks=1; "
+        f"Produce v8 of {args.batch} x 200 B ({args.compression}, "
+        f"{len(produce_request(0, args.batch, compression=args.compression))} B a request), "
+        f"{args.depth} in flight, acks=1; "
         f"{args.seconds:g} s windows; CPU as % of one core ({os.cpu_count()} cores)",
         flush=True,
     )
