@@ -419,6 +419,9 @@ def test_sigkill_mid_upload_leaves_no_partial_or_duplicate_segment(moto, bucket,
             ),
             what="the interrupted upload's tombstone",
         )
+        # Uploads go on after local retention's bound is met: once every
+        # closed segment is up, none is half way (COPY_SEGMENT_STARTED).
+        settled_segments(broker, topic)
         latest = latest_segments(metadata_states(broker.bootstrap))
         live = sorted((s for s in latest.values() if s), key=lambda s: s.base_offset)
         assert {s.state for s in live} == {"COPY_SEGMENT_FINISHED"}
