@@ -12,8 +12,10 @@ broker itself keeps them, through ordinary Kafka requests:
   themselves read on a failover), fetched from the metadata partition that
   holds them and folded with the brokers' own decoder. Remote start is the
   first remote offset still served (a DeleteRecords or retention start
-  included); remote end is the last offset uploaded (what Kafka 3.8's
-  ListOffsets LATEST_TIERED, -5, answers).
+  included); remote end is the last offset uploaded, which is what
+  ListOffsets v9 LATEST_TIERED (-5, KIP-1005) asked of the leader answers
+  (test_tiered_latest.py checks they agree); the metadata is read anyway
+  for the start and the bytes, so one source gives all three.
 
 docs/storage.rst ("Remote tier") documents the choice.
 """

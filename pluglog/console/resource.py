@@ -220,7 +220,7 @@ class ConsoleResource(resource.Resource):
                 return forms.confirm_page(self, request, parts)
             routed = self._route(request, parts)
             section = parts[0] or "overview"
-            if isinstance(routed, defer.Deferred):  # a lookup by time (remote tier)
+            if isinstance(routed, defer.Deferred):  # records, maybe from the remote tier
                 return forms.later(
                     self,
                     request,
@@ -328,7 +328,6 @@ class ConsoleResource(resource.Resource):
     def _partition(self, request, name, index):
         part = state.local_partition(self.broker, name, index)
         limit, note = _page_size(request, "limit")
-        start = part.log.log_start_offset
         at = param(request, "time")
         offset_text = param(request, "offset")
         if at is not None and at.strip() and offset_text is not None and offset_text.strip():
@@ -337,45 +336,59 @@ class ConsoleResource(resource.Resource):
             # ListOffsets' exact lookup, which may wait on the remote tier.
             found = browse.offset_at_time(part, timestamp(at))
             return found.addCallback(lambda offset: self._records(part, offset, limit, note, at))
-        return self._records(
-            part, number(offset_text or str(start), "the offset"), limit, note, at
-        )
+        if offset_text is None or not offset_text.strip():
+            # The first readable offset: under tiered storage the remote tier's.
+            earliest = part.earliest_offset
+            offset_text = str(part.log.log_start_offset if earliest is None else earliest)
+        return self._records(part, number(offset_text, "the offset"), limit, note, at)
 
     def _records(self, part, offset, limit, note, at):
-        start = part.log.log_start_offset
-        if at and offset < start and note is None:
-            # The browser reads the local log; ListOffsets' answers (a time's
-            # offset) may be in the remote tier below it.
-            note = f"offset {offset} is in the remote tier: records are shown from {start}"
         decoder = Decoder(self.broker.schema_registry)
-        records, following = browse.read_records(part, offset, limit, LIST_SHOWN, decoder)
-        return "partition.html", {
-            "topic": part.topic,
-            "partition": part.index,
-            "offset": offset,
-            "time": at or "",
-            "limit": limit,
-            "note": note,
-            "records": records,
-            "next_offset": following,
-            "log_start_offset": start,
-            "high_watermark": part.high_watermark,
-            "log_end_offset": part.log.log_end_offset,
-            "shown": LIST_SHOWN,
-        }
+        # Offsets below the local log start come from the remote tier
+        # (tiered storage), which may answer later: a Deferred either way.
+        d = browse.read_records(part, offset, limit, LIST_SHOWN, decoder, self.broker.reactor)
+
+        def page(found):
+            records, following = found
+            earliest = part.earliest_offset
+            local_start = part.log.log_start_offset
+            return "partition.html", {
+                "topic": part.topic,
+                "partition": part.index,
+                "offset": offset,
+                "time": at or "",
+                "limit": limit,
+                "note": note,
+                "records": records,
+                "next_offset": following,
+                "log_start_offset": local_start if earliest is None else earliest,
+                "local_start_offset": local_start,
+                "high_watermark": part.high_watermark,
+                "log_end_offset": part.log.log_end_offset,
+                "shown": LIST_SHOWN,
+            }
+
+        return d.addCallback(page)
 
     def _record(self, name, index, offset):
         part = state.local_partition(self.broker, name, index)
-        record = browse.read_one(part, offset, RECORD_SHOWN, Decoder(self.broker.schema_registry))
-        if record is None:
-            raise PageError(
-                404,
-                f"partition {index} of {name!r} has no record at offset {offset} "
-                f"(readable: {part.log.log_start_offset} to {part.high_watermark - 1})",
-            )
-        return "record.html", {
-            "topic": name,
-            "partition": index,
-            "r": record,
-            "shown": RECORD_SHOWN,
-        }
+        decoder = Decoder(self.broker.schema_registry)
+        d = browse.read_one(part, offset, RECORD_SHOWN, decoder, self.broker.reactor)
+
+        def page(record):
+            if record is None:
+                earliest = part.earliest_offset
+                start = part.log.log_start_offset if earliest is None else earliest
+                raise PageError(
+                    404,
+                    f"partition {index} of {name!r} has no record at offset {offset} "
+                    f"(readable: {start} to {part.high_watermark - 1})",
+                )
+            return "record.html", {
+                "topic": name,
+                "partition": index,
+                "r": record,
+                "shown": RECORD_SHOWN,
+            }
+
+        return d.addCallback(page)

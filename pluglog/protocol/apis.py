@@ -22,8 +22,9 @@ SUPPORTED = {
     # v12 is KIP-890's transaction version 2, v13 names topics by id
     1: (4, 17),  # Fetch; v13+ by topic id; v18 (KIP-1166) is Kafka 4.1's
     # ListOffsets: v6+ flexible, v7 MAX_TIMESTAMP (-3), v8 EARLIEST_LOCAL (-4,
-    # tiered storage); v5 stays for aiokafka.
-    2: (1, 8),
+    # tiered storage), v9 LATEST_TIERED (-5, KIP-1005); v5 stays for aiokafka.
+    # v10 (KIP-1075) would make kafka-python infer Kafka 4.0.
+    2: (1, 9),
     3: (0, 13),  # Metadata; v9+ flexible, v10+ topic ids, v12+ asked by id
     # The group APIs up to Kafka 4.0's (#26), flexible from the version in
     # brackets; the low minima keep old librdkafka's feature gates and

@@ -68,6 +68,17 @@ class LeaderEpochCache:
             return UNDEFINED, UNDEFINED
         return self.entries[index - 1][0], self.entries[index][1]
 
+    def epoch_for_offset(self, offset):
+        """Kafka's ``epochForOffset``: the epoch ``offset`` was written in
+        (the last entry starting at or before it), or None when ``offset``
+        is before every entry."""
+        found = None
+        for epoch, start in self.entries:
+            if start > offset:
+                break
+            found = epoch
+        return found
+
     def truncate_from_end(self, end_offset):
         """Forget epochs that start at or after ``end_offset`` (log truncated there)."""
         kept = [entry for entry in self.entries if entry[1] < end_offset]

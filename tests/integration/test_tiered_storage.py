@@ -68,9 +68,27 @@ def local_segments(broker, topic):
     return sorted(n for n in os.listdir(directory) if n.endswith(".log"))
 
 
+def uploaded_end(broker, topic):
+    """One past the last offset of ``topic``-0 in a finished remote segment (0: none)."""
+    finished = [
+        s
+        for s in latest_segments(metadata_states(broker.bootstrap)).values()
+        if s and s.topic == topic and s.partition == 0 and s.state == "COPY_SEGMENT_FINISHED"
+    ]
+    return max((s.next_offset for s in finished), default=0)
+
+
 def settled_segments(broker, topic, quiet_s=1.0, timeout=60):
     """The local segment files once uploads and local retention stop
-    changing them (five task intervals without a change)."""
+    changing them: every closed segment is uploaded (an upload can take
+    longer than the quiet period on a loaded machine, and local retention
+    follows it), then five task intervals pass without a change."""
+
+    def all_uploaded():
+        active_base = int(local_segments(broker, topic)[-1].split(".")[0])
+        return uploaded_end(broker, topic) >= active_base
+
+    wait_for(all_uploaded, timeout, "uploads of the closed segments")
     last, since = local_segments(broker, topic), time.monotonic()
     deadline = since + timeout
     while time.monotonic() < deadline:
@@ -85,7 +103,13 @@ def settled_segments(broker, topic, quiet_s=1.0, timeout=60):
 
 def local_bytes(broker, topic):
     directory = os.path.join(broker.data_dir, f"{topic}-0")
-    return sum(os.path.getsize(os.path.join(directory, n)) for n in local_segments(broker, topic))
+    total = 0
+    for name in local_segments(broker, topic):
+        try:
+            total += os.path.getsize(os.path.join(directory, name))
+        except FileNotFoundError:  # local retention deleted it since the listing
+            pass
+    return total
 
 
 def remote_ids(moto, bucket, topic):
@@ -395,6 +419,9 @@ def test_sigkill_mid_upload_leaves_no_partial_or_duplicate_segment(moto, bucket,
             ),
             what="the interrupted upload's tombstone",
         )
+        # Uploads go on after local retention's bound is met: once every
+        # closed segment is up, none is half way (COPY_SEGMENT_STARTED).
+        settled_segments(broker, topic)
         latest = latest_segments(metadata_states(broker.bootstrap))
         live = sorted((s for s in latest.values() if s), key=lambda s: s.base_offset)
         assert {s.state for s in live} == {"COPY_SEGMENT_FINISHED"}

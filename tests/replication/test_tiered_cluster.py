@@ -14,7 +14,9 @@ import time
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from pluglog.errors import NONE
 from tests.integration.clients import CONSUMERS, by_partition, make_records, produce_confluent
+from tests.integration.test_tiered_latest import list_offsets
 from tests.integration.test_tiered_storage import (
     LOCAL_RETENTION,
     SEGMENT_BYTES,
@@ -107,6 +109,23 @@ def test_a_new_leader_continues_uploads_and_a_wiped_replica_copies_only_the_tail
     c.kill(leader)
     c.wait_for(lambda: c.leader(TOPIC) not in (leader, -1), what="a new leader")
     second_leader = c.leader(TOPIC)
+    # ListOffsets LATEST_TIERED on the new leader: the last uploaded offset,
+    # with the epoch it was written in (the first leader's), not the new one.
+    answers = []
+
+    def latest_tiered_agrees():
+        answer = list_offsets(c.brokers[second_leader], TOPIC, -5)
+        if answer[0] != NONE:
+            return False  # the new leader is still reading the metadata
+        last = check_metadata(c.bootstrap)[-1]
+        answers.append((answer, last))
+        return answer[1] == last.end_offset
+
+    c.wait_for(latest_tiered_agrees, what="LATEST_TIERED on the new leader")
+    (_error, _offset, epoch, timestamp), last = answers[-1]
+    assert (epoch, timestamp) == (last.leader_epochs[-1][0], -1)
+    current = list_offsets(c.brokers[second_leader], TOPIC, -1)[2]
+    assert epoch < current  # a failover happened since those records
     second = make_records(6000, partitions=1, seed=6000)
     produce_confluent(c.bootstrap, TOPIC, second, acks="all", **{"batch.num.messages": 200})
     c.wait_for(lambda: trimmed(c.brokers[second_leader]), what="the new leader's uploads")

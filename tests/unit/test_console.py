@@ -71,30 +71,32 @@ class BrowseTests(SynchronousTestCase):
         self.append([b"a", b"b", b"c"])
         self.append([b"d", b"e"], compression="zstd")
         self.append([b"f"], compression="gzip")
-        records, following = browse.read_records(self.part, 1, 3)
+        records, following = self.successResultOf(browse.read_records(self.part, 1, 3))
         self.assertEqual([r["value"]["text"] for r in records], ["b", "c", "d"])
         self.assertEqual(following, 4)
-        records, following = browse.read_records(self.part, following, 3)
+        records, following = self.successResultOf(browse.read_records(self.part, following, 3))
         self.assertEqual([r["offset"] for r in records], [4, 5])
         self.assertIsNone(following)  # the end: no next page
-        self.assertEqual(browse.read_records(self.part, 6, 3), ([], None))
-        self.assertEqual(browse.read_one(self.part, 4, 10)["value"]["text"], "e")
-        self.assertIsNone(browse.read_one(self.part, 6, 10))
+        self.assertEqual(self.successResultOf(browse.read_records(self.part, 6, 3)), ([], None))
+        self.assertEqual(
+            self.successResultOf(browse.read_one(self.part, 4, 10))["value"]["text"], "e"
+        )
+        self.assertIsNone(self.successResultOf(browse.read_one(self.part, 6, 10)))
 
     def test_reads_stop_at_the_high_watermark(self):
         self.append([b"a", b"b"])
         self.part.high_watermark = 1  # b is not committed yet: a consumer would not see it
-        records, following = browse.read_records(self.part, 0, 10)
+        records, following = self.successResultOf(browse.read_records(self.part, 0, 10))
         self.assertEqual([r["offset"] for r in records], [0])
         self.assertIsNone(following)
-        self.assertIsNone(browse.read_one(self.part, 1, 10))
+        self.assertIsNone(self.successResultOf(browse.read_one(self.part, 1, 10)))
 
     def test_a_page_scans_a_bounded_number_of_bytes(self):
         self.patch(browse, "MAX_SCAN_BYTES", 1)
         self.patch(browse, "READ_BYTES", 1)
         for value in (b"a", b"b", b"c"):
             self.append([value])
-        records, following = browse.read_records(self.part, 0, 100)
+        records, following = self.successResultOf(browse.read_records(self.part, 0, 100))
         self.assertEqual([r["offset"] for r in records], [0])  # one batch, then it stops
         self.assertEqual(following, 1)
 

@@ -146,9 +146,9 @@ def test_no_advertised_version_is_flexible_except_known_ones():
     # DescribeConfigs v4 (#26): kafka-python 3 sends it; v3 keeps a
     # non-flexible version with types and documentation for the others.
     configs = {(32, 4)}
-    # ListOffsets v6-v8 (#25): v8 carries EARLIEST_LOCAL (-4, tiered
-    # storage); v5 stays for aiokafka.
-    configs |= {(2, 6), (2, 7), (2, 8)}
+    # ListOffsets v6-v9 (#25): v8 carries EARLIEST_LOCAL (-4, tiered
+    # storage), v9 LATEST_TIERED (-5, KIP-1005); v5 stays for aiokafka.
+    configs |= {(2, 6), (2, 7), (2, 8), (2, 9)}
     # Transactions (#22): v3 of the producer's APIs is what kafka-python
     # sends; WriteTxnMarkers v1 and the operators' APIs are flexible only.
     txn = {(24, 3), (25, 3), (26, 3), (27, 1), (28, 3), (61, 0), (65, 0), (66, 0), (66, 1)}
@@ -185,8 +185,9 @@ def test_kafka_python_infers_kafka_3_9_and_gets_what_it_then_uses():
     assert infer_broker_version_from_api_versions(dict(SUPPORTED)) == (3, 9)
     assert BrokerConfig().group_max_session_timeout_ms >= 45000
     # JoinGroup v9 alone would make it Kafka 3.2 (#26), ListOffsets v7+ (#25,
-    # for EARLIEST_LOCAL) 3.0.
+    # for EARLIEST_LOCAL and LATEST_TIERED) 3.0; ListOffsets v10 would make
+    # it Kafka 4.0, so v9 is the top.
     assert SUPPORTED[11] == (0, 9)
-    assert SUPPORTED[2] == (1, 8)
+    assert SUPPORTED[2] == (1, 9)
     assert SUPPORTED[22][1] >= 3 and APIS[22].defines(3)
     assert SUPPORTED[48] == (0, 1) and SUPPORTED[49] == (0, 1)

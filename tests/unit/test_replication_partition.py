@@ -152,6 +152,21 @@ def test_epoch_cache_end_offsets_and_file(tmp_path):
     assert LeaderEpochCache(path).entries == [(1, 0), (3, 40)]
 
 
+def test_epoch_for_offset_is_kafkas_epoch_for_offset():
+    # ListOffsets LATEST_TIERED (-5) answers the epoch of the last uploaded
+    # offset: the last entry starting at or before it, none before the first.
+    cache = LeaderEpochCache(None)
+    assert cache.epoch_for_offset(0) is None
+    cache.assign(1, 10)
+    cache.assign(3, 40)
+    assert cache.epoch_for_offset(-1) is None
+    assert cache.epoch_for_offset(9) is None
+    assert cache.epoch_for_offset(10) == 1
+    assert cache.epoch_for_offset(39) == 1
+    assert cache.epoch_for_offset(40) == 3
+    assert cache.epoch_for_offset(10**6) == 3
+
+
 def test_divergent_follower_truncates_to_the_leaders_epoch_end(tmp_path):
     # The old leader wrote 3 records in epoch 1 that no follower got; the new
     # leader (epoch 2) wrote 2 others. The old leader, now a follower, must cut

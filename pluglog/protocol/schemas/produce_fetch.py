@@ -210,7 +210,7 @@ FETCH = Api(
 LIST_OFFSETS = Api(
     2,
     "ListOffsets",
-    "0-8",
+    "0-9",
     "6+",
     request=[
         F("replica_id", "int32"),

@@ -1,4 +1,6 @@
-"""Fetch (with long polling), ListOffsets and OffsetForLeaderEpoch.
+"""Fetch (with long polling) and OffsetForLeaderEpoch.
+
+ListOffsets is served by :mod:`.offsets`.
 
 Fetch v7+ keeps incremental fetch sessions (KIP-227,
 pluglog.broker.fetch_sessions): the session's context says which partitions
@@ -15,23 +17,15 @@ progress.
 """
 
 from twisted.internet import defer
-from twisted.logger import Logger
 
 from pluglog import protocol as codec
 from pluglog.broker.replica_selection import preferred_read_replica
-from pluglog.broker.timestamps import (
-    max_timestamp_offset_deferred,
-    offset_for_timestamp_deferred,
-)
 from pluglog.errors import (
     FENCED_LEADER_EPOCH,
     NONE,
     NOT_LEADER_OR_FOLLOWER,
-    OFFSET_NOT_AVAILABLE,
     OFFSET_OUT_OF_RANGE,
-    UNKNOWN_SERVER_ERROR,
     UNKNOWN_TOPIC_ID,
-    UNSUPPORTED_VERSION,
     KafkaError,
     OffsetOutOfRangeError,
 )
@@ -43,13 +37,6 @@ from pluglog.server.handlers.common import (
     resolve_topic_ids,
 )
 from pluglog.server.handlers.leaders import current_leader, leader_endpoints
-
-_log = Logger()
-
-LATEST = -1
-EARLIEST = -2
-MAX_TIMESTAMP = -3  # ListOffsets v7+ (KIP-734)
-EARLIEST_LOCAL = -4  # ListOffsets v8+ (KIP-405): the local log's start
 
 
 def _partition_data(index, code, hw=-1, log_start=-1, records=b"", lso=None, aborted=()):
@@ -387,90 +374,6 @@ class _LongPoll:
         self._detach()
 
 
-def handle_list_offsets(ctx, request):
-    committed = request.get("isolation_level", 0) == 1
-    #: Timestamp lookups still reading a remote segment (tiered storage).
-    pending = []
-
-    def answer(part, want, topic):
-        entry = {
-            "partition_index": want["partition_index"],
-            "error_code": NONE,
-            "old_style_offsets": [],
-            "timestamp": -1,
-            "offset": -1,
-            "leader_epoch": -1,
-        }
-        entry["error_code"] = leader_error(ctx.broker, topic, part, want, want["partition_index"])
-        if entry["error_code"] != NONE:
-            return entry
-        ts = want["timestamp"]
-        if ts == LATEST:
-            latest = part.last_stable_offset if committed else part.high_watermark
-            entry["offset"], entry["leader_epoch"] = latest, part.leader_epoch
-        elif ts == EARLIEST:
-            # Tiered storage: the remote tier's start (Kafka's logStartOffset);
-            # unknown for a moment after a start: the client retries.
-            earliest = part.earliest_offset
-            if earliest is None:
-                entry["error_code"] = OFFSET_NOT_AVAILABLE
-            else:
-                entry["offset"], entry["leader_epoch"] = earliest, part.leader_epoch
-        elif ts == MAX_TIMESTAMP and ctx.version >= 7:
-            # Tiered storage: the largest timestamp may be in a remote segment.
-            d = max_timestamp_offset_deferred(part.log, part.high_watermark)
-            args = (entry, part, ctx.version)
-            d.addCallbacks(_timestamp_found, _timestamp_failed, args, None, args)
-            if not d.called:
-                pending.append(d)
-        elif ts == EARLIEST_LOCAL and ctx.version >= 8:
-            entry["offset"], entry["leader_epoch"] = part.log.log_start_offset, part.leader_epoch
-        elif ts < 0:
-            # Kafka's other specs (-5 latest tiered, v9) are not served.
-            entry["error_code"] = UNSUPPORTED_VERSION
-        elif part.earliest_offset is None:
-            # Tiered storage, the remote metadata still being read after a
-            # start: the answer may be remote, so the client retries.
-            entry["error_code"] = OFFSET_NOT_AVAILABLE
-        else:
-            d = offset_for_timestamp_deferred(part.log, ts, part.high_watermark)
-            args = (entry, part, ctx.version)
-            d.addCallbacks(_timestamp_found, _timestamp_failed, args, None, args)
-            if not d.called:
-                pending.append(d)
-            return entry
-        if ctx.version == 0 and entry["offset"] >= 0:
-            entry["old_style_offsets"] = [entry["offset"]]
-        return entry
-
-    topics = per_partition(ctx.broker, request["topics"], answer)
-    response = {"throttle_time_ms": 0, "topics": topics}
-    if not pending:
-        return response
-    return defer.gatherResults(pending).addCallback(lambda _: response)
-
-
-def _timestamp_found(found, entry, part, version):
-    """Fill a ListOffsets entry with a timestamp lookup's answer."""
-    if found is not None:
-        entry["offset"], entry["timestamp"] = found
-        entry["leader_epoch"] = part.leader_epoch
-    if version == 0 and entry["offset"] >= 0:
-        entry["old_style_offsets"] = [entry["offset"]]
-
-
-def _timestamp_failed(failure, entry, part, version):
-    """The remote tier could not be read (the store is failing): an error
-    for this partition, and one line in the log."""
-    _log.warn(
-        "ListOffsets by timestamp in the remote tier of {t}-{i} failed: {e}",
-        t=part.topic,
-        i=part.index,
-        e=failure.getErrorMessage(),
-    )
-    entry["error_code"] = UNKNOWN_SERVER_ERROR
-
-
 def handle_offset_for_leader_epoch(ctx, request):
     def answer(part, want, topic):
         entry = {
@@ -492,6 +395,5 @@ def handle_offset_for_leader_epoch(ctx, request):
 
 HANDLERS = {
     codec.FETCH: handle_fetch,
-    codec.LIST_OFFSETS: handle_list_offsets,
     codec.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
 }

@@ -12,6 +12,7 @@ from pluglog.server.handlers import (
     core,
     fetch,
     groups,
+    offsets,
     produce,
     quotas,
     sasl,
@@ -22,8 +23,8 @@ from pluglog.server.handlers import (
 
 def _build_table():
     table = {}
-    modules = (core, produce, fetch, admin, txn, cluster, quotas, sasl, acls, scram, groups)
-    for module in modules + (consumer_groups,):
+    modules = (core, produce, fetch, offsets, admin, txn, cluster, quotas, sasl, acls, scram)
+    for module in modules + (groups, consumer_groups):
         table.update(module.HANDLERS)
     return table
 

@@ -181,6 +181,12 @@ class RemoteTier:
         return self.segments[-1].next_offset if self.segments else -1
 
     @property
+    def highest_offset(self):
+        """The last offset uploaded (Kafka's ``highestOffsetInRemoteStorage``,
+        what ListOffsets LATEST_TIERED answers), -1 when nothing is."""
+        return self.segments[-1].end_offset if self.segments else -1
+
+    @property
     def size_bytes(self):
         return sum(s.size_bytes for s in self.segments)
 
