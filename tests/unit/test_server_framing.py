@@ -10,13 +10,17 @@ one write per read on the socket-writer path.
 
 import random
 import shutil
+import socket
 import struct
 import tempfile
 
+from twisted.internet import defer, reactor, threads
 from twisted.internet.testing import StringTransport
+from twisted.trial import unittest
 from twisted.trial.unittest import SynchronousTestCase
 
 from pluglog import protocol as codec
+from pluglog.server.protocol import READ_SIZE, KafkaServerFactory
 from tests.unit.test_server_protocol import connect, make_broker, produce_body, req
 
 
@@ -112,7 +116,7 @@ class FramingTests(SynchronousTestCase):
             (size,) = struct.unpack_from(">i", expected, 0)
             assert len(expected) > 4 + size  # every frame answered, not just one
             rng = random.Random(7)
-            for trial in range(40):
+            for trial in range(24):
                 broker, proto, transport = self.connect(writer)
                 cuts = sorted(rng.sample(range(1, len(stream)), rng.randint(1, 30)))
                 if trial % 4 == 0:
@@ -175,3 +179,58 @@ class FramingTests(SynchronousTestCase):
         proto.dataReceived(b"".join(pipeline()[:3]))
         assert proto._cork is None
         assert transport.value().count(struct.pack(">i", 1)) >= 1
+
+
+def _exchange(port, stream, answers):
+    """Blocking client: send ``stream`` in one go, read ``answers`` frames."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(stream)
+        data = b""
+        count = pos = 0
+        while count < answers:
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                break
+            data += chunk
+            while len(data) - pos >= 4:
+                (size,) = struct.unpack_from(">i", data, pos)
+                if len(data) - pos < 4 + size:
+                    break
+                pos += 4 + size
+                count += 1
+        return data
+
+
+class LoopbackTests(unittest.TestCase):
+    """A real TCP connection: the socket-writer path (sendmsg) and the read size."""
+
+    def setUp(self):
+        self.dirs = []
+        for _ in range(2):
+            self.dirs.append(tempfile.mkdtemp(prefix="pluglog-framing-test-"))
+        self.broker = make_broker(self.dirs[0])
+        self.factory = KafkaServerFactory(self.broker)
+        self.port = reactor.listenTCP(0, self.factory, interface="127.0.0.1")
+
+    def tearDown(self):
+        for path in self.dirs:
+            shutil.rmtree(path, True)
+        return self.port.stopListening()
+
+    @defer.inlineCallbacks
+    def test_pipelined_requests_over_loopback(self):
+        frames = pipeline() * 20  # several reads' worth, cut anywhere by TCP
+        reference, transport = connect(make_broker(self.dirs[1]))
+        for frame in frames:
+            reference.dataReceived(frame)
+        expected = transport.value()
+        protos = []
+        build = self.factory.buildProtocol
+        self.factory.buildProtocol = lambda addr: protos.append(build(addr)) or protos[-1]
+        got = yield threads.deferToThread(
+            _exchange, self.port.getHost().port, b"".join(frames), len(frames)
+        )
+        assert got == expected
+        [proto] = protos
+        assert proto._writer is not None
+        assert proto.transport.bufferSize == READ_SIZE
