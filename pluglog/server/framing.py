@@ -54,7 +54,7 @@ class Framing:
                 if need is not None:
                     return
                 data = bytes(buf)
-                buf.clear()
+                self._buf = bytearray()
             else:
                 # The read completes the pending frame: one copy of the
                 # frame (its head from the buffer, its tail from the read);
@@ -62,7 +62,11 @@ class Framing:
                 missing = 4 + need - len(buf)
                 with memoryview(buf) as head, memoryview(data) as view:
                     frame = memoryview(b"".join((head[4:], view[:missing])))
-                buf.clear()
+                # A new buffer, not buf.clear(): clearing reallocs a large
+                # buffer down, and glibc raises its mmap threshold only when
+                # an mmapped block is free()d, so every large request would
+                # get a fresh mmap and fault its pages in (~30 faults a read).
+                self._buf = bytearray()
                 self._need = None
                 self._frames += 1
                 if self._reserved or self._mem_wait:

@@ -50,11 +50,6 @@ _now = time.perf_counter
 # clients we serve keep at most ~5, so this only bites runaway pipelines.
 MAX_IN_FLIGHT = 256
 _BUFFERS = (bytes, bytearray, memoryview)
-# Bytes read per readable event on a plain TCP connection (Twisted reads 64
-# KB). More per read means fewer recv calls and more requests answered per
-# sendmsg (framing.py) when clients pipeline; kept below glibc's 128 KB mmap
-# threshold, over which every recv's buffer would be a fresh mmap (5x slower).
-READ_SIZE = 126 * 1024
 
 
 class KafkaServerProtocol(Framing, protocol.Protocol):
@@ -126,8 +121,6 @@ class KafkaServerProtocol(Framing, protocol.Protocol):
             self.guard = guard
         if supports_direct(self.transport):
             self._writer = SocketWriter(self.transport, self._on_backlog)
-            # Read up to READ_SIZE per reactor event instead of Twisted's 64 KB.
-            self.transport.bufferSize = READ_SIZE
 
     def expire(self, reason):
         """Closed by the guard (idle, or a request not completed in time); the

@@ -20,7 +20,7 @@ from twisted.trial import unittest
 from twisted.trial.unittest import SynchronousTestCase
 
 from pluglog import protocol as codec
-from pluglog.server.protocol import READ_SIZE, KafkaServerFactory
+from pluglog.server.protocol import KafkaServerFactory
 from tests.unit.test_server_protocol import connect, make_broker, produce_body, req
 
 
@@ -202,7 +202,7 @@ def _exchange(port, stream, answers):
 
 
 class LoopbackTests(unittest.TestCase):
-    """A real TCP connection: the socket-writer path (sendmsg) and the read size."""
+    """A real TCP connection: the socket-writer path (sendmsg)."""
 
     def setUp(self):
         self.dirs = []
@@ -233,4 +233,3 @@ class LoopbackTests(unittest.TestCase):
         assert got == expected
         [proto] = protos
         assert proto._writer is not None
-        assert proto.transport.bufferSize == READ_SIZE
