@@ -21,7 +21,10 @@ builds its producers and fetches metadata (connected) before a common start
 signal; the aggregate is ``--n`` over the time from
 the start signal to the last producer's last acknowledgement. Printed per
 phase: msgs/s, the broker's CPU per message (/proc utime+stime over the
-phase), the broker's share of a core, the clients' CPU (rusage of the
+phase), the broker's share of a core, its CPU per Produce request and the
+records per request (from the broker's /metrics: librdkafka's batches shrink
+as producers are added, so the per-request figure tells the broker's cost
+apart from the clients' batching), the clients' CPU (rusage of the
 producer processes), and the medians and the ratio many / one (the issue's
 target: at least 0.90). On 2 cores the client processes and the broker
 compete for the CPU; the client CPU column shows how much the clients took.
@@ -35,12 +38,14 @@ checkout's phases in turn, the order rotating between runs.
 import argparse
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -55,9 +60,19 @@ def proc_cpu(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def produce_requests(broker):
+    """Produce requests the broker has answered (its /metrics on ``--http``)."""
+    url = f"http://127.0.0.1:{broker.http_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    found = re.search(r'^pluglog_requests_total\{api="Produce"\} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
 def checkout_broker(root, data_dir):
-    """A :class:`tests.broker_process.BrokerProcess` run from the checkout ``root``."""
-    from tests.broker_process import BrokerProcess
+    """A :class:`tests.broker_process.BrokerProcess` run from the checkout
+    ``root``, with its /metrics on an HTTP port (request counts)."""
+    from tests.broker_process import BrokerProcess, free_port
 
     class Broker(BrokerProcess):
         def start(self, timeout=30):
@@ -67,7 +82,10 @@ def checkout_broker(root, data_dir):
                 self.command(), self._listening, "listen", timeout, env=env, cwd=root
             )
 
-    return Broker(data_dir)
+    http_port = free_port()
+    broker = Broker(data_dir, extra_args=["--http", f"tcp:{http_port}:interface=127.0.0.1"])
+    broker.http_port = http_port
+    return broker
 
 
 def worker(args):
@@ -146,6 +164,7 @@ def phase(broker, topic, n, producers, procs, partitions, linger_ms=5):
     for child in children:
         if child.stdout.readline().strip() != "ready":
             raise SystemExit("a producer process did not start")
+    requests0 = produce_requests(broker)
     cpu0 = proc_cpu(broker.proc.pid)
     t0 = time.monotonic()
     for child in children:
@@ -157,6 +176,7 @@ def phase(broker, topic, n, producers, procs, partitions, linger_ms=5):
         outs.append(json.loads(out.strip().splitlines()[-1]))
     elapsed = max(o["end"] for o in outs) - t0
     cpu = proc_cpu(broker.proc.pid) - cpu0
+    requests = produce_requests(broker) - requests0
     records = sum(o["records"] for o in outs)
     failed = [f for o in outs for f in o["failed"]]
     if failed:
@@ -164,6 +184,8 @@ def phase(broker, topic, n, producers, procs, partitions, linger_ms=5):
     return {
         "rate": records / elapsed,
         "broker_us": 1e6 * cpu / records,
+        "per_request": records / requests,
+        "request_us": 1e6 * cpu / requests,
         "broker_share": cpu / elapsed,
         "client_cpu": sum(o["cpu"] for o in outs),
         "seconds": elapsed,
@@ -173,7 +195,8 @@ def phase(broker, topic, n, producers, procs, partitions, linger_ms=5):
 def show(label, result):
     return (
         f"{label:5} {result['rate']:10,.0f} msgs/s  broker {result['broker_us']:5.2f} µs/msg "
-        f"({100 * result['broker_share']:3.0f} % of a core)  "
+        f"({100 * result['broker_share']:3.0f} % of a core, "
+        f"{result['request_us']:4.0f} µs/request of {result['per_request']:5.0f} msgs)  "
         f"clients {result['client_cpu']:5.1f} s CPU in {result['seconds']:.1f} s"
     )
 
