@@ -76,8 +76,11 @@ class Framing:
                     return
                 if self._writer is not None:
                     self._cork = []
-                self._handle_frame(frame)
-                self._frames_in(data, missing)
+                try:
+                    self._handle_frame(frame)
+                    self._frames_in(data, missing)
+                finally:
+                    self._uncork()
                 return
         self._frames_in(data, 0)
 
@@ -92,20 +95,26 @@ class Framing:
         end = len(data)
         max_frame = self.max_frame
         with memoryview(data) as view:
-            while not self._closing and end - pos >= 4:
-                (size,) = size_of(data, pos)
-                if size < 8 or size > max_frame:
-                    self._bad_input(
-                        f"frame size {size} outside [8, {max_frame}] (socket.request.max.bytes)"
-                    )
-                    return
-                if end - pos < 4 + size:
-                    break
-                frame = view[pos + 4 : pos + 4 + size]
-                pos += 4 + size
-                self._frames += 1
-                self._handle_frame(frame)
-            self._uncork()
+            try:
+                while not self._closing and end - pos >= 4:
+                    (size,) = size_of(data, pos)
+                    if size < 8 or size > max_frame:
+                        self._bad_input(
+                            f"frame size {size} outside [8, {max_frame}] "
+                            "(socket.request.max.bytes)"
+                        )
+                        return
+                    if end - pos < 4 + size:
+                        break
+                    frame = view[pos + 4 : pos + 4 + size]
+                    pos += 4 + size
+                    self._frames += 1
+                    self._handle_frame(frame)
+            finally:
+                # Also if a frame's handling raised (Twisted then closes the
+                # connection): the answers before it leave, and a held list
+                # never outlives the read.
+                self._uncork()
             if self._closing or pos == end:
                 return
             self._buf += view[pos:]

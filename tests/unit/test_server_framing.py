@@ -172,6 +172,32 @@ class FramingTests(SynchronousTestCase):
                 pos += 4 + size
             assert cids == [0, 3]
 
+    def test_a_frame_that_raises_still_lets_earlier_answers_out(self):
+        # An exception escaping a frame's handling (a bug; Twisted then
+        # closes the connection) must not strand the read's earlier answers
+        # in the held list, nor leave the list in place for later writes.
+        frames = pipeline()
+        for first_read in (b"", frames[0][:30]):
+            _, proto, _ = self.connect(True)
+            handle = proto._handle_frame
+            seen = []
+
+            def crash_on_second(frame, handle=handle, seen=seen):
+                seen.append(frame)
+                if len(seen) == 2:
+                    raise RuntimeError("handler bug")
+                handle(frame)
+
+            proto._handle_frame = crash_on_second
+            if first_read:
+                proto.dataReceived(first_read)
+            rest = b"".join(frames[:3])[len(first_read) :]
+            with self.assertRaises(RuntimeError):
+                proto.dataReceived(rest)
+            assert proto._cork is None
+            [answer] = proto._writer.writes
+            assert struct.unpack_from(">i", answer, 4)[0] == 0
+
     def test_string_transport_path_is_unchanged(self):
         # No socket writer (TLS, tests): answers go to the transport as before.
         _, proto, transport = self.connect(False)
