@@ -1,7 +1,8 @@
 """50 producer connections at once against one producer: aggregate produce throughput.
 
     python3 bench/many_producers.py [--n 1000000] [--producers 50] [--procs 5]
-                                    [--partitions 1] [--runs 3]
+                                    [--partitions 1] [--runs 3] [--linger-ms 5]
+                                    [--checkout before=/work/main ...]
 
 One broker (``twistd -n pluglog``, default settings, fresh data dir). Each
 run produces ``--n`` records of 200 B into a fresh topic twice, in
@@ -12,27 +13,39 @@ alternating order (one, many, then many, one, ...):
   so its own connection to the broker) spread over ``--procs`` processes,
   ``--n / --producers`` records each, all at once.
 
-Every producer is the same code: acks=1, linger.ms=5 (librdkafka's default),
-records round-robin over ``--partitions``, produce() until BufferError, then
-poll. Each process builds its producers and fetches metadata (connected)
-before a common start signal; the aggregate is ``--n`` over the time from
+Every producer is the same code: acks=1, linger.ms=5 (librdkafka's
+default; ``--linger-ms`` for a tuned figure: a longer linger means fuller
+batches, fewer requests per message), records round-robin over
+``--partitions``, produce() until BufferError, then poll. Each process
+builds its producers and fetches metadata (connected) before a common start
+signal; the aggregate is ``--n`` over the time from
 the start signal to the last producer's last acknowledgement. Printed per
 phase: msgs/s, the broker's CPU per message (/proc utime+stime over the
-phase), the broker's share of a core, the clients' CPU (rusage of the
+phase), the broker's share of a core, its CPU per Produce request and the
+records per request (from the broker's /metrics: librdkafka's batches shrink
+as producers are added, so the per-request figure tells the broker's cost
+apart from the clients' batching), the clients' CPU (rusage of the
 producer processes), and the medians and the ratio many / one (the issue's
 target: at least 0.90). On 2 cores the client processes and the broker
 compete for the CPU; the client CPU column shows how much the clients took.
+
+``--checkout LABEL=PATH`` (repeat it) measures the broker of each checkout
+in the same run, e.g. ``--checkout before=/work/main --checkout after=.``:
+one broker per checkout, started from its own tree, and every run does each
+checkout's phases in turn, the order rotating between runs.
 """
 
 import argparse
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,6 +60,34 @@ def proc_cpu(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def produce_requests(broker):
+    """Produce requests the broker has answered (its /metrics on ``--http``)."""
+    url = f"http://127.0.0.1:{broker.http_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    found = re.search(r'^pluglog_requests_total\{api="Produce"\} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def checkout_broker(root, data_dir):
+    """A :class:`tests.broker_process.BrokerProcess` run from the checkout
+    ``root``, with its /metrics on an HTTP port (request counts)."""
+    from tests.broker_process import BrokerProcess, free_port
+
+    class Broker(BrokerProcess):
+        def start(self, timeout=30):
+            os.makedirs(self.data_dir, exist_ok=True)
+            env = dict(os.environ, PYTHONPATH=root)
+            return self._spawn(
+                self.command(), self._listening, "listen", timeout, env=env, cwd=root
+            )
+
+    http_port = free_port()
+    broker = Broker(data_dir, extra_args=["--http", f"tcp:{http_port}:interface=127.0.0.1"])
+    broker.http_port = http_port
+    return broker
+
+
 def worker(args):
     """``count`` producers in this process, ``each`` records each, after "go" on stdin."""
     import confluent_kafka
@@ -54,7 +95,12 @@ def worker(args):
     producers = []
     for _ in range(args.count):
         producer = confluent_kafka.Producer(
-            {"bootstrap.servers": args.bootstrap, "acks": 1, "linger.ms": 5, "log_level": 4}
+            {
+                "bootstrap.servers": args.bootstrap,
+                "acks": 1,
+                "linger.ms": args.linger_ms,
+                "log_level": 4,
+            }
         )
         producer.list_topics(args.topic, timeout=20)  # connected, metadata known
         producers.append(producer)
@@ -98,7 +144,7 @@ def worker(args):
     return 0
 
 
-def phase(broker, topic, n, producers, procs, partitions):
+def phase(broker, topic, n, producers, procs, partitions, linger_ms=5):
     """One phase: ``producers`` producers over ``procs`` processes; returns a result dict."""
     from tests.chaos import create_topic
 
@@ -109,7 +155,7 @@ def phase(broker, topic, n, producers, procs, partitions):
     for count in counts:
         cmd = [sys.executable, __file__, "worker", "--bootstrap", broker.bootstrap]
         cmd += ["--topic", topic, "--count", str(count), "--each", str(each)]
-        cmd += ["--partitions", str(partitions)]
+        cmd += ["--partitions", str(partitions), "--linger-ms", str(linger_ms)]
         children.append(
             subprocess.Popen(
                 cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=HERE
@@ -118,6 +164,7 @@ def phase(broker, topic, n, producers, procs, partitions):
     for child in children:
         if child.stdout.readline().strip() != "ready":
             raise SystemExit("a producer process did not start")
+    requests0 = produce_requests(broker)
     cpu0 = proc_cpu(broker.proc.pid)
     t0 = time.monotonic()
     for child in children:
@@ -129,6 +176,7 @@ def phase(broker, topic, n, producers, procs, partitions):
         outs.append(json.loads(out.strip().splitlines()[-1]))
     elapsed = max(o["end"] for o in outs) - t0
     cpu = proc_cpu(broker.proc.pid) - cpu0
+    requests = produce_requests(broker) - requests0
     records = sum(o["records"] for o in outs)
     failed = [f for o in outs for f in o["failed"]]
     if failed:
@@ -136,6 +184,8 @@ def phase(broker, topic, n, producers, procs, partitions):
     return {
         "rate": records / elapsed,
         "broker_us": 1e6 * cpu / records,
+        "per_request": records / requests,
+        "request_us": 1e6 * cpu / requests,
         "broker_share": cpu / elapsed,
         "client_cpu": sum(o["cpu"] for o in outs),
         "seconds": elapsed,
@@ -145,7 +195,8 @@ def phase(broker, topic, n, producers, procs, partitions):
 def show(label, result):
     return (
         f"{label:5} {result['rate']:10,.0f} msgs/s  broker {result['broker_us']:5.2f} µs/msg "
-        f"({100 * result['broker_share']:3.0f} % of a core)  "
+        f"({100 * result['broker_share']:3.0f} % of a core, "
+        f"{result['request_us']:4.0f} µs/request of {result['per_request']:5.0f} msgs)  "
         f"clients {result['client_cpu']:5.1f} s CPU in {result['seconds']:.1f} s"
     )
 
@@ -158,44 +209,77 @@ def main():
     parser.add_argument("--procs", type=int, default=5)
     parser.add_argument("--partitions", type=int, default=1)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--linger-ms", type=int, default=5)
+    parser.add_argument("--checkout", action="append", metavar="LABEL=PATH")
     w = sub.add_parser("worker", help="internal: one producer process")
     w.add_argument("--bootstrap", required=True)
     w.add_argument("--topic", required=True)
     w.add_argument("--count", type=int, required=True)
     w.add_argument("--each", type=int, required=True)
     w.add_argument("--partitions", type=int, default=1)
+    w.add_argument("--linger-ms", type=int, default=5)
     args = parser.parse_args()
     if args.mode == "worker":
         return worker(args)
     if args.procs > args.producers:
         parser.error("--procs must not exceed --producers")
-    from tests.broker_process import BrokerProcess
-
-    results = {"one": [], "many": []}
+    checkouts = {}
+    for spec in args.checkout or [f"this={HERE}"]:
+        label, sep, path = spec.partition("=")
+        if not sep or not os.path.isdir(os.path.join(path, "pluglog")):
+            parser.error(f"--checkout {spec!r}: want LABEL=PATH of a pluglog checkout")
+        checkouts[label] = os.path.abspath(path)
+    results = {(label, which): [] for label in checkouts for which in ("one", "many")}
     many = f"{args.producers} producers in {args.procs} processes"
-    print(f"{args.n:,} records of {SIZE} B per phase; one producer against {many}", flush=True)
+    print(
+        f"{args.n:,} records of {SIZE} B per phase, linger.ms={args.linger_ms}; "
+        f"one producer against {many}; checkouts: {checkouts}",
+        flush=True,
+    )
+    print(f"load average at start: {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="pluglog-many-producers-") as tmp:
-        broker = BrokerProcess(Path(tmp) / "data").start()
+        brokers = {}
         try:
+            for label, root in checkouts.items():
+                brokers[label] = checkout_broker(root, Path(tmp) / label / "data").start()
+            labels = list(checkouts)
             for number in range(args.runs):
-                order = ("one", "many") if number % 2 == 0 else ("many", "one")
-                for which in order:
-                    producers, procs = (1, 1) if which == "one" else (args.producers, args.procs)
-                    topic = f"{which}-{number}"
-                    result = phase(broker, topic, args.n, producers, procs, args.partitions)
-                    results[which].append(result)
-                    print(f"run {number + 1} " + show(which, result), flush=True)
+                shift = number % len(labels)
+                for label in labels[shift:] + labels[:shift]:
+                    order = ("one", "many") if number % 2 == 0 else ("many", "one")
+                    for which in order:
+                        producers, procs = (
+                            (1, 1) if which == "one" else (args.producers, args.procs)
+                        )
+                        topic = f"{which}-{number}"
+                        result = phase(
+                            brokers[label],
+                            topic,
+                            args.n,
+                            producers,
+                            procs,
+                            args.partitions,
+                            args.linger_ms,
+                        )
+                        results[label, which].append(result)
+                        print(f"run {number + 1} {label:8} " + show(which, result), flush=True)
         finally:
-            broker.stop()
-    medians = {
-        which: {key: statistics.median(r[key] for r in rows) for key in rows[0]}
-        for which, rows in results.items()
-    }
+            for broker in brokers.values():
+                broker.stop()
+    print(f"load average at end: {os.getloadavg()}")
     print(f"\nmedians of {args.runs} run(s)")
-    for which in ("one", "many"):
-        print(show(which, medians[which]))
-    ratio = medians["many"]["rate"] / medians["one"]["rate"]
-    print(f"many / one: {ratio:.2f} of the throughput (target >= 0.90)")
+    for label in checkouts:
+        medians = {
+            which: {
+                key: statistics.median(r[key] for r in results[label, which])
+                for key in results[label, which][0]
+            }
+            for which in ("one", "many")
+        }
+        for which in ("one", "many"):
+            print(f"{label:8} " + show(which, medians[which]))
+        ratio = medians["many"]["rate"] / medians["one"]["rate"]
+        print(f"{label:8} many / one: {ratio:.2f} of the throughput (target >= 0.90)")
     return 0
 
 

@@ -1,16 +1,16 @@
 """KafkaServerProtocol: int32 framing, dispatch, in-order responses.
 
-Framing keeps one ``bytearray`` and the expected frame length instead of
-Twisted's Int32StringReceiver (which rebuilds its buffer on every read and
-copies a 1 MB request ~16 times); each frame is sliced once as a memoryview.
-Every request takes a slot in a FIFO; a handler may answer now or with a
-Deferred (long-polling fetches), and answers leave strictly in request
-order. acks=0 produce requests get no response at all.
+Framing (:mod:`.framing`) slices whole requests out of each read in place
+and keeps only an incomplete one in a buffer. Every request takes a slot in
+a FIFO; a handler may answer now or with a Deferred (long-polling fetches),
+and answers leave strictly in request order. acks=0 produce requests get
+no response at all.
 
 Output: on a plain TCP connection every response goes through a
 :class:`~pluglog.server.sendfile.SocketWriter`, which sends it at once with
 ``sendmsg`` and serves Fetch's file ranges with ``os.sendfile`` (no record
-bytes pass through Python, no reactor iteration per response). Other
+bytes pass through Python, no reactor iteration per response); the answers
+to the requests of one read leave together, in one ``sendmsg``. Other
 transports (TLS, ``StringTransport`` in tests) take the copy-through path:
 file ranges are read and handed to ``transport.writeSequence``.
 
@@ -33,6 +33,7 @@ from pluglog.logsafe import SafeLogger
 from pluglog.security.sasl import Session
 from pluglog.server.connections import ConnectionGuard
 from pluglog.server.fastlane import FAST_VERSIONS, produce_fast
+from pluglog.server.framing import Framing
 from pluglog.server.handlers.common import NO_RESPONSE, CloseConnection, RequestContext
 from pluglog.server.handlers.core import metadata_precheck
 from pluglog.server.handlers.table import HANDLERS
@@ -51,7 +52,7 @@ MAX_IN_FLIGHT = 256
 _BUFFERS = (bytes, bytearray, memoryview)
 
 
-class KafkaServerProtocol(protocol.Protocol):
+class KafkaServerProtocol(Framing, protocol.Protocol):
     """One client connection."""
 
     # Bookkeeping read by the factory's ConnectionGuard sweep (connections.py).
@@ -91,6 +92,8 @@ class KafkaServerProtocol(protocol.Protocol):
         self._backlogged = False
         self._throttled = None  # the callLater that ends a quota mute
         self._writer = None
+        #: answers held while the frames of one read are handled (writer only)
+        self._cork = None
         self.peer = None
         #: callbacks run once when the connection is lost (parked group requests)
         self._close_hooks = {}
@@ -119,65 +122,11 @@ class KafkaServerProtocol(protocol.Protocol):
         if supports_direct(self.transport):
             self._writer = SocketWriter(self.transport, self._on_backlog)
 
-    def dataReceived(self, data):
-        if self._closing:
-            return
-        self._reads += 1
-        buf = self._buf
-        if not buf and len(data) >= 4:
-            # The common case (one whole request per read, nothing pending):
-            # frame the read itself, no copy into and out of the buffer.
-            (size,) = _SIZE.unpack_from(data, 0)
-            if len(data) == 4 + size and 8 <= size <= self.max_frame:
-                self._handle_frame(memoryview(data)[4:])
-                return
-        buf += data
-        while not self._closing:
-            if self._need is None:
-                if len(buf) < 4:
-                    return
-                (size,) = _SIZE.unpack_from(buf, 0)
-                if size < 8 or size > self.max_frame:
-                    self._bad_input(
-                        f"frame size {size} outside [8, {self.max_frame}] "
-                        "(socket.request.max.bytes)"
-                    )
-                    return
-                self._need = size
-                if self.guard is not None and not self.guard.reserve(self, size):
-                    # queued.max.request.bytes is used up: read no more until
-                    # another request's memory is released.
-                    self._mem_wait = True
-                    self._update_reading()
-            if len(buf) < 4 + self._need:
-                return
-            end = 4 + self._need
-            with memoryview(buf) as view:
-                frame = memoryview(view[4:end].tobytes())
-            del buf[:end]
-            self._need = None
-            self._frames += 1
-            if self._reserved or self._mem_wait:
-                self._frame_done()
-            self._handle_frame(frame)
-
-    def _frame_done(self):
-        if self._mem_wait:
-            self._mem_wait = False
-            self.guard.cancel_wait(self)
-            self._update_reading()
-        if self._reserved:
-            self.guard.release(self)
-
-    def memory_granted(self):
-        """The guard reserved this connection's frame: read again."""
-        self._mem_wait = False
-        self._update_reading()
-
     def expire(self, reason):
         """Closed by the guard (idle, or a request not completed in time); the
         guard logs a count per limit rather than a line per connection."""
         self.expired = reason
+        self._uncork()
         self._closing = True
         self._buf = bytearray()
         if self._writer is not None:
@@ -204,6 +153,8 @@ class KafkaServerProtocol(protocol.Protocol):
                 reason=reason,
                 extra=extra,
             )
+        # Answers to the read's earlier frames still leave, before the close.
+        self._uncork()
         self._closing = True
         self._buf = bytearray()
         if self._writer is not None:
@@ -253,7 +204,9 @@ class KafkaServerProtocol(protocol.Protocol):
                 return
             if self._closing:
                 return
-            if self._writer is not None:
+            if self._cork is not None:
+                self._cork.append(response)
+            elif self._writer is not None:
                 self._writer.write_bytes(response)
             else:
                 self.transport.write(response)
@@ -427,7 +380,12 @@ class KafkaServerProtocol(protocol.Protocol):
             total = 0
             for part in parts:
                 total += len(part) if isinstance(part, _BUFFERS) else part.size
-            writer.write([_SIZE.pack(total), *parts])
+            corked = self._cork
+            if corked is not None:
+                corked.append(_SIZE.pack(total))
+                corked.extend(parts)
+            else:
+                writer.write([_SIZE.pack(total), *parts])
             return
         chunks = []
         total = 0
