@@ -64,6 +64,10 @@ SETTINGS = {
     "zookeeper.session.timeout.ms": "30000",
     "replica.lag.time.max.ms": "600000",
     "replica.socket.timeout.ms": "60000",
+    # Kafka's default: tests/cluster.py's 5 s has the controller read every
+    # partition state from ZooKeeper every 5 s, which at 10,000 partitions
+    # was most of the leader's CPU in this bench (it is also the controller).
+    "leader.imbalance.check.interval.seconds": "300",
 }
 PROFILED = os.path.join(HERE, "bench", "profiled_twistd.py")
 
@@ -152,6 +156,14 @@ class Logs:
                 pass
         return out
 
+    def with_data(self, node):
+        """How many partitions hold any record."""
+        count = 0
+        for directory in self.paths[node]:
+            with os.scandir(directory) as entries:
+                count += any(e.name.endswith(".log") and e.stat().st_size for e in entries)
+        return count
+
     def wait_equal(self, timeout=600):
         """Wait until the follower's logs are as long as the leader's; returns
         the monotonic time it saw that."""
@@ -174,6 +186,10 @@ def produce(bootstrap, n):
             "acks": 1,
             "linger.ms": 5,
             "partitioner": "random",
+            # Without this, records with no key go to one "sticky" partition
+            # per 10 ms (librdkafka ignores the partitioner for them): 1M
+            # records then reach ~500-1,300 of 10,000 partitions, not all.
+            "sticky.partitioning.linger.ms": 0,
             "queue.buffering.max.messages": 1000000,
             "log_level": 3,
         }
@@ -212,11 +228,24 @@ class Setup:
             root / f"p{partitions}", zk.connect_string(f"/p{partitions}"), 2, SETTINGS
         )
         self.cluster.start()
-        started = time.monotonic()
-        create(self.cluster.brokers[1].bootstrap, partitions)
-        print(f"{partitions} partitions created in {time.monotonic() - started:.1f} s", flush=True)
-        self.logs = Logs(self.cluster, partitions)
-        self.logs.wait_equal()
+        try:
+            started = time.monotonic()
+            create(self.cluster.brokers[1].bootstrap, partitions)
+            print(f"{partitions} partitions created in {time.monotonic() - started:.1f} s")
+            self.logs = Logs(self.cluster, partitions)
+            self.logs.wait_equal()
+        except BaseException:
+            self.cluster.stop()
+            raise
+
+    def wait_leaders(self):
+        """Every partition led by broker 1 in its own Metadata (the producer's view)."""
+
+        def led():
+            parts = self.cluster.metadata([TOPIC], node=1)["topics"][0]["partitions"]
+            return len(parts) == self.partitions and all(p["leader_id"] == 1 for p in parts)
+
+        self.cluster.wait_for(led, timeout=600, interval=1.0, what="leaders on broker 1")
 
     def pid(self, node):
         return self.cluster.brokers[node].proc.pid
@@ -305,6 +334,8 @@ def main():
         try:
             for partitions in sizes:
                 setups[partitions] = Setup(root, zk, partitions, args.profile)
+            for setup in setups.values():
+                setup.wait_leaders()
             for run in range(args.runs):
                 order = sizes if run % 2 == 0 else list(reversed(sizes))
                 for partitions in order:
@@ -317,6 +348,7 @@ def main():
                         else:
                             rate, cpu0, cpu1, produced = setup.live(args.n)
                         idle = sum(sum(s.cpu()) for s in others) - idle0
+                        filled = setup.logs.with_data(1)
                         lead = 1e6 * (cpu1[0] - cpu0[0]) / args.n
                         follow = 1e6 * (cpu1[1] - cpu0[1]) / args.n
                         results.setdefault((partitions, phase), []).append((rate, lead, follow))
@@ -324,7 +356,8 @@ def main():
                         print(
                             f"run {run + 1} {partitions:>6} partitions {phase:8} "
                             f"{rate:>10,.0f} msgs/s replicated{extra}; µs/msg leader "
-                            f"{lead:.2f}, follower {follow:.2f}; other cluster {idle:.2f} s CPU; "
+                            f"{lead:.2f}, follower {follow:.2f}; {filled} partitions hold "
+                            f"records; other cluster {idle:.2f} s CPU; "
                             f"load {load_average()}",
                             flush=True,
                         )
