@@ -32,8 +32,8 @@ broker comes from /proc (utime + stime over the phase).
 it back in every partition's ISR, and both brokers' RSS and open fds.
 
 ``--profile DIR`` runs the brokers under a bench-only cProfile hook
-(bench/profiled_twistd.py): each catch-up phase is profiled in both brokers
-and the stats written to DIR (``<size>-<broker>-run<k>.prof``).
+(bench/profiled_twistd.py): each phase is profiled in both brokers
+and the stats written to DIR (``p<size>-broker<n>-<phase><run>.prof``).
 """
 
 import argparse
@@ -253,14 +253,14 @@ class Setup:
     def cpu(self):
         return proc_cpu(self.pid(1)), proc_cpu(self.pid(2))
 
-    def profile(self, on, run):
+    def profile(self, on, tag):
         if self.profile_dir is None:
             return
         for node in (1, 2):
             if on:
                 os.kill(self.pid(node), signal.SIGUSR1)
             else:
-                path = Path(self.profile_dir) / f"p{self.partitions}-broker{node}-run{run}.prof"
+                path = Path(self.profile_dir) / f"p{self.partitions}-broker{node}-{tag}.prof"
                 Path(self.profile_dir, "target").write_text(str(path))
                 os.kill(self.pid(node), signal.SIGUSR2)
                 deadline = time.monotonic() + 30
@@ -275,20 +275,22 @@ class Setup:
         except BaseException:
             os.kill(self.pid(2), signal.SIGCONT)
             raise
-        self.profile(True, run)
+        self.profile(True, f"catch-up{run}")
         cpu0 = self.cpu()
         start = time.monotonic()
         os.kill(self.pid(2), signal.SIGCONT)
         done = self.logs.wait_equal()
         cpu1 = self.cpu()
-        self.profile(False, run)
+        self.profile(False, f"catch-up{run}")
         return n / (done - start), cpu0, cpu1, None
 
-    def live(self, n):
+    def live(self, n, run):
+        self.profile(True, f"live{run}")
         cpu0 = self.cpu()
         start, elapsed = produce(self.cluster.brokers[1].bootstrap, n)
         done = self.logs.wait_equal()
         cpu1 = self.cpu()
+        self.profile(False, f"live{run}")
         return n / (done - start), cpu0, cpu1, n / elapsed
 
     def restart_follower(self):
@@ -309,6 +311,25 @@ class Setup:
         self.cluster.wait_for(in_isr, timeout=600, interval=0.5, what="follower back in ISR")
         rejoined = time.monotonic() - started
         return listening, rejoined, proc_status(self.pid(2)), proc_status(self.pid(1))
+
+
+def report(args, sizes, phases, results):
+    print(
+        f"\nmedians of {args.runs} run(s), {args.n:,} records of {SIZE} B, load {load_average()}"
+    )
+    for phase in phases:
+        base = None
+        for partitions in sizes:
+            runs = results[(partitions, phase)]
+            rate = statistics.median(r[0] for r in runs)
+            lead = statistics.median(r[1] for r in runs)
+            follow = statistics.median(r[2] for r in runs)
+            base = base or rate
+            print(
+                f"{partitions:>6} partitions {phase:8} {rate:>10,.0f} msgs/s "
+                f"({rate / base:.2f}x one partition); µs/msg leader {lead:.2f}, "
+                f"follower {follow:.2f}"
+            )
 
 
 def main():
@@ -346,7 +367,7 @@ def main():
                         if phase == "catch-up":
                             rate, cpu0, cpu1, produced = setup.catch_up(args.n, run + 1)
                         else:
-                            rate, cpu0, cpu1, produced = setup.live(args.n)
+                            rate, cpu0, cpu1, produced = setup.live(args.n, run + 1)
                         idle = sum(sum(s.cpu()) for s in others) - idle0
                         filled = setup.logs.with_data(1)
                         lead = 1e6 * (cpu1[0] - cpu0[0]) / args.n
@@ -361,9 +382,14 @@ def main():
                             f"load {load_average()}",
                             flush=True,
                         )
+            report(args, sizes, phases, results)
             if args.restart:
                 biggest = setups[max(sizes)]
-                listening, rejoined, follower, leader = biggest.restart_follower()
+                try:
+                    listening, rejoined, follower, leader = biggest.restart_follower()
+                except AssertionError as exc:
+                    print(f"restart of the follower: {str(exc).splitlines()[0]}")
+                    return
                 print(
                     f"\nrestart of the follower of {max(sizes)} partitions: listening after "
                     f"{listening:.2f} s, back in every ISR after {rejoined:.2f} s; follower "
@@ -374,22 +400,6 @@ def main():
             for setup in setups.values():
                 setup.cluster.stop()
             zk.stop()
-    print(
-        f"\nmedians of {args.runs} run(s), {args.n:,} records of {SIZE} B, load {load_average()}"
-    )
-    for phase in phases:
-        base = None
-        for partitions in sizes:
-            runs = results[(partitions, phase)]
-            rate = statistics.median(r[0] for r in runs)
-            lead = statistics.median(r[1] for r in runs)
-            follow = statistics.median(r[2] for r in runs)
-            base = base or rate
-            print(
-                f"{partitions:>6} partitions {phase:8} {rate:>10,.0f} msgs/s "
-                f"({rate / base:.2f}x one partition); µs/msg leader {lead:.2f}, "
-                f"follower {follow:.2f}"
-            )
 
 
 if __name__ == "__main__":
