@@ -22,15 +22,22 @@ def fsync_directory(path):
         os.close(fd)
 
 
-def atomic_write(path, data):
-    """Replace ``path`` with ``data`` (bytes) atomically and durably."""
+def atomic_write(path, data, sync=True):
+    """Replace ``path`` with ``data`` (bytes) atomically and durably.
+
+    ``sync=False`` keeps the rename but skips both fsyncs: a process crash
+    still leaves the old or the new contents, but an OS crash may leave
+    either, or an empty or partial file under the name. Only for files
+    whose readers discard a damaged copy (a cache of what the log holds)."""
     tmp = path + TMP_SUFFIX
     with open(tmp, "wb") as handle:
         handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
+        if sync:
+            handle.flush()
+            os.fsync(handle.fileno())
     os.replace(tmp, path)
-    fsync_directory(os.path.dirname(path))
+    if sync:
+        fsync_directory(os.path.dirname(path))
 
 
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024

@@ -14,6 +14,11 @@ the batch headers after it; without a snapshot it reads every header from
 the log start once. Snapshots are written by :meth:`snapshot_producers`
 (the broker's periodic checkpoint and clean shutdown), so a restart reads
 the headers of at most one checkpoint interval. The two newest are kept.
+The periodic ones are not fsynced: with 10,000 partitions the two fsyncs
+each held the event loop for a minute per checkpoint (bench/RESULTS.md).
+A snapshot is a cache of what the log's headers say: one an OS crash left
+empty or torn is unreadable, dropped, and the state read from an older
+snapshot or the log, as with none (the log itself is flushed before).
 
 Markers are read back from the log only while loading (a header does not
 say COMMIT or ABORT); a leader knows what it writes, a follower parses the
@@ -159,9 +164,10 @@ class PartitionTransactions:
         for entry in snap["aborted"]:
             txns.add_aborted(AbortedTxn(*entry))
 
-    def snapshot_producers(self):
+    def snapshot_producers(self, sync=True):
         """Write the producer state as of the log end (when it is loaded and
-        the log has a directory); keep the two newest snapshots."""
+        the log has a directory); keep the two newest snapshots. ``sync=False``:
+        no fsync (the module docstring says why that is safe)."""
         directory = self._snapshot_dir()
         if directory is None or not self._producers_loaded or self.log_offline:
             return
@@ -183,7 +189,7 @@ class PartitionTransactions:
             else [list(entry) for entry in txns.aborted],
         }
         path = os.path.join(directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
-        atomic_write(path, json.dumps(snap, separators=(",", ":")).encode("utf-8"))
+        atomic_write(path, json.dumps(snap, separators=(",", ":")).encode("utf-8"), sync)
         self._snapshot_offset = offset
         for _offset, old in files[: max(0, len(files) + 1 - _KEEP_SNAPSHOTS)]:
             _unlink(old)

@@ -121,6 +121,22 @@ def test_unset_advertised_listeners_is_a_default(tmp_path):
     assert configs["num.partitions"].source == default
 
 
+def test_create_partitions_with_a_replica_assignment_on_one_broker(admin):
+    """One broker: an assignment naming only itself grows the topic; one
+    naming another broker is refused with INVALID_REPLICA_ASSIGNMENT."""
+    _wait(admin.create_topics([NewTopic("adm-place", 1, 1)]))
+    node = admin.list_topics("adm-place", timeout=10).topics["adm-place"].partitions[0].leader
+    _wait(admin.create_partitions([NewPartitions("adm-place", 2, replica_assignment=[[node]])]))
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        _wait(
+            admin.create_partitions(
+                [NewPartitions("adm-place", 3, replica_assignment=[[node + 7]])]
+            )
+        )
+    assert refused.value.args[0].code() == confluent_kafka.KafkaError.INVALID_REPLICA_ASSIGNMENT
+    assert len(admin.list_topics("adm-place", timeout=10).topics["adm-place"].partitions) == 2
+
+
 def test_create_partitions_and_delete_records(shared_broker, admin):
     _wait(admin.create_topics([NewTopic("adm-grow", 1, 1)]))
     _wait(admin.create_partitions([NewPartitions("adm-grow", 4)]))

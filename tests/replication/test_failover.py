@@ -167,6 +167,35 @@ def test_create_topics_with_an_explicit_replica_assignment(cluster):
         raise AssertionError("an assignment naming an unknown broker was accepted")
 
 
+def test_create_partitions_with_an_explicit_replica_assignment(cluster):
+    """CreatePartitions places new partitions where its assignment says, on any
+    live broker (it used to refuse every broker but the one asked)."""
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+    c = cluster(2)
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    admin.create_topics([NewTopic("grown", num_partitions=1, replica_assignment=[[1, 2]])])[
+        "grown"
+    ].result(30)
+    added = [[2, 1], [1, 2]]
+    admin.create_partitions([NewPartitions("grown", 3, replica_assignment=added)])["grown"].result(
+        30
+    )
+    c.wait_for_isr("grown", 3, 2)
+    for p, replicas in enumerate(added, start=1):
+        info = c.partition("grown", p)
+        assert info["replicas"] == replicas
+        assert info["leader"] == replicas[0]
+    bad = admin.create_partitions([NewPartitions("grown", 4, replica_assignment=[[1, 9]])])
+    try:
+        bad["grown"].result(30)
+    except Exception as exc:
+        assert exc.args[0].code() == confluent_kafka.KafkaError.INVALID_REPLICA_ASSIGNMENT
+    else:
+        raise AssertionError("an assignment naming an unknown broker was accepted")
+    assert len(c.metadata(["grown"])["topics"][0]["partitions"]) == 3
+
+
 def test_sigterm_of_the_last_broker_is_prompt(cluster):
     """With no other replica to take over, controlled shutdown has nothing to
     wait for: the last broker stops at once, not after

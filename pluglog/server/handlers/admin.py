@@ -9,7 +9,6 @@ from pluglog.broker import dynamic_config, limits
 from pluglog.config import SENSITIVE_KEYS
 from pluglog.errors import (
     INVALID_CONFIG,
-    INVALID_REPLICA_ASSIGNMENT,
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
     NONE,
@@ -199,16 +198,17 @@ def handle_create_partitions(ctx, request):
             if meta is None:
                 entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
                 entry["error_message"] = f"no topic {name!r}"
-            elif topic["assignments"] and any(
-                a["broker_ids"] != [broker.node_id] for a in topic["assignments"]
-            ):
-                entry["error_code"] = INVALID_REPLICA_ASSIGNMENT
-                entry["error_message"] = "assignments must name only this broker"
             else:
                 if topic["count"] > meta.num_partitions:
                     limits.check_new_partitions(broker, topic["count"] - meta.num_partitions)
+                # The coordinator checks the brokers named: one broker accepts
+                # only itself, a cluster its live brokers (INVALID_REPLICA_ASSIGNMENT).
+                assignments = [a["broker_ids"] for a in topic["assignments"] or ()]
                 yield broker.coordinator.create_partitions(
-                    name, topic["count"], validate_only=request["validate_only"]
+                    name,
+                    topic["count"],
+                    validate_only=request["validate_only"],
+                    assignments=assignments or None,
                 )
         except KafkaError as exc:
             entry["error_code"], entry["error_message"] = _fail(exc)

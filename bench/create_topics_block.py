@@ -1,0 +1,133 @@
+"""Does one CreateTopics of many partitions stop the broker serving others? (issue 24)
+
+    python3 bench/create_topics_block.py [--partitions 10000] [--runs 1]
+
+One broker (``twistd -n pluglog``, default settings, started through
+bench/broker_probe.py so its fsyncs are counted and timed from inside). A
+probe producer (confluent-kafka, acks=1, linger 0) sends one 200 B record
+at a time to a 1-partition topic and waits for each acknowledgement, all
+the time. Then one CreateTopics of ``--partitions`` partitions is sent
+(AdminClient, request timeout 900 s) and timed until its answer. Printed:
+the CreateTopics time; the broker's fsyncs over that time; the probe's
+acknowledgements during it, its longest wait for one and its median. A
+broker whose reactor the creation blocks answers no produce until the
+creation ends.
+"""
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import confluent_kafka  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+import tests.broker_process  # noqa: E402
+
+
+def load_average():
+    with open("/proc/loadavg") as handle:
+        return " ".join(handle.read().split()[:3])
+
+
+class Probe(threading.Thread):
+    """Stop-and-wait produce; keeps (sent at, seconds to the ack)."""
+
+    def __init__(self, bootstrap):
+        super().__init__(daemon=True)
+        self.acks = []
+        self.stopping = threading.Event()
+        self.producer = confluent_kafka.Producer(
+            {"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 0, "log_level": 3}
+        )
+
+    def run(self):
+        value = b"p" * 200
+        while not self.stopping.is_set():
+            sent = time.monotonic()
+            self.producer.produce("probe", value)
+            self.producer.flush(900)
+            self.acks.append((sent, time.monotonic() - sent))
+
+    def stop(self):
+        self.stopping.set()
+        self.join(900)
+
+
+def read_probe(path, pid):
+    target = path % {"pid": pid}
+    if os.path.exists(target):
+        os.unlink(target)
+    os.kill(pid, signal.SIGUSR2)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(target) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with open(target) as handle:
+        return json.load(handle)
+
+
+def one_run(root, partitions, probe_path):
+    broker = tests.broker_process.BrokerProcess(root / "data").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("probe", 1, 1)])["probe"].result(60)
+        probe = Probe(broker.bootstrap)
+        probe.start()
+        time.sleep(2)  # the probe is connected and acknowledged
+        read_probe(probe_path, broker.proc.pid)
+        start = time.monotonic()
+        future = admin.create_topics([NewTopic("big", partitions, 1)], request_timeout=900)
+        future["big"].result()
+        end = time.monotonic()
+        seen = read_probe(probe_path, broker.proc.pid)
+        time.sleep(1)
+        probe.stop()
+    finally:
+        broker.stop(timeout=300)
+    during = [wait for sent, wait in probe.acks if sent + wait >= start and sent <= end]
+    return {
+        "create_s": end - start,
+        "fsyncs": seen["fsync"].get("count", 0),
+        "fsync_s": seen["fsync"].get("total_ms", 0) / 1e3,
+        "acks_during": len(during),
+        "longest_ack_s": max(during, default=0.0),
+        "median_ack_ms": 1e3 * statistics.median(during) if during else 0.0,
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--partitions", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=1)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="pluglog-create-block-") as tmp:
+        probe_path = os.path.join(tmp, "probe-%(pid)s.json")
+        tests.broker_process.TWISTD = (
+            f"import sys; sys.path.insert(0, {HERE!r}); import broker_probe; "
+            f"broker_probe.install({probe_path!r}); "
+            "from twisted.scripts.twistd import run; run()"
+        )
+        for run in range(args.runs):
+            before = load_average()
+            out = one_run(Path(tmp) / f"run{run}", args.partitions, probe_path)
+            print(
+                f"run {run + 1}: CreateTopics of {args.partitions:,} partitions "
+                f"{out['create_s']:.1f} s; broker: {out['fsyncs']:,} fsyncs "
+                f"({out['fsync_s']:.1f} s); probe: {out['acks_during']} acks during it, "
+                f"longest wait {out['longest_ack_s']:.2f} s, median "
+                f"{out['median_ack_ms']:.1f} ms; load {before} -> {load_average()}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

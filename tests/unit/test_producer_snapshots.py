@@ -1,0 +1,62 @@
+"""Producer-state snapshots: the periodic checkpoint's are not fsynced, a clean
+stop's are, and one an OS crash left empty is dropped on load (issue 24)."""
+
+import os
+
+import pytest
+
+from pluglog.broker import partition_txns
+from tests.unit.test_txn_coordinator import _broker, _init, _produce, _settle
+from tests.unit.test_txn_index import _abort
+
+pytestmark = pytest.mark.unit
+
+
+def _record_syncs(monkeypatch):
+    calls = []
+    real = partition_txns.atomic_write
+
+    def recorded(path, data, sync=True):
+        calls.append(sync)
+        return real(path, data, sync)
+
+    monkeypatch.setattr(partition_txns, "atomic_write", recorded)
+    return calls
+
+
+def test_checkpoint_snapshots_skip_fsync_and_a_clean_stop_syncs(tmp_path, monkeypatch):
+    broker, clock, tc = _broker(tmp_path)
+    _code, pid, epoch = _init(tc, clock)
+    _abort(broker, clock, tc, pid, epoch, 0)
+    calls = _record_syncs(monkeypatch)
+    fsyncs = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
+    part = broker.partition("out", 0)
+    part.snapshot_producers(sync=False)
+    assert fsyncs == []  # not even the directory
+    assert any(name.endswith(".snapshot") for name in os.listdir(part.log.directory))
+    _produce(broker, 99, 0, 0, txn=False)
+    broker.checkpoint()
+    assert calls and not any(calls), calls
+    _produce(broker, 99, 0, 1, txn=False)
+    del calls[:]
+    broker._snapshot_producers()  # what a clean stop runs
+    assert calls and all(calls), calls
+
+
+def test_an_empty_newest_snapshot_is_dropped_and_the_state_reloaded(tmp_path):
+    broker, clock, tc = _broker(tmp_path)
+    _code, pid, epoch = _init(tc, clock)
+    _abort(broker, clock, tc, pid, epoch, 0)
+    part = broker.partition("out", 0)
+    part.snapshot_producers()
+    _produce(broker, 99, 0, 0, txn=False)
+    _settle(clock)
+    # What an OS crash may leave of a snapshot written without fsync.
+    torn = os.path.join(part.log.directory, f"{part.log.log_end_offset:020d}.snapshot")
+    open(torn, "wb").close()
+    part._reset_producers()
+    assert part.aborted_transactions(0, 10) == [{"producer_id": pid, "first_offset": 0}]
+    assert part.producers.epoch_of(99) == 0  # read from the log after the older snapshot
+    assert not os.path.exists(torn)
