@@ -97,8 +97,17 @@ def test_read_committed_sees_only_committed_rows(spark, broker, topic_name):
     create_topic(broker.bootstrap, topic_name, 2)
 
     def txn_producer(txn_id):
+        # The open transaction stays open across two Spark reads, which on a
+        # loaded machine outlast librdkafka's default transaction.timeout.ms
+        # (60 s): the coordinator then aborts it and bumps the epoch, as
+        # Kafka's does, and the final abort is fenced. 10 min is under the
+        # broker's transaction.max.timeout.ms (15 min).
         producer = confluent_kafka.Producer(
-            {"bootstrap.servers": broker.bootstrap, "transactional.id": txn_id}
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "transactional.id": txn_id,
+                "transaction.timeout.ms": 600000,
+            }
         )
         producer.init_transactions(30)
         producer.begin_transaction()
