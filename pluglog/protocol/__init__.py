@@ -30,6 +30,7 @@ from pluglog.protocol.apis import (
     supported_api_keys,
 )
 from pluglog.protocol.errors import DecodeError, EncodeError, UnsupportedVersionError
+from pluglog.protocol.fetchpath import FETCH_VERSIONS, NotFast, encode_fetch_response
 from pluglog.protocol.headers import (
     RequestHeader,
     parse_request_header,
@@ -177,6 +178,15 @@ def encode_response(api_key, api_version, correlation_id, body):
             return [b"".join(out)]
         except (KeyError, TypeError, ValueError, AttributeError, struct.error, EncodeError):
             pass  # the generic encoder raises the EncodeError that explains it
+    elif api_key == 1 and api_version in FETCH_VERSIONS:
+        out = [_p.INT32.pack(correlation_id)]
+        if api_version >= 12:
+            out.append(b"\x00")  # the flexible response header's tag buffer
+        try:
+            encode_fetch_response(api_version, body, out)
+            return _coalesce(out)
+        except (NotFast, KeyError, TypeError, ValueError, AttributeError, struct.error):
+            pass  # the generic encoder writes it, or raises the EncodeError
     _, encode = response_codec(api_key, api_version)
     flexible = is_flexible(api_key, api_version)
     out = []
