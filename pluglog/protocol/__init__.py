@@ -30,7 +30,12 @@ from pluglog.protocol.apis import (
     supported_api_keys,
 )
 from pluglog.protocol.errors import DecodeError, EncodeError, UnsupportedVersionError
-from pluglog.protocol.fetchpath import FETCH_VERSIONS, NotFast, encode_fetch_response
+from pluglog.protocol.fetchpath import (
+    FETCH_VERSIONS,
+    NotFast,
+    decode_fetch_request,
+    encode_fetch_response,
+)
 from pluglog.protocol.headers import (
     RequestHeader,
     parse_request_header,
@@ -135,6 +140,11 @@ def decode_request(header, buf):
         if fast is not None and fast[1] == len(buf):
             return fast[0]
         # Malformed or trailing bytes: the generic decoder says what is wrong.
+    elif header.api_key == 1 and header.api_version in FETCH_VERSIONS:
+        buf = _as_view(buf)
+        fast = decode_fetch_request(buf, header.body_offset, header.api_version)
+        if fast is not None and fast[1] == len(buf):
+            return fast[0]
     decode, _ = request_codec(header.api_key, header.api_version)
     return _decode_body(
         decode,

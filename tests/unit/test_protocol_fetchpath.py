@@ -11,8 +11,12 @@ from twisted.internet.task import Clock
 
 from pluglog import protocol as codec
 from pluglog.errors import NOT_LEADER_OR_FOLLOWER, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION
-from pluglog.protocol.apis import response_codec
-from pluglog.protocol.fetchpath import FETCH_VERSIONS, encode_fetch_response
+from pluglog.protocol.apis import request_codec, response_codec
+from pluglog.protocol.fetchpath import (
+    FETCH_VERSIONS,
+    decode_fetch_request,
+    encode_fetch_response,
+)
 from pluglog.protocol.headers import write_response_header
 from pluglog.protocol.records import Record, build_batch
 from pluglog.server.handlers.common import RequestContext
@@ -186,3 +190,85 @@ def test_the_handlers_answers_encode_as_the_generic_encoder_does(tmp_path, stora
             encode_fetch_response(version, plain, [])
             _assert_same(version, plain)
     assert {0, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER} <= seen
+
+
+def _random_request(rng, version):
+    topics = []
+    for _ in range(rng.randint(0, 3)):
+        partitions = [
+            {
+                "partition": rng.randint(-1, 2**31 - 1),
+                "current_leader_epoch": rng.randint(-1, 9),
+                "fetch_offset": rng.randint(-1, 2**62),
+                "last_fetched_epoch": rng.randint(-1, 9),
+                "log_start_offset": rng.randint(-1, 2**40),
+                "partition_max_bytes": rng.randint(0, 2**31 - 1),
+            }
+            for _ in range(rng.choice([0, 1, 3, 200]))
+        ]
+        topics.append(
+            {
+                "topic": rng.choice(["t", "tópico-ü", "x" * rng.randint(1, 300)]),
+                "topic_id": uuid.UUID(int=rng.getrandbits(128)),
+                "partitions": partitions,
+            }
+        )
+    body = {
+        "replica_id": rng.choice([-1, 1]),
+        "max_wait_ms": rng.randint(0, 1000),
+        "min_bytes": rng.randint(0, 10),
+        "max_bytes": rng.randint(0, 2**31 - 1),
+        "isolation_level": rng.choice([0, 1]),
+        "session_id": rng.choice([0, 77]),
+        "session_epoch": rng.choice([-1, 0, 5]),
+        "topics": topics,
+        "rack_id": rng.choice(["", "rack-ü"]),
+    }
+    odd = rng.random()
+    if odd < 0.15:  # a session's forgotten topics
+        body["forgotten_topics_data"] = [
+            {"topic": "f", "topic_id": uuid.UUID(int=9), "partitions": [1, 2]}
+        ]
+    elif odd < 0.25 and version >= 12:
+        body["cluster_id"] = "cluster"  # a tagged field
+    elif odd < 0.35 and version >= 15:
+        body["replica_state"] = {"replica_id": 2, "replica_epoch": 5}
+    elif odd < 0.45 and version >= 17 and topics and topics[0]["partitions"]:
+        topics[0]["partitions"][0]["replica_directory_id"] = uuid.UUID(int=3)
+    return body
+
+
+def _request_outcome(header, view):
+    try:
+        return codec.decode_request(header, view)
+    except codec.DecodeError as exc:
+        return ("DecodeError", str(exc))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_requests_decode_as_the_generic_decoder_does(version):
+    rng = random.Random(1000 + version)
+    decode, _ = request_codec(1, version)
+    fast_used = 0
+    for _ in range(150):
+        payload = codec.encode_request(1, version, 7, "c", _random_request(rng, version))[4:]
+        header = codec.parse_request_header(payload)
+        view = memoryview(payload)
+        expected = codec._decode_body(decode, view, header.body_offset, "Fetch req")
+        assert codec.decode_request(header, view) == expected
+        fast_used += decode_fetch_request(view, header.body_offset, version) is not None
+        # Truncated, garbled and padded: the generic answer, error or body.
+        variants = [payload[: rng.randint(header.body_offset, len(payload))], payload + b"\0"]
+        for _ in range(3):
+            garbled = bytearray(payload)
+            at = rng.randint(header.body_offset, len(garbled) - 1)
+            garbled[at] = rng.choice([0xFF, 0x80, 0x7F, 0x00, 0x01])
+            variants.append(bytes(garbled))
+        for variant in variants:
+            view = memoryview(variant)
+            try:
+                expected = codec._decode_body(decode, view, header.body_offset, "Fetch req")
+            except codec.DecodeError as exc:
+                expected = ("DecodeError", str(exc))
+            assert _request_outcome(header, view) == expected
+    assert fast_used > 50  # the fast decoder took the plain requests
