@@ -193,8 +193,7 @@ def encode_response(api_key, api_version, correlation_id, body):
         if api_version >= 12:
             out.append(b"\x00")  # the flexible response header's tag buffer
         try:
-            encode_fetch_response(api_version, body, out)
-            return _coalesce(out)
+            return encode_fetch_response(api_version, body, out)
         except (NotFast, KeyError, TypeError, ValueError, AttributeError, struct.error):
             pass  # the generic encoder writes it, or raises the EncodeError
     _, encode = response_codec(api_key, api_version)

@@ -47,6 +47,7 @@ _PART_V5 = struct.Struct(">ihqqq").pack
 _TAIL_V4 = struct.Struct(">i").pack  # records length
 _TAIL_V11 = struct.Struct(">ii").pack  # preferred read replica, records length
 _TAGGED = ("diverging_epoch", "current_leader", "snapshot_id")
+_BUFFERS = (bytes, bytearray, memoryview)
 
 
 class NotFast(Exception):  # noqa: N818 - control flow: the generic encoder decides
@@ -74,9 +75,11 @@ def _topic_id(value):
 
 
 def encode_fetch_response(version, body, out):
-    """Append the Fetch response ``body`` (as the handler builds it) to
-    ``out``; raises :class:`NotFast` (or KeyError, TypeError, ...) for a
-    body the generic encoder must write."""
+    """The parts of the Fetch response ``body`` (as the handler builds it)
+    after the bytes in ``out`` (the response header): runs of bytes joined,
+    file ranges as their own parts, as :func:`pluglog.protocol._coalesce`
+    leaves the generic encoder's. Raises :class:`NotFast` (or KeyError,
+    TypeError, ...) for a body the generic encoder must write."""
     flexible = version >= _FIRST_FLEXIBLE
     tags = b"\x00"  # the body's tag buffer: empty
     if version >= 16:
@@ -92,6 +95,7 @@ def encode_fetch_response(version, body, out):
         out.append(_INT32(body["throttle_time_ms"]))
     responses = body["responses"]
     out.append(encode_uvarint(len(responses) + 1) if flexible else _INT32(len(responses)))
+    parts = []
     head = _PART_V5 if version >= 5 else _PART_V4
     preferred = version >= 11
     by_id = version >= _FIRST_TOPIC_ID
@@ -146,7 +150,13 @@ def encode_fetch_response(version, body, out):
                     append(b"\x00")
                 else:
                     append(encode_uvarint(_size(records) + 1))
-                    append(records)
+                    if records.__class__ in _BUFFERS:
+                        append(records)
+                    else:  # a file range, sent as it is
+                        parts.append(b"".join(out))
+                        parts.append(records)
+                        out = []
+                        append = out.append
                 append(b"\x00")  # the partition's tag buffer
                 continue
             size = -1 if records is None else _size(records)
@@ -154,12 +164,22 @@ def encode_fetch_response(version, body, out):
                 append(_TAIL_V11(part["preferred_read_replica"], size))
             else:
                 append(_TAIL_V4(size))
-            if records is not None:
+            if records is None:
+                continue
+            if records.__class__ in _BUFFERS:
                 append(records)
+            else:
+                parts.append(b"".join(out))
+                parts.append(records)
+                out = []
+                append = out.append
         if flexible:
             append(b"\x00")  # the topic's tag buffer
     if flexible:
         append(tags)
+    if out:
+        parts.append(b"".join(out))
+    return parts
 
 
 # -- the request ---------------------------------------------------------------
