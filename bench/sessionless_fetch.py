@@ -143,6 +143,8 @@ def main():
             if not lines:
                 raise SystemExit(f"worker for {label} failed:\n{done.stderr[-3000:]}")
             results[label].append(json.loads(lines[0][7:]))
+            # Each run as it comes (a long run cut short still says something).
+            print(f"run {run + 1} {label}: {lines[0][7:]}", flush=True)
     print(f"{args.partitions} partitions, ms per fetch, medians of {args.runs} run(s)")
     print(f"{'case':40s} {'checkout':9s} first  decode handler encode  total")
     for case in results[next(iter(roots))][0]:
