@@ -94,6 +94,7 @@ class Partition(PartitionTransactions):
         self.fetch_sessions = {}
         self._hw_waits = []
         self._producers_loaded = False
+        self._no_producers = not self.log_offline and log.log_end_offset == 0
         #: Client records and bytes appended (per batch; read by pluglog.metrics on scrape).
         self.messages_in = 0
         self.bytes_in = 0

@@ -67,6 +67,15 @@ class PartitionTransactions:
 
     #: log end offset of the newest snapshot this partition wrote
     _snapshot_offset = -1
+    #: True while the log is known to hold no batch with a producer id: it
+    #: was empty when this partition opened it, and no idempotent or
+    #: transactional batch came since (each would load the state first,
+    #: which clears this). The producer state is then empty without a
+    #: load: a read_committed fetch (librdkafka's default) or an LSO query
+    #: of a plain producer's partition reads no headers, and the
+    #: checkpoint writes it no snapshot (10,000 such partitions cost a
+    #: full header scan each, then 10,000 fsynced snapshots).
+    _no_producers = False
 
     def _reset_producers(self):
         self._snapshot_offset = -1
@@ -76,6 +85,7 @@ class PartitionTransactions:
 
     def _load_producers(self):
         self._producers_loaded = True
+        self._no_producers = False
         producers = self.producers = ProducerStateTable()
         txns = self.txns = PartitionTxns()
         plog = self.log
@@ -204,12 +214,16 @@ class PartitionTransactions:
     @property
     def last_stable_offset(self):
         if not self._producers_loaded:
+            if self._no_producers:
+                return self.high_watermark  # no transaction was ever here
             self._load_producers()
         return self.txns.last_stable_offset(self.high_watermark)
 
     def aborted_transactions(self, start, end):
         """AbortedTransactions of a read_committed fetch of ``[start, end)``."""
         if not self._producers_loaded:
+            if self._no_producers:
+                return []  # nor in a remote tier: the log began empty
             self._load_producers()
         found = [(e.producer_id, e.first_offset) for e in self.txns.aborted_between(start, end)]
         plog = self.log

@@ -30,6 +30,12 @@ from pluglog.protocol.apis import (
     supported_api_keys,
 )
 from pluglog.protocol.errors import DecodeError, EncodeError, UnsupportedVersionError
+from pluglog.protocol.fetchpath import (
+    FETCH_VERSIONS,
+    NotFast,
+    decode_fetch_request,
+    encode_fetch_response,
+)
 from pluglog.protocol.headers import (
     RequestHeader,
     parse_request_header,
@@ -134,6 +140,11 @@ def decode_request(header, buf):
         if fast is not None and fast[1] == len(buf):
             return fast[0]
         # Malformed or trailing bytes: the generic decoder says what is wrong.
+    elif header.api_key == 1 and header.api_version in FETCH_VERSIONS:
+        buf = _as_view(buf)
+        fast = decode_fetch_request(buf, header.body_offset, header.api_version)
+        if fast is not None and fast[1] == len(buf):
+            return fast[0]
     decode, _ = request_codec(header.api_key, header.api_version)
     return _decode_body(
         decode,
@@ -177,6 +188,14 @@ def encode_response(api_key, api_version, correlation_id, body):
             return [b"".join(out)]
         except (KeyError, TypeError, ValueError, AttributeError, struct.error, EncodeError):
             pass  # the generic encoder raises the EncodeError that explains it
+    elif api_key == 1 and api_version in FETCH_VERSIONS:
+        out = [_p.INT32.pack(correlation_id)]
+        if api_version >= 12:
+            out.append(b"\x00")  # the flexible response header's tag buffer
+        try:
+            return encode_fetch_response(api_version, body, out)
+        except (NotFast, KeyError, TypeError, ValueError, AttributeError, struct.error):
+            pass  # the generic encoder writes it, or raises the EncodeError
     _, encode = response_codec(api_key, api_version)
     flexible = is_flexible(api_key, api_version)
     out = []

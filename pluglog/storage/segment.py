@@ -373,6 +373,15 @@ class LogSegment:
                 return FileRange(self.fileno, start, first_size), header.base_offset
             return b"", -1
         limit = start + max_bytes
+        known = self._next_offset
+        if (
+            limit >= self.size
+            and known is not None
+            and (max_offset is None or max_offset >= known)
+        ):
+            # Every batch from the first to the segment's end fits (a
+            # consumer catching up): no header walk to find the end.
+            return FileRange(self.fileno, start, self.size - start), header.base_offset
         # Skip whole batches using the index: entries are batch starts, so
         # everything before an entry at or below the limit fits.
         index = self.index

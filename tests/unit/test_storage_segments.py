@@ -429,3 +429,31 @@ def test_deleted_segments_renamed_then_unlinked(tmp_path, with_reactor):
     assert not [n for n in os.listdir(tmp_path / "t-0") if n.endswith(".deleted")]
     assert log.log_start_offset == 2
     store.close()
+
+
+def test_read_to_the_segment_end_skips_the_walk_and_matches_it(tmp_path, clock):
+    """A read whose byte limit and max offset reach past the segment's end
+    returns the rest of the segment without walking headers: the same file
+    range the walk finds, for every start, limit and max offset."""
+    storage = new_storage("segments", tmp_path / "data", clock)
+    log = open_log(storage, index_interval_bytes=200)
+    for count in (1, 3, 2, 5, 1, 1, 4):
+        log.append(make_batch(count), 1000)
+    segment = log.segments[-1]
+    end = log.log_end_offset
+    to_end = 0
+    for offset in range(end):
+        for max_bytes in (1, 60, 300, segment.size, 1 << 20):
+            for max_offset in (None, offset + 1, end - 1, end, end + 5):
+                got = segment.read(offset, max_bytes, max_offset)
+                known, segment._next_offset = segment._next_offset, None
+                try:
+                    want = segment.read(offset, max_bytes, max_offset)  # the walk
+                finally:
+                    segment._next_offset = known
+                shape = [(r.position, r.size) if r else r for r, _ in (got, want)]
+                assert shape[0] == shape[1] and got[1] == want[1], (offset, max_bytes, max_offset)
+                records = got[0]
+                to_end += bool(records) and records.position + records.size == segment.size
+    assert to_end > 100  # the shortcut's case came up
+    storage.close()
