@@ -188,6 +188,7 @@ class ConsumerSessionTests(Base):
         self.assertEqual(len(self.broker.fetch_sessions.parked()), 1)
         self.assertEqual([p for i in range(COUNT) for p in self.part(i).parked_fetches], [])
         self.produce(17)
+        self.broker.reactor.advance(0)  # the re-read is at the reactor's next turn
         self.assertEqual(answered(self.successResultOf(d)), {17: (0, 1, 0, self.size)})
         self.assertEqual(self.parts.take(), [17])
         self.assertEqual(self.broker.fetch_sessions.parked(), [])
@@ -196,6 +197,25 @@ class ConsumerSessionTests(Base):
         self.broker.reactor.advance(0.6)
         self.assertEqual(self.successResultOf(d)["responses"], [])
         self.assertEqual(self.parts.take(), [17])
+
+    def test_wake_ups_of_one_turn_cost_one_re_read(self):
+        # An ISR or leadership change over every partition wakes a parked
+        # fetch once per partition; re-reading on each wake-up cost
+        # 1 + 2 + ... + n partition reads (10,000 partitions froze a leader).
+        sid = self.open_session()
+        d = self.fetch(self.next(sid, max_wait_ms=500))
+        self.parts.take()
+        for index in range(COUNT):
+            self.part(index)._wake()  # a change that brings no records
+        self.assertEqual(sum(self.parts.looked.values()), 0, "nothing read during the turn")
+        self.broker.reactor.advance(0)
+        looked = {k[1]: n for k, n in self.parts.looked.items() if k[0] == TOPIC}
+        self.assertEqual(looked, dict.fromkeys(range(COUNT), 1))
+        self.assertNoResult(d)  # still nothing to answer: parked again
+        self.parts.take()
+        self.produce(3)
+        self.broker.reactor.advance(0)
+        self.assertEqual(answered(self.successResultOf(d)), {3: (0, 1, 0, self.size)})
 
     def test_a_change_while_parked_is_not_lost_when_the_fetch_goes_away(self):
         sid = self.open_session()

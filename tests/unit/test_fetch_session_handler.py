@@ -84,6 +84,8 @@ class FetchSessionHandlerTests(SynchronousTestCase):
         d = self.fetch(body(sid, 1, {0: 1}, max_wait_ms=500))
         self.assertNoResult(d)
         self.produce(1)  # wakes it: only partition 1 is news
+        self.assertNoResult(d)  # the re-read is at the reactor's next turn
+        self.broker.reactor.advance(0)
         response = self.successResultOf(d)
         self.assertEqual(response["session_id"], sid)
         self.assertEqual(answered(response), {1: (1, len(batch([b"v"])))})

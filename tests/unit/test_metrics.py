@@ -120,6 +120,7 @@ class MetricsTests(SynchronousTestCase):
         self.assertEqual(self.samples()[purgatory], 1)
         self.assertNotIn(("pluglog_requests_total", (("api", "Fetch"),)), self.samples())
         self.proto.dataReceived(produce_request(one_partition(batch()), cid=2))
+        self.broker.reactor.advance(0)  # the parked fetch re-reads at the next turn
         found = self.samples()
         self.assertEqual(found[purgatory], 0)
         self.assertEqual(found[("pluglog_requests_total", (("api", "Fetch"),))], 1)

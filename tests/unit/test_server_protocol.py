@@ -164,6 +164,8 @@ class ServerProtocolTests(SynchronousTestCase):
         assert transport.value() == b"", "metadata must wait behind the parked fetch"
         other.dataReceived(req(codec.PRODUCE, 8, 9, produce_body("t", 0, [b"x"])))
         responses(other_transport, [(codec.PRODUCE, 8)])
+        assert transport.value() == b"", "the parked fetch re-reads at the next turn"
+        broker.reactor.advance(0)
         (cid1, fetched), (cid2, meta) = responses(
             transport, [(codec.FETCH, 11), (codec.METADATA, 8)]
         )

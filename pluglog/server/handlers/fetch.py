@@ -327,6 +327,10 @@ class _LongPoll:
         self.deferred = defer.Deferred(self._cancel)
         self.partitions = []
         self.watched = None
+        #: the coalesced re-read (see :meth:`_soon`) and the partitions whose
+        #: one-shot waiter fired since the last one
+        self._check_call = None
+        self._woken = []
         if session.session_waits:
             self.watched = session.session
             self.watched.waiters.append(self._wake_session)
@@ -356,26 +360,48 @@ class _LongPoll:
             self.watched = None
         if self.timer.active():
             self.timer.cancel()
+        if self._check_call is not None and self._check_call.active():
+            self._check_call.cancel()
+        self._check_call = None
+        self._woken = []
 
     def _read(self):
         return _read_all(self.broker, self.session.reread(), False, self.version)
 
     def _wake_session(self):
-        if self.deferred.called:
-            return
-        topics, total = self._read()
-        if total >= self.request["min_bytes"]:
-            self._detach()
-            self.deferred.callback(_response(self.session, topics, total, self.broker, self.ctx))
+        if not self.deferred.called:
+            self._soon()
 
     def _wake(self, part):
+        if not self.deferred.called:
+            self._woken.append(part)
+            self._soon()
+
+    def _soon(self):
+        """Re-read once, at the reactor's next turn, however many wake-ups
+        come before it. A wake-up is a partition change (an append, a HW
+        move, an ISR change, a new leader...), and one event can make
+        thousands in a row: a leadership or ISR change over 10,000
+        partitions woke a parked follower fetch 10,000 times, and each
+        re-read the session's dirty partitions on the spot, 10,000 x 10,000
+        reads that froze the leader (bench/RESULTS.md). Kafka's
+        DelayedFetch checks its partitions per completion attempt too; here
+        the attempts of one turn are one."""
+        if self._check_call is None:
+            self._check_call = self.broker.reactor.callLater(0, self._check)
+
+    def _check(self):
+        self._check_call = None
+        woken, self._woken = self._woken, []
         if self.deferred.called:
             return
         topics, total = self._read()
         if total >= self.request["min_bytes"]:
             self._detach()
             self.deferred.callback(_response(self.session, topics, total, self.broker, self.ctx))
-        else:
+            return
+        for part in woken:
+            # A partition's waiters are one-shot: watch it again.
             part.add_waiter(self._wake)
 
     def _answer(self):
