@@ -50,6 +50,12 @@ Diagnostics:
   the upload and the store take from the broker, without the GIL;
 * ``--store-nice N`` renices moto_server (and the external uploader): if
   the tail follows the store's CPU, a store that yields the CPU moves it less.
+* ``--pin``: the broker and its upload child on CPU 0, moto_server, the
+  external uploader and this probe on the others (``sched_setaffinity``,
+  every thread, re-applied at each block so a child started later is
+  caught): the store and the client as on other hosts, which S3 and a
+  producer are, while the broker still shares its core with its own
+  uploads.
 """
 
 import argparse
@@ -180,6 +186,28 @@ class Uploads:
                 os.rename(self.root + ".aside", self.root)
 
 
+def pin_tree(pid, cpus):
+    """Set the CPU affinity of every thread of ``pid`` and its descendants."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                os.sched_setaffinity(int(task), cpus)
+        except OSError:
+            continue  # gone meanwhile
+        todo.extend(children.get(current, ()))
+
+
 def start_broker(work, settings, http_port):
     extra = ["--http", f"tcp:{http_port}:interface=127.0.0.1"]
     broker = ProbedBroker(os.path.join(work, "data"), settings=settings, extra_args=extra)
@@ -211,6 +239,11 @@ def main():
         "--copy-processes",
         type=int,
         help="remote.log.copy.processes (0: uploads in the broker's threads; default 1)",
+    )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="the broker (and its upload child) on CPU 0, the store and this probe on the others",
     )
     parser.add_argument("--switch-interval", type=float, help="the broker's sys.setswitchinterval")
     parser.add_argument("--gil-probe", action="store_true", help="log wake-up lateness")
@@ -294,6 +327,12 @@ def run(args, work, stack, machine_log):
         for proc in (moto.proc if moto is not None else None, external):
             if proc is not None:
                 os.setpriority(os.PRIO_PROCESS, proc.pid, args.store_nice)
+    if args.pin:
+        others = set(range(1, os.cpu_count()))
+        os.sched_setaffinity(0, others)
+        for proc in (moto.proc if moto is not None else None, external):
+            if proc is not None:
+                pin_tree(proc.pid, others)
     uploads = Uploads(args.provider, moto, root, external)
     stack.callback(uploads.release)
     create_topic(broker.bootstrap, "lat", 1)
@@ -355,6 +394,8 @@ def run_blocks(args, broker, moto, uploads, url, external):
         pids["uploader"] = external.pid
     blocks = []
     for mode in order:
+        if args.pin:
+            pin_tree(broker.proc.pid, {0})
         if mode == "B":
             uploads.release()
         else:
@@ -400,6 +441,7 @@ def lateness(path, blocks):
 def report(args, blocks, lateness_log, machine_log):
     print(
         f"\nprovider {args.provider}, uploader {args.uploader}, store nice {args.store_nice}, "
+        f"{'pinned (broker CPU 0), ' if args.pin else ''}"
         f"{args.cycles} x ABBA blocks of {args.block_s} s:"
     )
     figures = {}
