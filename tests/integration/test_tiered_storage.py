@@ -70,9 +70,18 @@ def local_segments(broker, topic):
 
 def uploaded_end(broker, topic):
     """One past the last offset of ``topic``-0 in a finished remote segment (0: none)."""
+    try:
+        states = metadata_states(broker.bootstrap)
+    except confluent_kafka.KafkaException as exc:
+        # The remote log manager creates __remote_log_metadata at its first
+        # pass after a tiered topic appears: polled before that, the topic is
+        # not there yet, which means nothing is uploaded.
+        if exc.args[0].code() != confluent_kafka.KafkaError._UNKNOWN_PARTITION:
+            raise
+        return 0
     finished = [
         s
-        for s in latest_segments(metadata_states(broker.bootstrap)).values()
+        for s in latest_segments(states).values()
         if s and s.topic == topic and s.partition == 0 and s.state == "COPY_SEGMENT_FINISHED"
     ]
     return max((s.next_offset for s in finished), default=0)
