@@ -220,6 +220,20 @@ def _count(buf, pos, flexible):
     return _R_INT32(buf, pos)[0], pos + 4
 
 
+def _string(buf, pos, size, flexible):
+    """``(text, end)`` of a (compact) non-null string at ``pos``."""
+    if flexible:
+        n, pos = read_uvarint(buf, pos)
+        n -= 1
+    else:
+        (n,) = _R_INT16(buf, pos)
+        pos += 2
+    end = pos + n
+    if n < 0 or end > size:
+        raise NotFast
+    return str(buf[pos:end], "utf-8"), end
+
+
 def _partitions(rows, version):
     if version >= 12:
         out = []
@@ -319,16 +333,8 @@ def _decode(buf, pos, version):
                 raise NotFast
             topic_id, name = uuid.UUID(bytes=bytes(buf[pos:end])), ""
         else:
-            if flexible:
-                n, pos = read_uvarint(buf, pos)
-                n -= 1
-            else:
-                (n,) = _R_INT16(buf, pos)
-                pos += 2
-            end = pos + n
-            if n < 0 or end > size:
-                raise NotFast
-            topic_id, name = _ZERO_ID, str(buf[pos:end], "utf-8")
+            name, end = _string(buf, pos, size, flexible)
+            topic_id = _ZERO_ID
         pos = end
         n, pos = _count(buf, pos, flexible)
         end = pos + n * width
@@ -347,17 +353,7 @@ def _decode(buf, pos, version):
         if n != 0:
             raise NotFast  # forgotten topics (a session's): the generic decoder
     if version >= 11:
-        if flexible:
-            n, pos = read_uvarint(buf, pos)
-            n -= 1
-        else:
-            (n,) = _R_INT16(buf, pos)
-            pos += 2
-        end = pos + n
-        if n < 0 or end > size:
-            raise NotFast
-        rack_id = str(buf[pos:end], "utf-8")
-        pos = end
+        rack_id, pos = _string(buf, pos, size, flexible)
     if flexible:
         if buf[pos]:
             raise NotFast  # cluster id, replica state: the generic decoder
