@@ -46,9 +46,9 @@ import time
 from pathlib import Path
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, HERE)
+sys.path[:0] = [HERE, os.path.join(HERE, "bench")]
 
-import confluent_kafka  # noqa: E402
+import partitions_bench  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # noqa: E402
 
 from tests.broker_process import BrokerProcess  # noqa: E402
@@ -180,40 +180,10 @@ class Logs:
 
 
 def produce(bootstrap, n):
-    producer = confluent_kafka.Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": 1,
-            "linger.ms": 5,
-            "partitioner": "random",
-            # Without this, records with no key go to one "sticky" partition
-            # per 10 ms (librdkafka ignores the partitioner for them): 1M
-            # records then reach ~500-1,300 of 10,000 partitions, not all.
-            "sticky.partitioning.linger.ms": 0,
-            "queue.buffering.max.messages": 1000000,
-            "log_level": 3,
-        }
-    )
-    producer.list_topics(TOPIC, timeout=60)
-    value = b"v" * SIZE
-    failed = []
-
-    def report(err, _msg):
-        if err is not None:
-            failed.append(err)
-
+    """``(start, elapsed)`` of producing ``n`` records to TOPIC, spread over
+    every partition (partitions_bench's producer with ``--spread``)."""
     start = time.monotonic()
-    sent = 0
-    while sent < n:
-        try:
-            producer.produce(TOPIC, value, callback=report)
-            sent += 1
-        except BufferError:
-            producer.poll(0.01)
-    producer.flush(300)
-    elapsed = time.monotonic() - start
-    if failed:
-        raise SystemExit(f"{len(failed)} records failed, first: {failed[0]}")
+    elapsed = partitions_bench.produce(bootstrap, TOPIC, n, spread=True)
     return start, elapsed
 
 
