@@ -50,6 +50,11 @@ Diagnostics:
   the upload and the store take from the broker, without the GIL;
 * ``--store-nice N`` renices moto_server (and the external uploader): if
   the tail follows the store's CPU, a store that yields the CPU moves it less.
+* ``--local-retention-mb N``: the tiered topic's ``local.retention.bytes``.
+  By default four segments, so the backlog waits beyond local retention and
+  the broker uploads it at catch-up priority (a store back after an
+  outage); above ``--mb`` the backlog is within local retention, as uploads
+  that keep up are, and they run at idle priority (``SCHED_IDLE``);
 * ``--pin``: the broker and its upload child on CPU 0, moto_server, the
   external uploader and this probe on the others (``sched_setaffinity``,
   every thread, re-applied at each block so a child started later is
@@ -129,7 +134,7 @@ class ProbedBroker(BrokerProcess):
         return [cmd[0], "-c", LAUNCHER, *cmd[3:]]
 
 
-def copied_bytes(url):
+def copied_bytes(url, metric="pluglog_remote_copied_bytes"):
     """The broker's uploaded bytes (its /metrics), or the external uploader's file."""
     if not url.startswith("http"):
         try:
@@ -139,9 +144,7 @@ def copied_bytes(url):
             return 0.0
     with urllib.request.urlopen(url + "/metrics", timeout=10) as reply:
         for line in reply.read().decode().splitlines():
-            if line.startswith("pluglog_remote_copied_bytes_total ") or line.startswith(
-                "pluglog_remote_copied_bytes "
-            ):
+            if line.startswith(f"{metric}_total ") or line.startswith(f"{metric} "):
                 return float(line.split()[1])
     return 0.0
 
@@ -218,6 +221,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=512)
     parser.add_argument("--segment-mb", type=int, default=8)
+    parser.add_argument(
+        "--local-retention-mb",
+        type=int,
+        help="local.retention.bytes of the tiered topic (default: 4 segments, so the "
+        "backlog waits beyond it and uploads run at catch-up priority; above --mb, "
+        "uploads keep within it and run at idle priority)",
+    )
     parser.add_argument("--cycles", type=int, default=3, help="A B B A cycles")
     parser.add_argument("--block-s", type=float, default=1.5)
     parser.add_argument("--provider", choices=("s3", "filesystem"), default="s3")
@@ -344,7 +354,9 @@ def run(args, work, stack, machine_log):
         {
             "remote.storage.enable": "true",
             "segment.bytes": str(segment),
-            "local.retention.bytes": str(4 * segment),
+            "local.retention.bytes": str(
+                4 * segment if args.local_retention_mb is None else args.local_retention_mb << 20
+            ),
         },
     )
     time.sleep(2)  # __remote_log_metadata is made and loaded
@@ -383,6 +395,14 @@ def probe_block(producer, seconds):
     return out
 
 
+def cpu_split(pids):
+    """CPU seconds so far per process; the broker's own apart from its
+    children's (the upload processes), so the reactor's share shows."""
+    out = {k: cpu_seconds(p) for k, p in pids.items()}
+    out["broker children"] = cpu_seconds(pids["broker"], children=True) - out["broker"]
+    return out
+
+
 def run_blocks(args, broker, moto, uploads, url, external):
     producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
     probe_block(producer, 0.5)  # connected, metadata known
@@ -401,11 +421,11 @@ def run_blocks(args, broker, moto, uploads, url, external):
         else:
             uploads.hold()
         before = copied_bytes(url)
-        cpu0 = {k: cpu_seconds(p, k == "broker") for k, p in pids.items()}
+        cpu0 = cpu_split(pids)
         t0 = time.monotonic()
         samples = probe_block(producer, args.block_s)
         t1 = time.monotonic()
-        cpu = {k: (cpu_seconds(p, k == "broker") - cpu0[k]) / (t1 - t0) for k, p in pids.items()}
+        cpu = {k: (v - cpu0[k]) / (t1 - t0) for k, v in cpu_split(pids).items()}
         uploads.hold()  # between blocks nothing uploads: the /metrics read is outside
         copied = copied_bytes(url) - before
         blocks.append(
@@ -418,6 +438,9 @@ def run_blocks(args, broker, moto, uploads, url, external):
             flush=True,
         )
     uploads.release()
+    if url.startswith("http"):
+        catch_up = copied_bytes(url, "pluglog_remote_catch_up_copies")
+        print(f"uploads at catch-up priority (beyond local retention): {catch_up:.0f}")
     return blocks
 
 

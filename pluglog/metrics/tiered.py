@@ -59,6 +59,11 @@ class TieredCollector:
             (manager.bytes_copied, "pluglog_remote_copied_bytes", "Bytes uploaded."),
             (manager.segments_deleted, "pluglog_remote_deleted_segments", "Segments expired."),
             (
+                manager.catch_up_copies,
+                "pluglog_remote_catch_up_copies",
+                "Uploads run at catch-up priority: local data beyond local.retention.* waited.",
+            ),
+            (
                 manager.copy_failures,
                 "pluglog_remote_copy_failures",
                 "Upload or expiry passes that failed (the store, or the metadata write).",

@@ -55,8 +55,12 @@ from pluglog.storage.remote.metadata import (
 from pluglog.storage.remote.tier import ChunkCache, RemoteTier
 from pluglog.tiered.copier import CopyQuota, copy_segment, eligible_segment, segment_files
 from pluglog.tiered.metadata_store import METADATA_TOPIC, MetadataStore, PartitionMetadata
-from pluglog.tiered.retention import apply_local_retention, expired_segments
-from pluglog.tiered.upload_process import ProcessUploader
+from pluglog.tiered.retention import (
+    apply_local_retention,
+    behind_local_retention,
+    expired_segments,
+)
+from pluglog.tiered.upload_process import BACKGROUND, CATCH_UP, ProcessUploader
 
 log = Logger()
 
@@ -79,10 +83,15 @@ def make_remote_log_manager(broker):
     # partitions another broker leads; deferred like the broker's own import.
     from pluglog.replication.peer import connect
 
-    uploader = None
+    uploaders = None
     if config.remote_log_copy_processes:
-        uploader = ProcessUploader(name, config, config.remote_log_copy_processes)
-    broker.remote_log_manager = RemoteLogManager(broker, storage, connect, uploader)
+        uploaders = {
+            priority: ProcessUploader(
+                name, config, config.remote_log_copy_processes, priority=priority
+            )
+            for priority in (BACKGROUND, CATCH_UP)
+        }
+    broker.remote_log_manager = RemoteLogManager(broker, storage, connect, uploaders)
     return broker.remote_log_manager
 
 
@@ -91,14 +100,17 @@ class RemoteLogManager(service.Service):
 
     name = "remote-log-manager"
 
-    def __init__(self, broker, storage, connect=None, uploader=None):
+    def __init__(self, broker, storage, connect=None, uploaders=None):
         config = broker.config
         self.broker = broker
         self.reactor = broker.reactor
         self.storage = storage
-        #: what copies segments: child processes (upload_process), or the
-        #: provider itself in the copier threads
-        self.uploader = uploader if uploader is not None else storage
+        #: what copies segments, by priority: child processes
+        #: (upload_process; catch-up ones once uploads hold local data
+        #: beyond local retention), or the provider itself in the copier threads
+        self.uploaders = uploaders or {BACKGROUND: storage, CATCH_UP: storage}
+        #: Copies made at catch-up priority (a metric).
+        self.catch_up_copies = 0
         self.node_id = broker.node_id
         self.store = MetadataStore(broker, connect)
         self.cache = ChunkCache(config.remote_log_index_file_cache_total_size_bytes)
@@ -147,8 +159,9 @@ class RemoteLogManager(service.Service):
             tier.on_ready = None
         self.quota.stop()
         self.copier_pool.stop()
-        if self.uploader is not self.storage:
-            self.uploader.stop()
+        for uploader in self.uploaders.values():
+            if uploader is not self.storage:
+                uploader.stop()
         self.reader_pool.stop()
         self.store.close()
         return super().stopService()
@@ -372,9 +385,12 @@ class RemoteLogManager(service.Service):
         yield self.store.write(started)
         meta.apply(started)
         files = segment_files(local, started)
-        yield self._in_thread(
-            self.copier_pool, copy_segment, self.uploader, started, files, self.quota
-        )
+        priority = BACKGROUND
+        if behind_local_retention(part, self.broker.now_ms(), self._retention):
+            priority = CATCH_UP
+            self.catch_up_copies += 1
+        uploader = self.uploaders[priority]
+        yield self._in_thread(self.copier_pool, copy_segment, uploader, started, files, self.quota)
         if not (part.is_leader and part.leader_epoch == epoch):
             # Leadership moved during the copy: the new leader owns the
             # partition's metadata now and deletes this copy as unfinished.

@@ -3,6 +3,9 @@
 * :func:`apply_local_retention`: a tiered partition's local log is bounded
   by ``local.retention.ms``/``local.retention.bytes``; the log itself
   refuses to delete a segment its remote tier does not hold yet;
+* :func:`behind_local_retention`: whether segments wait beyond local
+  retention for their upload (the manager then uploads at catch-up
+  priority);
 * :func:`expired_segments`: the remote segments beyond the topic's total
   retention (``retention.ms``, ``retention.bytes``, counting the local
   segments above the remote tier) or wholly below a DeleteRecords start.
@@ -18,16 +21,26 @@ from twisted.logger import Logger
 log = Logger()
 
 
-def apply_local_retention(part, now, policy):
-    """Delete the local segments of ``part`` beyond its local retention
-    (``policy`` is the broker's delete retention policy)."""
-    config = part.config
-    local = dataclasses.replace(
+def _local(config):
+    """``config`` with local retention as its retention."""
+    return dataclasses.replace(
         config,
         retention_ms=config.effective_local_retention_ms,
         retention_bytes=config.effective_local_retention_bytes,
     )
-    count = policy.segments_to_delete(part.log, local, now)
+
+
+def behind_local_retention(part, now, policy):
+    """Whether ``part`` keeps local segments beyond its local retention
+    (which then wait for their upload): uploads are behind, and the local
+    disk grows past what the user set until they catch up."""
+    return policy.segments_to_delete(part.log, _local(part.config), now) > 0
+
+
+def apply_local_retention(part, now, policy):
+    """Delete the local segments of ``part`` beyond its local retention
+    (``policy`` is the broker's delete retention policy)."""
+    count = policy.segments_to_delete(part.log, _local(part.config), now)
     if count:
         deleted = part.log.delete_oldest_segments(count)
         if deleted:

@@ -18,6 +18,19 @@ provider would write. An error comes back as the provider raised it; a
 child that died (killed, out of memory) fails that copy with one line, and
 the pool is rebuilt for the next one. The broker's provider still does the
 start-up check, the remote reads and the deletes.
+
+Priority: an upload is background work, so a child yields its core to the
+broker. :data:`BACKGROUND` children run ``SCHED_IDLE``: the broker's
+reactor preempts them the moment it wakes, where a nice +10 child can
+still hold a contended core for a scheduler slice (bench/RESULTS.md,
+"Produce p99 with uploads"). An idle-priority
+process gets almost no CPU while the broker keeps every core busy, and
+local retention cannot delete a segment before its upload; so once
+uploads hold local data beyond ``local.retention.*`` the manager hands
+copies to :data:`CATCH_UP` children (nice +10, ``SCHED_BATCH``), which
+always get a share. The disk then stays bounded by what the user set.
+Neither needs a privilege (an unprivileged process may not leave
+``SCHED_IDLE``, hence two pools rather than one child switching).
 """
 
 import concurrent.futures
@@ -36,30 +49,37 @@ from pluglog.registry import Registry
 _storage = None
 #: how often a child checks that the broker that started it is alive
 PARENT_CHECK_S = 0.5
-#: added to a child's nice value: an upload is background work, and where
-#: the broker and its child share cores, the reactor's wake-ups should win
+#: added to a catch-up child's nice value (see the module doc)
 UPLOAD_NICE = 10
+#: children that run only on a core the broker leaves idle
+BACKGROUND = "background"
+#: children that keep a small share of a busy core (uploads behind local retention)
+CATCH_UP = "catch-up"
 
 
-def _start(name, config, autoload):
+def _start(name, config, autoload, priority=CATCH_UP):
     """In a child: build the provider (SIGINT is the parent's business) and
     watch the parent."""
     global _storage
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _yield_cpu()
+    _yield_cpu(priority)
     threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
     _storage = Registry(make_plugin_manager(autoload=autoload)).build(
         "remote_storage", name, config, None
     )
 
 
-def _yield_cpu():
-    """In a child: run as background work. A higher nice value gives the
-    reactor the larger CFS share, and SCHED_BATCH tells the scheduler the
-    child does not need to preempt on wake-up; an upload backlog still drains
-    in the idle time. Neither is a privilege, so neither can fail here."""
-    os.nice(UPLOAD_NICE)
-    os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+def _yield_cpu(priority):
+    """In a child: run as background work. ``BACKGROUND``: SCHED_IDLE, any
+    runnable broker thread preempts it. ``CATCH_UP``: a higher nice value
+    gives the reactor the larger share, and SCHED_BATCH tells the scheduler
+    the child need not preempt on wake-up. Neither is a privilege, so
+    neither can fail here."""
+    if priority == BACKGROUND:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    else:
+        os.nice(UPLOAD_NICE)
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
 
 
 def _exit_with(parent):
@@ -79,13 +99,16 @@ def _copy(segment, parts):
 
 
 class ProcessUploader:
-    """``copy_segment`` of provider ``name`` in ``processes`` child processes.
+    """``copy_segment`` of provider ``name`` in ``processes`` child processes
+    of scheduling ``priority`` (:data:`BACKGROUND` or :data:`CATCH_UP`),
+    started at the first copy.
 
     Thread-safe: the broker's upload threads call :meth:`copy_segment`, which
     blocks until the child is done."""
 
-    def __init__(self, name, config, processes, autoload=None):
-        self._args = (name, config, autoload)
+    def __init__(self, name, config, processes, autoload=None, priority=BACKGROUND):
+        self.priority = priority
+        self._args = (name, config, autoload, priority)
         self._processes = processes
         self._lock = threading.Lock()
         self._pool = None

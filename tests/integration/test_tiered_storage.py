@@ -615,10 +615,12 @@ def test_metrics_report_the_remote_tier(tmp_path):
                         out[sample.name] = sample.value
             return out
 
+        # Listed once nothing is left to upload (an upload after the listing
+        # would make the metrics larger than it).
+        wait_for(lambda: scrape()["pluglog_remote_copy_lag_bytes"] == 0, what="no upload lag")
         remote_files_now = remote_files(root, topic)
         directory = os.path.join(root, f"{topic}-0")
         remote_size = sum(os.path.getsize(os.path.join(directory, n)) for n in remote_files_now)
-        wait_for(lambda: scrape()["pluglog_remote_copy_lag_bytes"] == 0, what="no upload lag")
         metrics = scrape()
         assert metrics["pluglog_remote_log_size_bytes"] == remote_size
         assert metrics["pluglog_remote_copied_segments_total"] == len(remote_files_now)

@@ -13,7 +13,7 @@ from pluglog.config import BrokerConfig, parse_settings
 from pluglog.errors import RemoteStorageError
 from pluglog.storage.remote.filesystem import FilesystemRemoteStorage
 from pluglog.storage.remote.metadata import RemoteSegment
-from pluglog.tiered.upload_process import UPLOAD_NICE, ProcessUploader
+from pluglog.tiered.upload_process import BACKGROUND, CATCH_UP, UPLOAD_NICE, ProcessUploader
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -49,14 +49,28 @@ def test_a_child_process_copies_what_the_brokers_provider_reads(tmp_path, upload
     assert children, "the copy ran in this process, not a child"
 
 
-def test_the_child_runs_as_background_work(tmp_path, uploader):
+def test_the_child_runs_at_idle_priority(tmp_path, uploader):
     source = tmp_path / "seg.log"
     source.write_bytes(b"x" * 1000)
     uploader.copy_segment(RemoteSegment.new("t", 0, 0, 9, 1, 1000, []), {"log": str(source)})
-    mine = os.getpriority(os.PRIO_PROCESS, 0)
-    for pid in list(uploader._pool._processes):
-        assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, mine + UPLOAD_NICE)
-        assert os.sched_getscheduler(pid) == os.SCHED_BATCH
+    assert uploader.priority == BACKGROUND
+    pids = list(uploader._pool._processes)
+    assert pids and all(os.sched_getscheduler(pid) == os.SCHED_IDLE for pid in pids)
+
+
+def test_a_catch_up_child_keeps_a_share_of_a_busy_core(tmp_path):
+    (tmp_path / "remote").mkdir()
+    up = ProcessUploader("filesystem", config_for(tmp_path), 1, autoload=False, priority=CATCH_UP)
+    try:
+        copy_once(up, tmp_path)
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        pids = list(up._pool._processes)
+        assert pids
+        for pid in pids:
+            assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, mine + UPLOAD_NICE)
+            assert os.sched_getscheduler(pid) == os.SCHED_BATCH
+    finally:
+        up.stop()
 
 
 def test_an_error_in_the_child_comes_back_as_the_providers(tmp_path, uploader):
