@@ -28,6 +28,7 @@ from pluglog.metrics.recorder import RequestMetrics
 from pluglog.metrics.registry import broker_registry
 from pluglog.registry import Registry
 from pluglog.server import dispatch
+from pluglog.storage.openfiles import raise_descriptor_limit
 
 log = Logger()
 
@@ -99,6 +100,9 @@ class BrokerService(service.MultiService):
     def _start(self):
         from pluglog.server.protocol import KafkaServerFactory
 
+        before, after = raise_descriptor_limit()
+        if after > before:
+            log.info("open-file limit raised from {before} to {after}", before=before, after=after)
         registry = Registry(self.plugin_manager)
         self.broker = broker = Broker(self.config, registry, self.reactor)
         yield broker.start()

@@ -47,8 +47,10 @@ class BrokerProcess(ChildProcess):
 
     name = "broker"
 
-    def __init__(self, data_dir, port=None, settings=None, extra_args=()):
+    def __init__(self, data_dir, port=None, settings=None, extra_args=(), nofile=None):
         self.data_dir = str(data_dir)
+        #: (soft, hard) descriptor limits the broker process starts with
+        self.nofile = nofile
         #: a port free_port() picked may be taken before the broker binds it
         #: (another test run on the machine); start() then picks another
         self._port_picked = not port
@@ -88,7 +90,13 @@ class BrokerProcess(ChildProcess):
         for attempt in range(3):
             try:
                 return self._spawn(
-                    self.command(), self._listening, "listen", timeout, env=env, cwd=ROOT
+                    self.command(),
+                    self._listening,
+                    "listen",
+                    timeout,
+                    env=env,
+                    cwd=ROOT,
+                    preexec_fn=self._limits if self.nofile else None,
                 )
             except RuntimeError:
                 taken = "Address already in use" in self.log_since_start()
@@ -97,6 +105,12 @@ class BrokerProcess(ChildProcess):
             self._close_log()
             self.port = free_port()
             self.log_path = os.path.join(self.data_dir, "..", f"broker-{self.port}.log")
+
+    def _limits(self):
+        """In the broker's process, before it runs: its descriptor limits."""
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, self.nofile)
 
     def run_until_exit(self, timeout=20):
         """Run the broker expecting it to exit on its own (a refused start);

@@ -16,7 +16,8 @@ descriptor wrote its pages.
 ``capacity`` is the broker's ``log.max.open.segments``; 0 (the default)
 sizes it from the process's soft descriptor limit: a sixth of it, so at
 most half the descriptors (three per segment) go to segment files and the
-rest stay for connections.
+rest stay for connections. The broker raises that soft limit to the hard
+one at start (:func:`raise_descriptor_limit`).
 """
 
 import resource
@@ -25,6 +26,23 @@ from collections import OrderedDict
 #: Bounds for the automatic capacity.
 MIN_AUTO = 64
 MAX_AUTO = 100_000
+
+
+def raise_descriptor_limit():
+    """Raise the soft descriptor limit to the hard one, as the JVM does for
+    Kafka (``-XX:+MaxFDLimit``, on by default) and Go's runtime does: the
+    soft limit is often 1,024, which would cap the segments kept open at
+    170 and make a consumer of a few hundred partitions reopen files on
+    every fetch, while the hard limit is what the operator allowed.
+    Returns ``(before, after)``."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            return soft, soft  # a sandbox may refuse; the soft limit stays
+        return soft, hard
+    return soft, soft
 
 
 def auto_capacity():

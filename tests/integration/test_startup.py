@@ -132,15 +132,8 @@ def test_corrupt_byte_mid_segment_after_clean_stop_is_cut_and_logged(tmp_path):
 
 def test_thousands_of_partitions_under_a_small_descriptor_limit(tmp_path):
     """2,000 partitions need ~6,000 descriptors if every segment stays open;
-    under a 1,024 limit the broker creates, serves and restarts them."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))  # inherited by the broker
-    try:
-        broker = BrokerProcess(tmp_path / "data").start()
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    under a 1,024 hard limit the broker creates, serves and restarts them."""
+    broker = BrokerProcess(tmp_path / "data", nofile=(1024, 1024)).start()
     try:
         create_topic(broker.bootstrap, "wide", partitions=2000)
         records = [(p, None, f"v{p}".encode(), []) for p in range(0, 2000, 7)]
@@ -148,17 +141,25 @@ def test_thousands_of_partitions_under_a_small_descriptor_limit(tmp_path):
         open_fds = len(os.listdir(f"/proc/{broker.proc.pid}/fd"))
         assert open_fds < 700, open_fds
         broker.stop()
-        with_limit = resource.getrlimit(resource.RLIMIT_NOFILE)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
-        try:
-            broker.start()
-        finally:
-            resource.setrlimit(resource.RLIMIT_NOFILE, with_limit)
+        broker.start()
         assert "Too many open files" not in broker.log()
         with BlockingClient.from_bootstrap(broker.bootstrap) as client:
             assert [_latest(client, "wide", p) for p in (0, 7, 1995, 1999)] == [1, 1, 1, 0]
             (fetched,) = client.fetch("wide", {1995: 0})
             assert fetched["error_code"] == 0 and fetched["records"]
+    finally:
+        broker.stop()
+
+
+def test_the_soft_descriptor_limit_is_raised_to_the_hard_one(tmp_path):
+    """A soft limit of 1,024 (a common default) would cap the open segments
+    at 170; the broker takes the hard limit, as the JVM does for Kafka."""
+    broker = BrokerProcess(tmp_path / "data", nofile=(1024, 4096)).start()
+    try:
+        with open(f"/proc/{broker.proc.pid}/limits") as handle:
+            (line,) = [x for x in handle if x.startswith("Max open files")]
+        assert line.split()[3:5] == ["4096", "4096"], line
+        assert "open-file limit raised from 1024 to 4096" in broker.log()
     finally:
         broker.stop()
 
