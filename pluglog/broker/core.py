@@ -429,9 +429,12 @@ class Broker:
                 log.warn("producer snapshot of {p} failed: {e}", p=part.log, e=exc)
 
     def controlled_shutdown(self):
-        """Ask the coordinator to move leadership away before stopping."""
+        """Stop fetching as a follower, then ask the coordinator to move
+        leadership away and take this broker out of the ISRs."""
         if not self.config.controlled_shutdown_enable:
             return defer.succeed(None)
+        if self.replicas is not None:
+            self.replicas.stop_following()
         return self.coordinator.controlled_shutdown()
 
     @defer.inlineCallbacks
