@@ -15,11 +15,14 @@ eligibility, as Kafka's ZooKeeper-mode leader checks its metadata cache). A
 lost ZooKeeper session takes every partition offline until the coordinator
 re-announces states: another broker may already lead them.
 
-At a controlled shutdown (:meth:`ReplicaManager.stop_following`) this broker
-stops fetching before the controller takes it out of the ISRs, as Kafka's
-controller sends StopReplica first: a fetch after the shrink would have the
-leader add it back, with one more ZooKeeper write and leader epoch per
-partition and an ISR naming a broker that is going away.
+During a controlled shutdown (:meth:`ReplicaManager.shutting_down`) this
+broker stops fetching a partition once it is out of its ISR: at once for
+those it is not in sync for, else when the controller's shrink arrives, as
+Kafka's controller sends StopReplica with each shrink. A fetch in the new
+epoch would have the leader add it back (one more ZooKeeper write and leader
+epoch per partition, and an ISR naming a broker that is going away); one
+still in the old epoch is fenced. Partitions it is still in sync for keep
+replicating until their shrink, so acks=all does not wait on it meanwhile.
 
 Replicas being moved can be throttled (:mod:`pluglog.replication.throttle`).
 It also keeps the high-watermark checkpoint (Kafka's
@@ -70,8 +73,8 @@ class ReplicaManager:
         #: pluglog.metrics on scrape).
         self.isr_shrinks = 0
         self.isr_expands = 0
-        #: set by stop_following (controlled shutdown): no more fetching
-        self.stopped_following = False
+        #: set by shutting_down (controlled shutdown): fetch only in-sync partitions
+        self.in_shutdown = False
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -88,12 +91,14 @@ class ReplicaManager:
             self._isr_check.clock = self.reactor
             self._isr_check.start(interval, now=False)
 
-    def stop_following(self):
-        """Controlled shutdown: stop every follower fetch now, and start none."""
-        self.stopped_following = True
-        for fetcher in self.fetchers.values():
-            fetcher.stop()
-        self.fetchers.clear()
+    def shutting_down(self):
+        """Controlled shutdown begins: stop fetching every partition this
+        broker is not in the ISR of, and each other one when it leaves it."""
+        self.in_shutdown = True
+        for fetcher in list(self.fetchers.values()):
+            for key, entry in list(fetcher.partitions.items()):
+                if self.node_id not in entry[0].isr:
+                    fetcher.remove(key)
 
     def stop(self):
         if self._isr_check is not None and self._isr_check.running:
@@ -177,7 +182,7 @@ class ReplicaManager:
             state.leader == NO_LEADER
             or self.node_id not in replicas
             or part.log_offline
-            or self.stopped_following
+            or (self.in_shutdown and self.node_id not in state.isr)
         ):
             # An offline log (a failed log dir) has nothing to fetch into.
             self._unfollow(key)

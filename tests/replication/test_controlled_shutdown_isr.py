@@ -8,8 +8,8 @@ controller shrank those ISRs again with one more leader epoch. The leader,
 its ZooKeeper work queued behind thousands of its own ISR writes, kept the
 old epoch long after the restarted follower had the new one, which it
 answered with UNKNOWN_LEADER_EPOCH. Kafka's controller stops the follower's
-fetchers (StopReplica) before the shrink, so each partition sees one write;
-after the restart ZooKeeper and the leader's Metadata agree again.
+fetch of each partition (StopReplica) with its shrink, so each partition
+sees one write; after the restart ZooKeeper and the leader's Metadata agree.
 """
 
 import json
