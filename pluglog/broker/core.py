@@ -429,9 +429,12 @@ class Broker:
                 log.warn("producer snapshot of {p} failed: {e}", p=part.log, e=exc)
 
     def controlled_shutdown(self):
-        """Ask the coordinator to move leadership away before stopping."""
+        """Ask the coordinator to move leadership away and take this broker
+        out of the ISRs; partitions leave its fetches as they leave its ISRs."""
         if not self.config.controlled_shutdown_enable:
             return defer.succeed(None)
+        if self.replicas is not None:
+            self.replicas.shutting_down()
         return self.coordinator.controlled_shutdown()
 
     @defer.inlineCallbacks

@@ -20,7 +20,8 @@ The coordinator contract around them (see :class:`pluglog.interfaces.ICoordinato
   only while the stored state still has ``state.version`` and
   ``state.leader_epoch``, and fires with the new PartitionState; otherwise it
   fails with :class:`StaleStateError` and the caller waits for the
-  ``"partition"`` event carrying the newer state.
+  ``"partition"`` event carrying the newer state (the ZooKeeper coordinator
+  reads the winner at once and announces it before the failure fires).
 """
 
 from dataclasses import dataclass, field

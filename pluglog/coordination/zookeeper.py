@@ -478,6 +478,9 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
                     z.state_path(topic, partition), z.state_bytes(new), version=state.version
                 )
             except (BadVersionError, NoNodeError):
+                # Read the winner now: the watch's refresh may queue behind
+                # thousands of ISR writes while the follower has the new epoch.
+                self._reread_state(topic, partition)
                 raise StaleStateError(
                     f"{topic}-{partition}: state changed since version {state.version}"
                 ) from None
@@ -490,6 +493,14 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
             return result
 
         return self._submit_write(write).addCallback(stored)
+
+    def _reread_state(self, topic, partition):
+        """io thread: deliver a partition's stored state (its watch stays as set)."""
+        try:
+            state = z.state_from_znode(*self.client.get(z.state_path(topic, partition)))
+        except NoNodeError:
+            return  # deleted: the topic watch says so
+        self.io.deliver(self._set_state, topic, partition, state)
 
 
 def make_zookeeper(config, reactor):

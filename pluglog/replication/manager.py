@@ -10,8 +10,19 @@ On the leader it shrinks the ISR of followers that have not caught up within
 ``replica.lag.time.max.ms`` (checked every half of it, Kafka's schedule) and
 writes ISR changes through the coordinator's conditional ``alter_isr``; a
 lost race (StaleStateError) is dropped because the winning state arrives as
-an event. A lost ZooKeeper session takes every partition offline until the
-coordinator re-announces states: another broker may already lead them.
+an event. Only a live (registered) broker is added to an ISR (KIP-841's
+eligibility, as Kafka's ZooKeeper-mode leader checks its metadata cache). A
+lost ZooKeeper session takes every partition offline until the coordinator
+re-announces states: another broker may already lead them.
+
+During a controlled shutdown (:meth:`ReplicaManager.shutting_down`) this
+broker stops fetching a partition once it is out of its ISR: at once for
+those it is not in sync for, else when the controller's shrink arrives, as
+Kafka's controller sends StopReplica with each shrink. A fetch in the new
+epoch would have the leader add it back (one more ZooKeeper write and leader
+epoch per partition, and an ISR naming a broker that is going away); one
+still in the old epoch is fenced. Partitions it is still in sync for keep
+replicating until their shrink, so acks=all does not wait on it meanwhile.
 
 Replicas being moved can be throttled (:mod:`pluglog.replication.throttle`).
 It also keeps the high-watermark checkpoint (Kafka's
@@ -62,6 +73,8 @@ class ReplicaManager:
         #: pluglog.metrics on scrape).
         self.isr_shrinks = 0
         self.isr_expands = 0
+        #: set by shutting_down (controlled shutdown): fetch only in-sync partitions
+        self.in_shutdown = False
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -77,6 +90,15 @@ class ReplicaManager:
             self._isr_check = task.LoopingCall(self.shrink_isr)
             self._isr_check.clock = self.reactor
             self._isr_check.start(interval, now=False)
+
+    def shutting_down(self):
+        """Controlled shutdown begins: stop fetching every partition this
+        broker is not in the ISR of, and each other one when it leaves it."""
+        self.in_shutdown = True
+        for fetcher in list(self.fetchers.values()):
+            for key, entry in list(fetcher.partitions.items()):
+                if self.node_id not in entry[0].isr:
+                    fetcher.remove(key)
 
     def stop(self):
         if self._isr_check is not None and self._isr_check.running:
@@ -156,7 +178,12 @@ class ReplicaManager:
         if was_leader:
             self.broker.leadership_changed(part)
         current = self._fetcher_of(key)
-        if state.leader == NO_LEADER or self.node_id not in replicas or part.log_offline:
+        if (
+            state.leader == NO_LEADER
+            or self.node_id not in replicas
+            or part.log_offline
+            or (self.in_shutdown and self.node_id not in state.isr)
+        ):
             # An offline log (a failed log dir) has nothing to fetch into.
             self._unfollow(key)
             return
@@ -193,7 +220,7 @@ class ReplicaManager:
     def write_isr(self, part, new_isr):
         key = (part.topic, part.index)
         state = self.states.get(key)
-        if state is None:
+        if state is None or not self._eligible(part, new_isr):
             part.isr_change_pending = False
             return
         log.info(
@@ -224,6 +251,15 @@ class ReplicaManager:
                 log.failure("ISR update of {key} failed", failure, key=key)
 
         d.addCallbacks(stored, failed)
+
+    def _eligible(self, part, new_isr):
+        """Every replica ``new_isr`` adds is a live broker: one whose
+        registration is gone (stopped, or cut off) is fenced (KIP-841)."""
+        added = [b for b in new_isr if b not in part.isr]
+        if not added:
+            return True
+        live = {broker[0] for broker in self.coordinator.brokers()}
+        return all(b in live for b in added)
 
     def _count_isr_change(self, old, new):
         if len(new) < len(old):

@@ -39,7 +39,9 @@ def zk(zookeeper, zk_connect):
     root.start(10)
     root.ensure_path(zk_connect[len(zookeeper.hosts) :])
     root.stop()
-    client = KazooClient(hosts=zk_connect)
+    # The brokers' session length in the ZooKeeper-restart tests (45 s):
+    # kazoo's default 10 s expired across a restart at load ~10.
+    client = KazooClient(hosts=zk_connect, timeout=45)
     client.start(10)
     yield client
     client.stop()

@@ -1,0 +1,133 @@
+"""A leader's ISR writes against a real ZooKeeper (in-process coordinators).
+
+* An ISR write that loses to the controller brings the winning state with it:
+  the leader follows the new epoch before the failure fires, not when the
+  watch's refresh gets its turn on a ZooKeeper worker busy with other writes.
+* A broker whose registration is gone is not added to an ISR (KIP-841: fenced
+  replicas are not eligible), and is once it registers again.
+* A broker in controlled shutdown fetches a partition only while it is in its
+  ISR: fetching in the epoch of the shrink would have its leader add it back.
+"""
+
+import threading
+import types
+
+from twisted.internet import defer
+
+from pluglog.broker.partition import Partition
+from pluglog.config import TopicConfig
+from pluglog.coordination import zkdata as z
+from pluglog.coordination.state import StaleStateError
+from pluglog.replication.manager import ReplicaManager
+from pluglog.storage.memory import MemoryLogStorage
+from tests.integration.test_zk_coordinator import cluster, rt, zk  # noqa: F401
+
+
+def test_a_lost_isr_write_brings_the_winning_state_first(rt, cluster, zk):  # noqa: F811
+    leader, _ = cluster(1, 2)
+    leader.call("create_topic", "race", 1, 2, {}, assignments={0: [1, 2]})
+    state = rt.wait(lambda: leader.co.partition_state("race", 0))
+    gate = threading.Event()
+    seen = []
+    try:
+        # Hold the leader's ZooKeeper worker: its ISR write queues first, the
+        # refresh the controller's write triggers queues behind it.
+        rt.call(leader.co.io.post, gate.wait, 20)
+
+        def write():
+            def failed(failure):
+                failure.trap(StaleStateError)
+                seen.append(leader.co.partition_state("race", 0))
+
+            leader.co.alter_isr("race", 0, state, (1,)).addCallbacks(seen.append, failed)
+
+        rt.call(write)
+        bumped = type(state)(1, state.leader_epoch + 1, (1,), state.controller_epoch)
+        zk.set(z.state_path("race", 0), z.state_bytes(bumped), version=state.version)
+    finally:
+        gate.set()
+    rt.wait(lambda: seen)
+    (current,) = seen
+    assert (current.leader_epoch, current.isr) == (state.leader_epoch + 1, (1,))
+
+
+def replica_manager(rt, node, topic, partitions):  # noqa: F811
+    """A ReplicaManager of ``node``'s broker hosting ``partitions`` of ``topic``
+    (in-memory logs), started on the test reactor; ``(manager, parts)``."""
+    config = TopicConfig()
+    storage = MemoryLogStorage()
+    parts = {
+        (topic, p): Partition(
+            topic, p, storage.open_log(topic, p, config), config, node_id=node.broker_id
+        )
+        for p in partitions
+    }
+    broker = types.SimpleNamespace(
+        coordinator=node.co,
+        reactor=rt.reactor,
+        config=node.config,
+        node_id=node.broker_id,
+        partitions=parts,
+        now_ms=lambda: int(rt.reactor.seconds() * 1000),
+        leadership_changed=lambda part: None,
+    )
+    manager = ReplicaManager(broker)
+    rt.call(manager.start)
+    return manager, [parts[(topic, p)] for p in partitions]
+
+
+def test_only_a_registered_broker_joins_the_isr(rt, cluster):  # noqa: F811
+    leader, follower = cluster(1, 2)
+    leader.call("create_topic", "fenced", 1, 2, {}, assignments={0: [1, 2]})
+    state = rt.wait(lambda: leader.co.partition_state("fenced", 0))
+    manager, (part,) = replica_manager(rt, leader, "fenced", [0])
+    broker = manager.broker
+    try:
+        rt.wait(lambda: part.is_leader and part.isr == (1, 2))
+        rt.call(leader.co.alter_isr, "fenced", 0, state, (1,))
+        rt.wait(lambda: part.isr == (1,))
+        follower.stop()
+        rt.wait(lambda: [b[0] for b in leader.co.brokers()] == [1])
+
+        # A late fetch of the stopped follower, caught up: not added back.
+        rt.call(part.update_follower, 2, 0, broker.now_ms())
+        assert not rt.call(lambda: part.isr_change_pending)
+        rt.call(leader.co.io.submit, lambda: None)  # its ZooKeeper queue is empty
+        assert leader.state("fenced", 0).isr == (1,)
+
+        cluster(2)  # registered again
+        rt.wait(lambda: [b[0] for b in leader.co.brokers()] == [1, 2])
+        rt.call(part.update_follower, 2, 0, broker.now_ms())
+        rt.wait(lambda: part.isr == (1, 2))
+        assert leader.state("fenced", 0).isr == (1, 2)
+    finally:
+        rt.call(lambda: defer.succeed(manager.stop()))
+
+
+def test_in_controlled_shutdown_a_follower_fetches_only_in_sync_partitions(rt, cluster, zk):  # noqa: F811
+    leader, follower = cluster(1, 2)
+    leader.call("create_topic", "cs", 3, 2, {}, assignments={p: [1, 2] for p in range(3)})
+    states = [rt.wait(lambda p=p: follower.co.partition_state("cs", p)) for p in range(3)]
+    # Partition 2: the follower is out of sync (the leader shrank it out).
+    rt.call(leader.co.alter_isr, "cs", 2, states[2], (1,))
+    rt.wait(lambda: follower.co.partition_state("cs", 2).isr == (1,))
+    manager, parts = replica_manager(rt, follower, "cs", [0, 1, 2])
+
+    def followed():
+        fetcher = manager.fetchers.get(1)
+        return set() if fetcher is None else {key[1] for key in fetcher.partitions}
+
+    try:
+        rt.wait(lambda: followed() == {0, 1, 2})  # out of sync, it still catches up
+        rt.call(manager.shutting_down)
+        assert rt.call(followed) == {0, 1}
+        # The controller's shrink of partition 1 (leader epoch + 1): it is not
+        # fetched in the new epoch (its leader would add it back); partition
+        # 0, still in sync, replicates until its own shrink.
+        state = states[1]
+        bumped = type(state)(1, state.leader_epoch + 1, (1,), state.controller_epoch)
+        zk.set(z.state_path("cs", 1), z.state_bytes(bumped), version=state.version)
+        rt.wait(lambda: parts[1].leader_epoch == bumped.leader_epoch)
+        assert rt.call(followed) == {0}
+    finally:
+        rt.call(lambda: defer.succeed(manager.stop()))
