@@ -55,6 +55,11 @@ Diagnostics:
   the broker uploads it at catch-up priority (a store back after an
   outage); above ``--mb`` the backlog is within local retention, as uploads
   that keep up are, and they run at idle priority (``SCHED_IDLE``);
+* ``--store-idle``: moto_server (and the external uploader) at
+  ``SCHED_IDLE``. S3 runs on other hosts; on this machine the store's CPU
+  (0.3-0.5 s per s while uploads run) otherwise delays the wake-ups of the
+  probe and the broker, nice 19 or not (the scheduler lets a running task
+  finish a slice), and the figure measures the test rig;
 * ``--pin``: the broker and its upload child on CPU 0, moto_server, the
   external uploader and this probe on the others (``sched_setaffinity``,
   every thread, re-applied at each block so a child started later is
@@ -244,6 +249,12 @@ def main():
         help="renice moto_server (and the external uploader) to this: does the produce "
         "tail follow the store's CPU?",
     )
+    parser.add_argument(
+        "--store-idle",
+        action="store_true",
+        help="run moto_server (and the external uploader) at SCHED_IDLE: it takes only "
+        "CPU nothing else wants, as a store on other hosts takes none of this machine's",
+    )
     parser.add_argument("--copy-rate", type=int, help=f"{QUOTA_KEY}, bytes per second")
     parser.add_argument(
         "--copy-processes",
@@ -337,6 +348,11 @@ def run(args, work, stack, machine_log):
         for proc in (moto.proc if moto is not None else None, external):
             if proc is not None:
                 os.setpriority(os.PRIO_PROCESS, proc.pid, args.store_nice)
+    if args.store_idle:
+        for proc in (moto.proc if moto is not None else None, external):
+            if proc is not None:
+                for task in os.listdir(f"/proc/{proc.pid}/task"):  # threads inherit it
+                    os.sched_setscheduler(int(task), os.SCHED_IDLE, os.sched_param(0))
     if args.pin:
         others = set(range(1, os.cpu_count()))
         os.sched_setaffinity(0, others)
@@ -463,7 +479,8 @@ def lateness(path, blocks):
 
 def report(args, blocks, lateness_log, machine_log):
     print(
-        f"\nprovider {args.provider}, uploader {args.uploader}, store nice {args.store_nice}, "
+        f"\nprovider {args.provider}, uploader {args.uploader}, store nice {args.store_nice}"
+        f"{' (SCHED_IDLE)' if args.store_idle else ''}, "
         f"{'pinned (broker CPU 0), ' if args.pin else ''}"
         f"{args.cycles} x ABBA blocks of {args.block_s} s:"
     )

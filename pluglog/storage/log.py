@@ -42,7 +42,7 @@ from pluglog.errors import OffsetOutOfRangeError
 from pluglog.storage.api import append_info
 from pluglog.storage.records import prepare_append, prepare_replicated
 from pluglog.storage.results import ReadResult, SegmentInfo
-from pluglog.storage.segment import MAX_RELATIVE_OFFSET
+from pluglog.storage.segment import MAX_RELATIVE_OFFSET, unlink_files
 
 _log = Logger()
 
@@ -326,14 +326,29 @@ class BasePartitionLog:
         self._directory_dirty = True
         delay_ms = self.config.file_delete_delay_ms
         if self.reactor is None or delay_ms <= 0:
-            segment.delete_files()
+            self._unlink(segment)
             return
         call = self.reactor.callLater(delay_ms / 1000.0, self._finish_delete, segment)
         self._pending_deletes[segment] = call
 
     def _finish_delete(self, segment):
         self._pending_deletes.pop(segment, None)
-        segment.delete_files()
+        self._unlink(segment)
+
+    def _unlink(self, segment):
+        """Delete a ``*.deleted`` segment's files: its descriptors are closed
+        here, the unlinks run in the reactor's thread pool where there is
+        one, as Kafka deletes in its scheduler's threads. Unlinking a
+        page-cached segment frees its pages in the calling thread (0.4-1.6 ms
+        for 8 MiB), a stall in every request of that turn when retention or
+        tiered storage's local retention deletes a few segments a second. A
+        crash before the unlinks leaves ``*.deleted`` files, which the next
+        start removes."""
+        in_thread = getattr(self.reactor, "callInThread", None)
+        if in_thread is None:
+            segment.delete_files()
+        else:
+            segment.delete_files(lambda paths: in_thread(unlink_files, paths))
 
     # -- durability ---------------------------------------------------------
 

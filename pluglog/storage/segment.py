@@ -499,11 +499,20 @@ class LogSegment:
         os.replace(self.log_path, self.log_path + DELETED_SUFFIX)
         self.log_path += DELETED_SUFFIX
 
-    def delete_files(self):
-        """Close the descriptor and unlink the ``*.deleted`` files."""
+    def delete_files(self, unlink=None):
+        """Close the descriptors and unlink the ``*.deleted`` files, through
+        ``unlink(paths)`` if given (the log runs it in a thread)."""
         self.close()
-        for path in (self.log_path, self.index.path, self.time_index.path, self.txn_index.path):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+        (unlink or unlink_files)(
+            (self.log_path, self.index.path, self.time_index.path, self.txn_index.path)
+        )
+
+
+def unlink_files(paths):
+    """Unlink ``paths``; a file already gone is fine, and any other error
+    leaves a ``*.deleted`` file that the next start removes."""
+    for path in paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
