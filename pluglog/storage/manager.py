@@ -373,6 +373,12 @@ class SegmentLogStorage(LogMovesMixin):
                 continue
             logs = {k: log for k, log in self._logs.items() if self._dir_of.get(k) == directory}
             try:
+                # A recovery point never passes epochs that are not on disk
+                # (pluglog.storage.epochs); after flush_all nothing is pending.
+                for log in logs.values():
+                    sync = getattr(log, "sync_side_files", None)
+                    if sync is not None:
+                        sync()
                 write_checkpoint(
                     self._path(RECOVERY_POINT_CHECKPOINT, directory),
                     {key: log.recovery_point for key, log in logs.items()},
@@ -407,7 +413,12 @@ class SegmentLogStorage(LogMovesMixin):
         for key, log in self._logs.items():
             by_dir.setdefault(self._dir_of.get(key), []).append(log)
         for directory, logs in by_dir.items():
-            if self.batched_flush and directory is not None and syncfs_available():
+            if (
+                self.batched_flush
+                and directory is not None
+                and syncfs_available()
+                and all(hasattr(log, "write_unsynced") for log in logs)
+            ):
                 try:
                     for log in logs:
                         log.write_unsynced()

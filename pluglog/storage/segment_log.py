@@ -109,6 +109,14 @@ class SegmentPartitionLog(BasePartitionLog):
         #: the partition's leader-epoch cache, saved by this log's flushes
         self.leader_epochs = epochs
 
+    def sync_side_files(self):
+        """Save and fsync the leader-epoch checkpoint if it changed: before a
+        recovery point of this log is checkpointed without a flush first (a
+        flush at append time runs before the partition assigns the epochs of
+        the batches it wrote). OSError as the checkpoint writes raise it."""
+        if self.leader_epochs.unsaved:
+            self.leader_epochs.save(sync=True)
+
     def _save_side_files(self, sync):
         epochs = self.leader_epochs
         if not epochs.unsaved:

@@ -180,3 +180,24 @@ def test_a_failed_syncfs_falls_back_to_flushing_log_by_log(tmp_path, monkeypatch
     assert part.log.recovery_point == 4
     assert _read_file(_file(store)) == [(3, 0)]
     store.close()
+
+
+def test_a_checkpoint_without_a_flush_saves_pending_epochs_first(tmp_path):
+    # --fsync always: the append's own flush runs before the partition assigns
+    # the epoch of the batch it wrote, so the recovery point is past a batch
+    # whose epoch is only in memory; a recovery-point checkpoint written
+    # without a flush (a deleted partition, a finished log dir move) saves it.
+    store = SegmentLogStorage(str(tmp_path), topic_defaults=CONFIG)
+    part = _partition(store)
+    _lead(part, 1)
+    part.log.flush()
+    start = part.log.log_end_offset
+    part.append(make_batch(2), 0, acks=1)
+    part.log.flush()  # the append's flush
+    part.epochs.assign(2, start)  # then what Partition.append_replicated assigns
+    assert part.epochs.unsaved
+    assert part.log.recovery_point == part.log.log_end_offset == 6
+    store.write_checkpoints()
+    assert not part.epochs.unsaved
+    assert _read_file(_file(store)) == [(1, 0), (2, 4)]
+    store.close()
