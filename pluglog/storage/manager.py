@@ -104,8 +104,8 @@ class SegmentLogStorage(LogMovesMixin):
     """ILogStorage over segment files in one or more log dirs."""
 
     log_class = SegmentPartitionLog
-    #: flush_all syncs each log dir's file system once where it can (tests
-    #: switch it off to compare with the log-by-log flush)
+    #: flush_all syncs each log dir's file system once where it can; False
+    #: flushes log by log (an fdatasync each), as before
     batched_flush = True
 
     def __init__(
@@ -405,8 +405,9 @@ class SegmentLogStorage(LogMovesMixin):
         is synced once, instead of an fdatasync per log and an fsync per
         changed directory: the same durability (syncfs is documented as
         fsync of every file of the file system, renames included) for one
-        system call, where 10,000 partitions cost 10,000 journal commits on
-        the event loop (bench/RESULTS.md, session 12). The recovery points
+        system call, where an fdatasync per log held a 10,000-partition
+        follower's event loop for 50 s of a catch-up (bench/RESULTS.md,
+        session 12). The recovery points
         move only after the sync returned. If it fails, the dir's logs are
         flushed one by one, so the failing file is named as before."""
         by_dir = {}
