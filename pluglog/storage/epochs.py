@@ -34,8 +34,9 @@ Truncations still rewrite the file and fsync it at once: they are rare
 (divergent logs after a failover), and a stale entry kept past a truncation
 could name an epoch for batches a newer leader wrote. An entry a leader
 adds for an epoch in which it wrote nothing yet is the one thing a crash
-can lose; a broker back from a crash leads only after the controller gives
-it a newer epoch, which is added then. Caches of other logs (a plugin's
+can lose; with ZooKeeper a broker back from a crash leads only after the
+controller gives it a newer epoch (a re-registration is handled as a failure
+and a return), which is added then. Caches of other logs (a plugin's
 directory log) write and fsync on every change, as before. With
 ``path=None`` (memory storage) the cache lives in memory only. Runs on the
 reactor thread.
