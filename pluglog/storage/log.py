@@ -352,6 +352,14 @@ class BasePartitionLog:
         self._write_out(sync=True)
         self._flushed()
 
+    def has_unflushed(self):
+        """Anything for :meth:`flush` to sync (written segments, a changed
+        directory or side file)?"""
+        return bool(self._dirty) or self._directory_dirty or self._side_files_unsaved()
+
+    def _side_files_unsaved(self):
+        return False
+
     def write_unsynced(self):
         """The first half of a batched flush (the storage's ``flush_all``):
         everything :meth:`flush` writes, without its syncs. The caller then

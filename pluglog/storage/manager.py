@@ -99,6 +99,10 @@ def write_checkpoint(path, entries):
     atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
 
 
+def _has_unflushed(log):
+    return log.has_unflushed()
+
+
 @implementer(ICompactingStorage, IReplicatingStorage, ILogDirMoves)
 class SegmentLogStorage(LogMovesMixin):
     """ILogStorage over segment files in one or more log dirs."""
@@ -107,6 +111,8 @@ class SegmentLogStorage(LogMovesMixin):
     #: flush_all syncs each log dir's file system once where it can; False
     #: flushes log by log (an fdatasync each), as before
     batched_flush = True
+    #: ... and when at least this many of the dir's logs have unflushed writes
+    syncfs_min_logs = 100
 
     def __init__(
         self,
@@ -407,9 +413,12 @@ class SegmentLogStorage(LogMovesMixin):
         fsync of every file of the file system, renames included) for one
         system call, where an fdatasync per log held a 10,000-partition
         follower's event loop for 50 s of a catch-up (bench/RESULTS.md,
-        session 12). The recovery points
-        move only after the sync returned. If it fails, the dir's logs are
-        flushed one by one, so the failing file is named as before."""
+        session 12). The recovery points move only after the sync returned.
+        If it fails, the dir's logs are flushed one by one, so the failing
+        file is named as before. Only when at least ``syncfs_min_logs`` logs
+        of the dir have something to flush: syncfs also writes back every
+        other program's dirty pages on that file system, a cost the broker
+        does not bound, while a few fdatasyncs cost only its own data."""
         by_dir = {}
         for key, log in self._logs.items():
             by_dir.setdefault(self._dir_of.get(key), []).append(log)
@@ -419,6 +428,7 @@ class SegmentLogStorage(LogMovesMixin):
                 and directory is not None
                 and syncfs_available()
                 and all(hasattr(log, "write_unsynced") for log in logs)
+                and sum(map(_has_unflushed, logs)) >= self.syncfs_min_logs
             ):
                 try:
                     for log in logs:

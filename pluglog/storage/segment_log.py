@@ -117,6 +117,9 @@ class SegmentPartitionLog(BasePartitionLog):
         if self.leader_epochs.unsaved:
             self.leader_epochs.save(sync=True)
 
+    def _side_files_unsaved(self):
+        return self.leader_epochs.unsaved
+
     def _save_side_files(self, sync):
         epochs = self.leader_epochs
         if not epochs.unsaved:

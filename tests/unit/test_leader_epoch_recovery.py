@@ -146,6 +146,7 @@ def test_a_clean_stop_saves_the_epochs_and_reopens_without_a_rebuild(tmp_path, m
 @pytest.mark.skipif(not syncfs_available(), reason="syncfs reports errors on Linux 5.8+ only")
 def test_the_batched_checkpoint_flush_syncs_the_file_system_once(tmp_path, monkeypatch):
     store = SegmentLogStorage(str(tmp_path), topic_defaults=CONFIG)
+    store.syncfs_min_logs = 5
     parts = [_partition(store, ("t", i)) for i in range(5)]
     for part in parts:
         _lead(part, 3)
@@ -162,8 +163,29 @@ def test_the_batched_checkpoint_flush_syncs_the_file_system_once(tmp_path, monke
     store.close()
 
 
+def test_few_logs_to_flush_are_flushed_log_by_log(tmp_path, monkeypatch):
+    # syncfs would also write back other programs' dirty pages: not for a few logs.
+    store = SegmentLogStorage(str(tmp_path), topic_defaults=CONFIG)
+    store.syncfs_min_logs = 3
+    parts = [_partition(store, ("t", i)) for i in range(3)]
+    for part in parts:
+        _lead(part, 3)
+    store.flush_all()  # nothing new in any log
+    _lead(parts[0], 4)
+    _lead(parts[1], 4)
+    calls = []
+    monkeypatch.setattr(storage_manager, "syncfs", calls.append)
+    monkeypatch.setattr(storage_manager, "syncfs_available", lambda: True)
+    store.flush_all()
+    assert calls == []
+    assert [p.log.recovery_point for p in parts] == [8, 8, 4]
+    assert _read_file(_file(store, ("t", 0))) == [(3, 0), (4, 4)]
+    store.close()
+
+
 def test_a_failed_syncfs_falls_back_to_flushing_log_by_log(tmp_path, monkeypatch):
     store = SegmentLogStorage(str(tmp_path), topic_defaults=CONFIG)
+    store.syncfs_min_logs = 1
     part = _partition(store)
     _lead(part, 3)
 
