@@ -116,7 +116,9 @@ class BenchCluster(Cluster):
 def create(bootstrap, partitions):
     """The topic, led by broker 1 and followed by broker 2, created in steps
     (one CreateTopics of 10,000 partitions outlasts the request timeout)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    # A step of 500 partitions outlasted librdkafka's 60 s socket timeout on
+    # a loaded machine (the broker answers once every leader is in place).
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 300000})
     first = min(partitions, CREATE_STEP)
     topic = NewTopic(
         TOPIC,

@@ -174,10 +174,12 @@ class PartitionTransactions:
         for entry in snap["aborted"]:
             txns.add_aborted(AbortedTxn(*entry))
 
-    def snapshot_producers(self, sync=True):
+    def snapshot_producers(self, sync=True, retired=None):
         """Write the producer state as of the log end (when it is loaded and
         the log has a directory); keep the two newest snapshots. ``sync=False``:
-        no fsync (the module docstring says why that is safe)."""
+        no fsync (the module docstring says why that is safe). ``retired``: a
+        list the paths of older snapshots go to for the caller to unlink
+        (off the event loop), instead of unlinking them here."""
         directory = self._snapshot_dir()
         if directory is None or not self._producers_loaded or self.log_offline:
             return
@@ -201,8 +203,11 @@ class PartitionTransactions:
         path = os.path.join(directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
         atomic_write(path, json.dumps(snap, separators=(",", ":")).encode("utf-8"), sync)
         self._snapshot_offset = offset
-        for _offset, old in files[: max(0, len(files) + 1 - _KEEP_SNAPSHOTS)]:
-            _unlink(old)
+        old = [path for _offset, path in files[: max(0, len(files) + 1 - _KEEP_SNAPSHOTS)]]
+        if retired is None:
+            unlink_all(old)
+        else:
+            retired.extend(old)
 
     # -- queries ----------------------------------------------------------------
 
@@ -348,3 +353,11 @@ def _unlink(path):
         os.unlink(path)
     except OSError:
         pass
+
+
+def unlink_all(paths):
+    """Unlink older snapshots; safe in a thread: one still present when a
+    load reads it is used, one gone is skipped like an unreadable one, and
+    the newest snapshot is never among them."""
+    for path in paths:
+        _unlink(path)

@@ -363,15 +363,53 @@ class BasePartitionLog:
         return True
 
     def flush(self):
+        """fsync what was written and move the recovery point to the log end."""
+        self._write_out(sync=True)
+        self._flushed()
+
+    def has_unflushed(self):
+        """Anything for :meth:`flush` to sync (written segments, a changed
+        directory or side file)?"""
+        return bool(self._dirty) or self._directory_dirty or self._side_files_unsaved()
+
+    def _side_files_unsaved(self):
+        return False
+
+    def write_unsynced(self):
+        """The first half of a batched flush (the storage's ``flush_all``):
+        everything :meth:`flush` writes, without its syncs. The caller then
+        syncs the whole file system once and calls :meth:`synced_by_caller`;
+        nothing may be appended in between (both run in one reactor turn)."""
+        self._write_out(sync=False)
+
+    def synced_by_caller(self):
+        """The second half: the caller's file-system sync covered it all."""
+        for segment in self._dirty:
+            segment.mark_synced()
+        self._flushed()
+
+    def _write_out(self, sync):
         for segment in self._dirty:
             if not segment.deleted:
-                segment.flush()
-        self._dirty = []
-        if self._directory_dirty:
+                if sync:
+                    segment.flush()
+                else:
+                    segment.flush(sync=False)
+        # Side files (the leader-epoch checkpoint) before the directory sync
+        # that makes their renames durable, and before the recovery point moves.
+        self._save_side_files(sync)
+        if sync and self._directory_dirty:
             self._sync_directory()
             self._directory_dirty = False
+
+    def _flushed(self):
+        self._dirty = []
+        self._directory_dirty = False
         self._unflushed_records = 0
         self.recovery_point = self.log_end_offset
+
+    def _save_side_files(self, sync):
+        pass
 
     def _sync_directory(self):
         pass

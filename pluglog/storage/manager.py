@@ -44,7 +44,7 @@ from zope.interface import implementer
 
 from pluglog.config import TopicConfig
 from pluglog.errors import KafkaStorageError
-from pluglog.fileutil import atomic_write, fsync_directory
+from pluglog.fileutil import atomic_write, fsync_directory, syncfs, syncfs_available
 from pluglog.interfaces import ICompactingStorage, ILogDirMoves, IReplicatingStorage
 from pluglog.storage.filenames import (
     CLEAN_SHUTDOWN_FILE,
@@ -99,11 +99,20 @@ def write_checkpoint(path, entries):
     atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
 
 
+def _has_unflushed(log):
+    return log.has_unflushed()
+
+
 @implementer(ICompactingStorage, IReplicatingStorage, ILogDirMoves)
 class SegmentLogStorage(LogMovesMixin):
     """ILogStorage over segment files in one or more log dirs."""
 
     log_class = SegmentPartitionLog
+    #: flush_all syncs each log dir's file system once where it can; False
+    #: flushes log by log (an fdatasync each), as before
+    batched_flush = True
+    #: ... and when at least this many of the dir's logs have unflushed writes
+    syncfs_min_logs = 100
 
     def __init__(
         self,
@@ -370,6 +379,12 @@ class SegmentLogStorage(LogMovesMixin):
                 continue
             logs = {k: log for k, log in self._logs.items() if self._dir_of.get(k) == directory}
             try:
+                # A recovery point never passes epochs that are not on disk
+                # (pluglog.storage.epochs); after flush_all nothing is pending.
+                for log in logs.values():
+                    sync = getattr(log, "sync_side_files", None)
+                    if sync is not None:
+                        sync()
                 write_checkpoint(
                     self._path(RECOVERY_POINT_CHECKPOINT, directory),
                     {key: log.recovery_point for key, log in logs.items()},
@@ -389,8 +404,48 @@ class SegmentLogStorage(LogMovesMixin):
         return sum(flushed)
 
     def flush_all(self):
-        for log in self._logs.values():
-            log.flush()
+        """Flush every log, then write the recovery-point checkpoints.
+
+        Where ``syncfs`` reports errors (Linux 5.8+), a log dir's logs are
+        written out (index entries, leader-epoch files) and the file system
+        is synced once, instead of an fdatasync per log and an fsync per
+        changed directory: the same durability (syncfs is documented as
+        fsync of every file of the file system, renames included) for one
+        system call, where an fdatasync per log held a 10,000-partition
+        follower's event loop for 50 s of a catch-up (bench/RESULTS.md,
+        session 12). The recovery points move only after the sync returned.
+        If it fails, the dir's logs are flushed one by one, so the failing
+        file is named as before. Only when at least ``syncfs_min_logs`` logs
+        of the dir have something to flush: syncfs also writes back every
+        other program's dirty pages on that file system, a cost the broker
+        does not bound, while a few fdatasyncs cost only its own data."""
+        by_dir = {}
+        for key, log in self._logs.items():
+            by_dir.setdefault(self._dir_of.get(key), []).append(log)
+        for directory, logs in by_dir.items():
+            if (
+                self.batched_flush
+                and directory is not None
+                and syncfs_available()
+                and all(hasattr(log, "write_unsynced") for log in logs)
+                and sum(map(_has_unflushed, logs)) >= self.syncfs_min_logs
+            ):
+                try:
+                    for log in logs:
+                        log.write_unsynced()
+                    syncfs(directory)
+                except (OSError, KafkaStorageError) as exc:
+                    _log.warn(
+                        "syncfs of {dir} failed ({exc}): flushing log by log",
+                        dir=directory,
+                        exc=exc,
+                    )
+                else:
+                    for log in logs:
+                        log.synced_by_caller()
+                    continue
+            for log in logs:
+                log.flush()
         self.write_checkpoints()
 
     def close(self):

@@ -444,7 +444,12 @@ class LogSegment:
             self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
         self.write_indexes()
 
-    def flush(self, indexes=False):
+    def mark_synced(self):
+        """A caller's file-system sync (``syncfs``) covered this segment."""
+        self._unsynced = False
+        self.txn_index.mark_synced()
+
+    def flush(self, indexes=False, sync=True):
         """fdatasync the log and the transaction index, and write the pending
         offset and time index entries out; with ``indexes`` fsync those two
         files as well (at close).
@@ -455,9 +460,11 @@ class LogSegment:
         them would only triple the cost of ``--fsync always`` (three syncs
         per append instead of one). The transaction index is fsynced: a
         lost entry would let a read_committed consumer see an aborted
-        transaction, and it only changes on aborts."""
+        transaction, and it only changes on aborts. ``sync=False`` only
+        writes (a batched flush: the caller syncs the file system, then
+        calls :meth:`mark_synced`)."""
         try:
-            if self._unsynced or self._fd is not None:
+            if sync and (self._unsynced or self._fd is not None):
                 # fsync covers the file's pages whichever descriptor wrote them.
                 os.fdatasync(self._file())
                 self._unsynced = False
@@ -466,7 +473,8 @@ class LogSegment:
                 self.time_index.flush()
             else:
                 self.write_indexes()
-            self.txn_index.flush()
+            if sync:
+                self.txn_index.flush()
         except OSError as exc:
             raise KafkaStorageError(f"fsync of {self.log_path} failed: {exc}") from exc
 

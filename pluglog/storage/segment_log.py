@@ -25,6 +25,8 @@ from pluglog.interfaces import (
     ITieredLog,
     ITransactionIndexLog,
 )
+from pluglog.storage.epochs import FILE_NAME as EPOCHS_FILE
+from pluglog.storage.epochs import LeaderEpochCache
 from pluglog.storage.filenames import DELETED_SUFFIX, LOG_SUFFIX, TMP_SUFFIX, parse_segment_file
 from pluglog.storage.log import FSYNC_INTERVAL, BasePartitionLog
 from pluglog.storage.segment import LogSegment
@@ -88,9 +90,47 @@ class SegmentPartitionLog(BasePartitionLog):
             self._directory_dirty = True
         else:
             self._set_segments([self._open_segment(base) for base in bases])
-        self._recover(recovery_point, clean)
+        rescanned_from = self._recover(recovery_point, clean)
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        self._open_leader_epochs(rescanned_from)
+
+    def _open_leader_epochs(self, rescanned_from):
+        """Load the leader-epoch cache and make it agree with the recovered
+        log (:mod:`pluglog.storage.epochs`); a repair is fsynced now, before
+        the storage checkpoints this log's recovery point past it."""
+        try:
+            epochs = LeaderEpochCache(os.path.join(self.directory, EPOCHS_FILE), owned=True)
+            if epochs.reconcile(self, rescanned_from):
+                epochs.save(sync=True)
+        except OSError as exc:
+            msg = f"cannot load the leader epochs of {self.directory}: {exc}"
+            raise KafkaStorageError(msg) from exc
+        #: the partition's leader-epoch cache, saved by this log's flushes
+        self.leader_epochs = epochs
+
+    def sync_side_files(self):
+        """Save and fsync the leader-epoch checkpoint if it changed: before a
+        recovery point of this log is checkpointed without a flush first (a
+        flush at append time runs before the partition assigns the epochs of
+        the batches it wrote). OSError as the checkpoint writes raise it."""
+        if self.leader_epochs.unsaved:
+            self.leader_epochs.save(sync=True)
+
+    def _side_files_unsaved(self):
+        return self.leader_epochs.unsaved
+
+    def _save_side_files(self, sync):
+        epochs = self.leader_epochs
+        if not epochs.unsaved:
+            return
+        try:
+            epochs.save(sync=False)
+            if sync:
+                epochs.fsync()
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot write {epochs.path}: {exc}") from exc
+        self._directory_dirty = True  # the rename: durable with the directory sync
 
     def append_aborted_txn(self, producer_id, first_offset, last_offset, last_stable_offset):
         """ITransactionIndexLog: into the ``.txnindex`` of the segment
@@ -156,7 +196,9 @@ class SegmentPartitionLog(BasePartitionLog):
             active = self.segments[-1]
             cut = active.recover() if active.size else 0
             self.recovery_point = min(recovery_point, self.log_end_offset)
+            rescanned_from = None
             if cut:
+                rescanned_from = active.base_offset
                 active.flush()
                 _log.warn(
                     "recovered {topic}-{partition} at a clean start: cut {cut} torn or "
@@ -167,8 +209,9 @@ class SegmentPartitionLog(BasePartitionLog):
                     base=active.base_offset,
                     end=self.log_end_offset,
                 )
-            return
+            return rescanned_from
         start = max(0, bisect_right(self._bases, recovery_point) - 1)
+        rescanned_from = self.segments[start].base_offset
         scanned = len(self.segments) - start
         cut_bytes = 0
         for i in range(start, len(self.segments)):
@@ -196,6 +239,7 @@ class SegmentPartitionLog(BasePartitionLog):
             cut=cut_bytes,
             end=self.log_end_offset,
         )
+        return rescanned_from
 
     def _sync_directory(self):
         try:

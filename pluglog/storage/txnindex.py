@@ -118,6 +118,9 @@ class TxnIndex:
         else:
             self.delete()
 
+    def mark_synced(self):
+        self._unsynced = False
+
     def flush(self):
         if self._unsynced and self._fd is not None:
             os.fsync(self._fd)

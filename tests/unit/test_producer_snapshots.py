@@ -60,3 +60,30 @@ def test_an_empty_newest_snapshot_is_dropped_and_the_state_reloaded(tmp_path):
     assert part.aborted_transactions(0, 10) == [{"producer_id": pid, "first_offset": 0}]
     assert part.producers.epoch_of(99) == 0  # read from the log after the older snapshot
     assert not os.path.exists(torn)
+
+
+def test_the_checkpoint_unlinks_older_snapshots_in_a_thread(tmp_path):
+    broker, clock, tc = _broker(tmp_path)
+    _code, pid, epoch = _init(tc, clock)
+    _abort(broker, clock, tc, pid, epoch, 0)
+    part = broker.partition("out", 0)
+    jobs = []
+    # The broker's reactor runs the job in its thread pool; here it is held.
+    clock.callInThread = lambda function, *args: jobs.append((function, args))
+    for seq in range(3):
+        _produce(broker, 99, 0, seq, txn=False)
+        broker.checkpoint()
+
+    def names():
+        return sorted(n for n in os.listdir(part.log.directory) if n.endswith(".snapshot"))
+
+    assert len(names()) == 3  # nothing unlinked on the event loop
+    assert len(jobs) == 1  # the third checkpoint retired the first snapshot
+    function, (paths,) = jobs[0]
+    newest = names()[-1]
+    assert [os.path.basename(p) for p in paths] == names()[:1]
+    function(paths)
+    assert names()[-1] == newest and len(names()) == 2
+    _produce(broker, 99, 0, 3, txn=False)
+    broker._snapshot_producers()  # a clean stop's: unlinked at once
+    assert len(names()) == 2 and len(jobs) == 1
