@@ -7,7 +7,8 @@ at any point leaves either the old or the new contents: write a ``.tmp``
 sibling, fsync it, rename it over the target, fsync the directory so the
 rename itself is durable. ``syncfs`` syncs a whole file system at once
 (Linux 5.8 and later, where it reports write-back errors), for a flush of
-many files in one call.
+many files in one call. ``unlink_files`` removes files best effort (a
+deleted segment's, in a pool thread).
 """
 
 import ctypes
@@ -122,3 +123,14 @@ def _finish_write(fd, pieces, position, written):
             raise OSError("pwrite wrote nothing")
         written += n
         rest = rest[n:]
+
+
+def unlink_files(paths):
+    """Unlink ``paths``; a file already gone is fine, and any other error
+    leaves the file for whoever cleans up after (a segment's ``*.deleted``
+    files are removed at the next start)."""
+    for path in paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass

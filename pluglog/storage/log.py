@@ -39,10 +39,11 @@ from typing import Any
 from twisted.logger import Logger
 
 from pluglog.errors import OffsetOutOfRangeError
+from pluglog.fileutil import unlink_files
 from pluglog.storage.api import append_info
 from pluglog.storage.records import prepare_append, prepare_replicated
 from pluglog.storage.results import ReadResult, SegmentInfo
-from pluglog.storage.segment import MAX_RELATIVE_OFFSET, unlink_files
+from pluglog.storage.segment import MAX_RELATIVE_OFFSET
 
 _log = Logger()
 

@@ -5,7 +5,8 @@ descriptor, each reading in chunks with ``os.pread``:
 
 * :func:`iter_headers`, the header-only walk that reads, offset and
   timestamp lookups and truncation use to step from an index entry to the
-  batch they want (no CRC check: the file was checked when it was opened);
+  batch they want (no CRC check: the file was checked when it was opened),
+  and :func:`first_at_time` over it, a lookup by time;
 * :func:`scan_file`, the CRC-checked scan that recovery cuts a torn or
   corrupt tail at, and that finds a segment's next offset and max timestamp;
 * :func:`index_entries`, the sparse offset and time index entries of a
@@ -47,6 +48,16 @@ def iter_headers(fileno, position, end):
             yield position + used, header
             used += header.batch_length + LOG_OVERHEAD
         position += used
+
+
+def first_at_time(fileno, position, end, timestamp, min_offset):
+    """``(base_offset, max_timestamp)`` of the first batch from ``position``
+    holding offsets >= ``min_offset`` with a max timestamp >= ``timestamp``,
+    or None (a ListOffsets by time, from the time index's entry)."""
+    for _, header in iter_headers(fileno, position, end):
+        if header.max_timestamp >= timestamp and header.next_offset > min_offset:
+            return header.base_offset, header.max_timestamp
+    return None
 
 
 def scan_file(fileno, position, end, check_crc, next_offset=None):

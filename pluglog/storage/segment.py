@@ -38,7 +38,7 @@ import stat
 from bisect import bisect_left, bisect_right
 
 from pluglog.errors import KafkaStorageError
-from pluglog.fileutil import write_pieces
+from pluglog.fileutil import unlink_files, write_pieces
 from pluglog.storage.filenames import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -48,7 +48,13 @@ from pluglog.storage.filenames import (
     segment_path,
 )
 from pluglog.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
-from pluglog.storage.logscan import extend_indexes, index_entries, iter_headers, scan_file
+from pluglog.storage.logscan import (
+    extend_indexes,
+    first_at_time,
+    index_entries,
+    iter_headers,
+    scan_file,
+)
 from pluglog.storage.records import HEADER_SIZE, parse_header
 from pluglog.storage.results import FileRange
 from pluglog.storage.txnindex import TxnIndex
@@ -408,10 +414,7 @@ class LogSegment:
             return None
         before = self.time_index.lookup_before(timestamp)
         position = self.index.lookup(max(before or 0, min_offset))[1]
-        for _, header in iter_headers(self._file, position, self.size):
-            if header.max_timestamp >= timestamp and header.next_offset > min_offset:
-                return header.base_offset, header.max_timestamp
-        return None
+        return first_at_time(self._file, position, self.size, timestamp, min_offset)
 
     def batch_headers(self, start_offset):
         position, header = self._locate(start_offset)
@@ -514,13 +517,3 @@ class LogSegment:
         (unlink or unlink_files)(
             (self.log_path, self.index.path, self.time_index.path, self.txn_index.path)
         )
-
-
-def unlink_files(paths):
-    """Unlink ``paths``; a file already gone is fine, and any other error
-    leaves a ``*.deleted`` file that the next start removes."""
-    for path in paths:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
