@@ -174,17 +174,13 @@ class ConsumerTests(SynchronousTestCase):
         fetches = []
 
         def offset_fetch(conn, v, body):
-            fetches.append(committed["offset"])
+            fetches.append(body)
             if len(fetches) == 1:
                 return None  # held: answered below, after the reassignment
             return offset_answer(body, committed["offset"])
 
-        self.cluster.handlers[FIND_COORDINATOR] = lambda conn, v, body: {
-            "error_code": 0,
-            "node_id": 1,
-            "host": "b1",
-            "port": 9092,
-        }
+        found = {"error_code": 0, "node_id": 1, "host": "b1", "port": 9092}
+        self.cluster.handlers[FIND_COORDINATOR] = lambda conn, v, body: found
         self.cluster.handlers[OFFSET_FETCH] = offset_fetch
         consumer.assign([TP0])
         self.step()
@@ -263,24 +259,7 @@ def group_handlers(cluster, members, assignment_for):
         return {"error_code": code}
 
     def offset_fetch(conn, v, body):
-        return {
-            "topics": [
-                {
-                    "name": t["name"],
-                    "partitions": [
-                        {
-                            "partition_index": p,
-                            "committed_offset": -1,
-                            "metadata": None,
-                            "error_code": 0,
-                        }
-                        for p in t["partition_indexes"]
-                    ],
-                }
-                for t in body["topics"]
-            ],
-            "error_code": 0,
-        }
+        return offset_answer(body, -1)
 
     def commit(conn, v, body):
         state["commits"].append(body)
