@@ -343,6 +343,13 @@ def run_chaos(
 def check_read_back(bootstrap, topic, partitions, acked):
     """``(lost, duplicated)``: acknowledged values not read back at the offset
     they were acknowledged with, and acknowledged values stored more than once."""
+    lost, duplicated, _stored = read_back(bootstrap, topic, partitions, acked)
+    return lost, duplicated
+
+
+def read_back(bootstrap, topic, partitions, acked):
+    """:func:`check_read_back` plus what was read: ``(lost, duplicated,
+    stored)``, ``stored`` as :func:`read_all` returns it."""
     ends = {p: 0 for p in range(partitions)}
     for p, offset in acked.values():
         ends[p] = max(ends[p], offset + 1)
@@ -352,7 +359,45 @@ def check_read_back(bootstrap, topic, partitions, acked):
     for value in stored.values():
         seen[value] = seen.get(value, 0) + 1
     duplicated = [v for v, n in seen.items() if n > 1 and v in acked]
-    return lost, duplicated
+    return lost, duplicated, stored
+
+
+def describe_duplicates(duplicated, stored, acked, log_dirs, topic, limit=5):
+    """Lines saying where each of the first ``limit`` duplicated values is
+    stored and which batches hold it in each replica's log (``log_dirs``:
+    ``{name: directory holding topic-partition dirs}``): the producer id,
+    epoch and sequence range tell a retried idempotent batch appended twice
+    (same producer, epoch and sequences) from a producer that re-sent it as
+    new (an epoch bump, new sequences)."""
+    where = {}
+    for (p, offset), value in stored.items():
+        where.setdefault(value, []).append((p, offset))
+    lines = []
+    for value in duplicated[:limit]:
+        places = sorted(where.get(value, []))
+        lines.append(f"{value!r}: acked at {acked.get(value)}, stored at {places}")
+        for p, offset in places:
+            for name, directory in sorted(log_dirs.items()):
+                for header in _batches_holding(directory, topic, p, offset):
+                    lines.append(
+                        f"  {name} {topic}-{p}@{offset}: batch {header.base_offset}-"
+                        f"{header.last_offset} leader epoch {header.partition_leader_epoch} "
+                        f"producer {header.producer_id} epoch {header.producer_epoch} "
+                        f"sequences {header.base_sequence}-"
+                        f"{header.base_sequence + header.last_offset_delta}"
+                    )
+    return lines
+
+
+def _batches_holding(directory, topic, partition, offset):
+    path = Path(directory) / f"{topic}-{partition}"
+    if not path.is_dir():
+        return []
+    out = []
+    for segment in sorted(path.glob("*.log")):
+        entries, _stop = scan_batches(segment.read_bytes())
+        out += [h for _pos, h in entries if h.base_offset <= offset <= h.last_offset]
+    return out
 
 
 def compare_replicas(cluster, topic, partitions):

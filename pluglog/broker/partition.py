@@ -41,6 +41,7 @@ from pluglog.errors import (
     InvalidRecordError,
     InvalidTopicError,
     KafkaError,
+    KafkaStorageError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
 )
@@ -177,6 +178,16 @@ class Partition(PartitionTransactions):
         if self.leader_id != self.node_id or self.offline:
             raise NotLeaderOrFollowerError(
                 f"broker {self.node_id} is not the leader of {self.topic}-{self.index}"
+            )
+        if self.log_offline:
+            # Kafka answers an offline replica before reading the batch. The
+            # sequence check below would answer the batch after one refused
+            # here OUT_OF_ORDER_SEQUENCE_NUMBER (the refused one left no
+            # sequence), and librdkafka's idempotent producer then bumps its
+            # epoch and renumbers everything unacknowledged, batches the new
+            # leader already holds included: stored twice.
+            raise KafkaStorageError(
+                f"partition {self.topic}-{self.index} is offline: {self.log.reason}"
             )
         if client and self.internal:
             raise InvalidTopicError(f"Cannot append to internal topic {self.topic}")

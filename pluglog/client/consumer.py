@@ -409,24 +409,28 @@ class Consumer(OffsetsMixin):
     @defer.inlineCallbacks
     def _resolve_positions(self):
         """Committed offsets (groups) or auto.offset.reset for unknown positions."""
-        todo = [
-            tp
+        # The answers apply to these states only: a partition revoked while
+        # they were on their way, and maybe assigned again (a new state),
+        # needs a lookup of its own, as the group may have committed it
+        # meanwhile (an old answer would re-read what another member did).
+        todo = {
+            tp: s
             for tp, s in self._states.items()
             if s.position is None and tp not in self._resetting
-        ]
+        }
         if not todo:
             return
         self._resetting.update(todo)
         try:
             if self.group_id is not None:
-                committed = yield self.committed_offsets(todo)
+                committed = yield self.committed_offsets(list(todo))
                 for tp, offset in committed.items():
-                    state = self._states.get(tp)
+                    state = todo.get(tp)
                     # A seek while the answer was on its way wins.
-                    if offset is not None and offset >= 0 and state is not None:
+                    if offset is not None and offset >= 0 and self._current(tp, state):
                         if state.position is None:
                             self._set_position(state, offset)
-            rest = [tp for tp in todo if tp in self._states and self._states[tp].position is None]
+            rest = [tp for tp, s in todo.items() if self._current(tp, s) and s.position is None]
             policy = self.config["auto.offset.reset"]
             if rest and policy == "none":
                 raise KafkaClientError(
@@ -434,11 +438,18 @@ class Consumer(OffsetsMixin):
                 )
             if rest:
                 yield self._reset_now(
-                    rest, EARLIEST if policy == "earliest" else LATEST, only_unset=True
+                    rest,
+                    EARLIEST if policy == "earliest" else LATEST,
+                    only_unset=True,
+                    states=todo,
                 )
         finally:
             self._resetting.difference_update(todo)
         self._fetch()
+
+    def _current(self, tp, state):
+        """True while ``state`` is still ``tp``'s (not revoked or replaced)."""
+        return state is not None and self._states.get(tp) is state
 
     @defer.inlineCallbacks
     def _reset(self, partitions, timestamp):
@@ -449,10 +460,14 @@ class Consumer(OffsetsMixin):
         self._fetch()
 
     @defer.inlineCallbacks
-    def _reset_now(self, tps, timestamp, only_unset=False):
+    def _reset_now(self, tps, timestamp, only_unset=False, states=None):
+        """``states``: the states the lookup is for (:meth:`_resolve_positions`);
+        an answer for a partition whose state was replaced meanwhile is dropped."""
         offsets = yield self.list_offsets(tps, timestamp)
         for tp, offset in offsets.items():
             state = self._states.get(tp)
+            if states is not None and states.get(tp) is not state:
+                continue
             if state is not None and not (only_unset and state.position is not None):
                 self._set_position(state, offset)
 

@@ -143,9 +143,19 @@ def confluent_member(bootstrap, group, topic, out_path, *extra):
     )
     stopping = []
     signal.signal(signal.SIGTERM, lambda *a: stopping.append(True))
-    consumer.subscribe([topic])
     with open(out_path, "a", buffering=1) as out:
-        out.write("started\n")
+        started = []
+
+        def on_assign(_consumer, _partitions):
+            # "started" once in the group, as the Twisted member writes it
+            # after start() has joined: the test produces when every member
+            # has started, and a member still joining then may see the
+            # others consume everything first (and get no share).
+            if not started:
+                started.append(True)
+                out.write("started\n")
+
+        consumer.subscribe([topic], on_assign=on_assign)
         while not stopping:
             msgs = [m for m in consumer.consume(500, 0.2) if m.error() is None]
             # Only partitions still assigned after consume() (a rebalance

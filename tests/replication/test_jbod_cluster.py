@@ -8,7 +8,7 @@ import time
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
-from tests.chaos import ProducerThread, check_read_back
+from tests.chaos import ProducerThread, describe_duplicates, read_back
 
 X = 1  # the broker with two log dirs
 
@@ -19,6 +19,16 @@ def _holding(directory, topic):
         for name in os.listdir(directory)
         if name.rsplit("-", 1)[0] == topic
     )
+
+
+def _broker_log_lines(c, topic):
+    """Each broker's log lines about the topic, log dirs, producers and leadership."""
+    words = (topic, "log dir", "producer", "leader", "error", "warn", "Traceback")
+    lines = []
+    for n, broker in c.brokers.items():
+        lines.append(f"--- broker {n} ({broker.log_path})")
+        lines += [line for line in broker.log().splitlines() if any(w in line for w in words)]
+    return lines
 
 
 def test_failed_log_dir_on_the_leader_moves_leadership_and_the_other_dir_serves(
@@ -100,7 +110,17 @@ def test_failed_log_dir_on_the_leader_moves_leadership_and_the_other_dir_serves(
     finally:
         producer.stop()
     assert not producer.errors, producer.errors
-    lost, duplicated = check_read_back(c.bootstrap, topic, 2, producer.acked)
+    lost, duplicated, stored = read_back(c.bootstrap, topic, 2, producer.acked)
+    if lost or duplicated:
+        # Enough to tell a broker defect from a client's re-send afterwards:
+        # where each value is, the batches (producer, epoch, sequences)
+        # holding it in every replica, and what the brokers logged.
+        dirs = {f"broker {n}": b.data_dir for n, b in c.brokers.items() if n != X}
+        dirs[f"broker {X} disk1"] = disks[1]
+        dirs[f"broker {X} disk0 (failed)"] = tmp_path / "disk0-gone"
+        report = describe_duplicates(duplicated, stored, producer.acked, dirs, topic)
+        report += _broker_log_lines(c, topic)
+        print("\n".join(report))
     assert not lost, f"{len(lost)} acknowledged records lost, e.g. {lost[:3]}"
     assert not duplicated, f"{len(duplicated)} records stored twice, e.g. {duplicated[:3]}"
     assert "Traceback" not in c.brokers[X].log()

@@ -162,6 +162,64 @@ class ConsumerTests(SynchronousTestCase):
         got = self.successResultOf(consumer.getmany())
         self.assertEqual([r.offset for r in got[TP0]], [2])
 
+    def test_committed_offset_answer_for_a_revoked_partition_is_dropped(self):
+        # The partition is revoked and assigned again while the OffsetFetch
+        # for its first assignment is on its way: that answer is older than
+        # what the group may have committed since, so the new assignment
+        # looks its committed offset up again (librdkafka's equivalent bug
+        # read 500 records twice in test_group_split_across_leave_and_kill).
+        consumer = self.make(group_id="g", enable_auto_commit=False)
+        self.log.data[0] = [b"%d" % i for i in range(10)]
+        committed = {"offset": 2}
+        fetches = []
+
+        def offset_fetch(conn, v, body):
+            fetches.append(body)
+            if len(fetches) == 1:
+                return None  # held: answered below, after the reassignment
+            return offset_answer(body, committed["offset"])
+
+        found = {"error_code": 0, "node_id": 1, "host": "b1", "port": 9092}
+        self.cluster.handlers[FIND_COORDINATOR] = lambda conn, v, body: found
+        self.cluster.handlers[OFFSET_FETCH] = offset_fetch
+        consumer.assign([TP0])
+        self.step()
+        self.assertEqual(len(fetches), 1)
+        consumer.assign([])
+        consumer.assign([TP0])
+        committed["offset"] = 7  # another member read 2..6 and committed
+        conn = next(c for c in self.cluster.conns if c.unanswered)
+        header = conn.unanswered.pop(0)
+        self.cluster.answer(
+            conn, header, offset_answer({"topics": [{"name": "t", "partition_indexes": [0]}]}, 2)
+        )
+        self.step()
+        self.assertEqual(len(fetches), 2)
+        got = self.successResultOf(consumer.getmany())
+        self.assertEqual([r.offset for r in got[TP0]], [7, 8, 9])
+
+
+def offset_answer(body, offset):
+    """An OffsetFetch answer giving every asked partition ``offset``."""
+    return {
+        "topics": [
+            {
+                "name": t["name"],
+                "partitions": [
+                    {
+                        "partition_index": p,
+                        "committed_offset": offset,
+                        "metadata": None,
+                        "error_code": 0,
+                    }
+                    for p in t["partition_indexes"]
+                ],
+            }
+            for t in body["topics"]
+        ],
+        "error_code": 0,
+    }
+
 
 def group_handlers(cluster, members, assignment_for):
     """A coordinator for one group; ``members`` grows as JoinGroups arrive."""
@@ -201,24 +259,7 @@ def group_handlers(cluster, members, assignment_for):
         return {"error_code": code}
 
     def offset_fetch(conn, v, body):
-        return {
-            "topics": [
-                {
-                    "name": t["name"],
-                    "partitions": [
-                        {
-                            "partition_index": p,
-                            "committed_offset": -1,
-                            "metadata": None,
-                            "error_code": 0,
-                        }
-                        for p in t["partition_indexes"]
-                    ],
-                }
-                for t in body["topics"]
-            ],
-            "error_code": 0,
-        }
+        return offset_answer(body, -1)
 
     def commit(conn, v, body):
         state["commits"].append(body)

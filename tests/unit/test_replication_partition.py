@@ -12,12 +12,16 @@ from pluglog.errors import (
     NOT_LEADER_OR_FOLLOWER,
     REQUEST_TIMED_OUT,
     CorruptRecordError,
+    KafkaStorageError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OutOfOrderSequenceError,
 )
+from pluglog.protocol.records import Record, build_batch
 from pluglog.replication.epochs import UNDEFINED, LeaderEpochCache
 from pluglog.storage import SegmentLogStorage
 from pluglog.storage.memory import MemoryLogStorage
+from pluglog.storage.offline import OfflineLog
 from pluglog.storage.records import parse_header
 from tests.unit.test_storage_segments import make_batch
 
@@ -204,3 +208,27 @@ def test_producer_id_ranges_of_brokers_never_meet(tmp_path):
     # A restart resumes past the persisted block end, still in its own range.
     again = ProducerIdAllocator(str(tmp_path / "b"), block_size=10, broker_id=2)
     assert again.allocate() == (2 << 32) + 30
+
+
+def test_offline_log_answers_storage_error_before_checking_sequences():
+    # A failed log dir swaps the partition's log for an OfflineLog
+    # (pluglog.broker.log_dirs). Every later batch must get
+    # KAFKA_STORAGE_ERROR, never OUT_OF_ORDER_SEQUENCE_NUMBER: the batch after
+    # one refused here has a sequence gap, and librdkafka answers that error
+    # by bumping its epoch and renumbering every unacknowledged batch, those
+    # the new leader already holds too (test_jbod_cluster stored two twice).
+    def idempotent(seq):
+        return build_batch(
+            [Record(b"k", b"v")], producer_id=7, producer_epoch=0, base_sequence=seq
+        )
+
+    part = leader(isr=(1,))
+    part.append(idempotent(0), 0, acks=1)
+    with pytest.raises(OutOfOrderSequenceError):
+        part.append(idempotent(2), 0, acks=1)  # the check this test is about
+    part.log = OfflineLog("t", 0, "log dir /d failed")
+    part.log_offline = True
+    with pytest.raises(KafkaStorageError):
+        part.append(idempotent(1), 0, acks=1)
+    with pytest.raises(KafkaStorageError, match="offline: log dir /d failed"):
+        part.append(idempotent(2), 0, acks=1)  # after the refused 1: a gap
