@@ -51,6 +51,26 @@ def zk_connect(zookeeper):
     return zookeeper.connect_string(new_chroot())
 
 
+@pytest.fixture
+def zk(zookeeper, zk_connect):
+    """A plain kazoo client on this test's chroot (made here), for reading
+    and asserting znodes. Its session lasts 45 s like the brokers' in the
+    ZooKeeper-restart tests: kazoo's default 10 s expired across a restart
+    at load ~10."""
+    from kazoo.client import KazooClient
+
+    root = KazooClient(hosts=zookeeper.hosts)
+    root.start(10)
+    root.ensure_path(zk_connect[len(zookeeper.hosts) :])
+    root.stop()
+    root.close()
+    client = KazooClient(hosts=zk_connect, timeout=45)
+    client.start(10)
+    yield client
+    client.stop()
+    client.close()
+
+
 # -- a 3-node ensemble -------------------------------------------------------------
 
 QUORUM_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"

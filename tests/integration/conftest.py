@@ -41,4 +41,4 @@ def moto(tmp_path_factory):
 # Real ZooKeeper (tests/zookeeper.py): one process per session, a chroot per test.
 # Secured listeners (SSL, SASL_PLAINTEXT, SASL_SSL) with generated certificates.
 from tests.integration.secure_broker import secure  # noqa: E402, F401
-from tests.zookeeper import zk_connect, zookeeper, zookeeper_process  # noqa: E402, F401
+from tests.zookeeper import zk, zk_connect, zookeeper, zookeeper_process  # noqa: E402, F401

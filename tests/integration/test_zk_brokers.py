@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pytest
-from kazoo.client import KazooClient
 
 from pluglog.datadir import meta_properties
 from tests.broker_process import ROOT, TWISTD, BrokerProcess, assert_refused, free_port
@@ -22,20 +21,6 @@ def zk_broker(tmp_path, zk_connect, broker_id, **settings):
         },
         extra_args=["--coordinator", "zookeeper", "--broker-id", str(broker_id)],
     )
-
-
-@pytest.fixture
-def zk(zookeeper, zk_connect):
-    chroot = zk_connect[len(zookeeper.hosts) :]
-    root = KazooClient(hosts=zookeeper.hosts)
-    root.start(10)
-    root.ensure_path(chroot)
-    root.stop()
-    client = KazooClient(hosts=zk_connect)
-    client.start(10)
-    yield client
-    client.stop()
-    client.close()
 
 
 def test_brokers_register_and_leave(tmp_path, zk, zk_connect):

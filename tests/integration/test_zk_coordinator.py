@@ -33,22 +33,6 @@ def rt():
 
 
 @pytest.fixture
-def zk(zookeeper, zk_connect):
-    """A plain kazoo client on this test's chroot, for asserting znodes."""
-    root = KazooClient(hosts=zookeeper.hosts)
-    root.start(10)
-    root.ensure_path(zk_connect[len(zookeeper.hosts) :])
-    root.stop()
-    # The brokers' session length in the ZooKeeper-restart tests (45 s):
-    # kazoo's default 10 s expired across a restart at load ~10.
-    client = KazooClient(hosts=zk_connect, timeout=45)
-    client.start(10)
-    yield client
-    client.stop()
-    client.close()
-
-
-@pytest.fixture
 def cluster(rt, zk_connect, tmp_path):
     """``cluster(1, 2, 3, **settings)`` -> started nodes; all stopped afterwards."""
     made = []

@@ -20,7 +20,7 @@ from pluglog.coordination import zkdata as z
 from pluglog.coordination.state import StaleStateError
 from pluglog.replication.manager import ReplicaManager
 from pluglog.storage.memory import MemoryLogStorage
-from tests.integration.test_zk_coordinator import cluster, rt, zk  # noqa: F401
+from tests.integration.test_zk_coordinator import cluster, rt  # noqa: F401
 
 
 def test_a_lost_isr_write_brings_the_winning_state_first(rt, cluster, zk):  # noqa: F811

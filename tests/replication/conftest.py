@@ -4,7 +4,7 @@ broker processes coordinated by it."""
 import pytest
 
 from tests.cluster import Cluster
-from tests.zookeeper import zk_connect, zookeeper, zookeeper_process  # noqa: F401
+from tests.zookeeper import zk, zk_connect, zookeeper, zookeeper_process  # noqa: F401
 
 
 @pytest.fixture

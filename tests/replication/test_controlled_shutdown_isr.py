@@ -16,27 +16,11 @@ import json
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
-from kazoo.client import KazooClient
 
 pytestmark = pytest.mark.cluster
 
 TOPIC = "cs"
 PARTITIONS = 200
-
-
-@pytest.fixture
-def zk(zookeeper, zk_connect):
-    """A plain kazoo client on the test's chroot, for reading the states."""
-    root = KazooClient(hosts=zookeeper.hosts)
-    root.start(10)
-    root.ensure_path(zk_connect[len(zookeeper.hosts) :])
-    root.stop()
-    root.close()
-    client = KazooClient(hosts=zk_connect)
-    client.start(10)
-    yield client
-    client.stop()
-    client.close()
 
 
 def zk_states(zk):
