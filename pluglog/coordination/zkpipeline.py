@@ -22,7 +22,8 @@ What stays as it was, per partition:
 * A write cut off by a lost connection or an expired session is run again
   once a session is back (kazoo's command retry), as a single write.
 * Results reach the reactor thread in the order the writes were queued,
-  winning states before the failures; a batch's results in one call.
+  the winning states of lost writes before any result of their batch (in
+  calls of up to :data:`DELIVER` results, so the reactor's turns stay short).
 """
 
 import threading
@@ -31,6 +32,7 @@ from collections import deque
 from kazoo.exceptions import BadVersionError, NoNodeError
 from kazoo.protocol.states import EventType
 from twisted.internet import defer
+from twisted.logger import Logger
 from twisted.python import failure
 
 from pluglog.coordination import zkdata as z
@@ -38,9 +40,14 @@ from pluglog.coordination.state import StaleStateError
 from pluglog.coordination.zkbridge import DISCONNECTED
 from pluglog.errors import ConfigError
 
+log = Logger()
+
 #: Requests in flight per round: a bound on one job's memory, and jobs
 #: queued meanwhile (a controller's refresh) get their turn between rounds.
 BATCH = 1000
+#: Results per call on the reactor thread: each may set off a partition's
+#: leadership or ISR change there, and other work gets turns in between.
+DELIVER = 100
 
 
 class PipelineMixin:
@@ -153,7 +160,10 @@ class PipelineMixin:
                 fired.append((d, True, stored))
             else:
                 fired.append((d, False, found[1]))
-        self.io.deliver(self._fire_after, winners, fired)
+        for start in range(0, len(winners), DELIVER):
+            self.io.deliver(self._set_states, winners[start : start + DELIVER])
+        for start in range(0, len(fired), DELIVER):
+            self.io.deliver(self._fire, fired[start : start + DELIVER])
 
     def _write_args(self, item):
         topic, partition, version, new, _ = item
@@ -175,13 +185,18 @@ class PipelineMixin:
                 pass  # deleted: the topic watch says so
             except DISCONNECTED:
                 pass  # a session restore or reconnect reads every state again
+            except Exception:
+                # Unreadable: the write still fails as lost.
+                self.io.deliver(
+                    log.failure,
+                    "reading the state of {t}-{p}",
+                    failure.Failure(),
+                    t=topic,
+                    p=partition,
+                )
         return winners
 
     # -- results (reactor thread) -----------------------------------------------
-
-    def _fire_after(self, states, fired):
-        self._set_states(states)
-        self._fire(fired)
 
     @staticmethod
     def _fire(fired):
@@ -221,9 +236,6 @@ class PipelineMixin:
             self.io.post(self._safely, self._read_queued)
         self.read_states(keys)
 
-    def refresh_state(self, name, partition):
-        self.read_states([(name, partition)])
-
     def read_states(self, keys):
         """Read and watch the state znodes of ``keys`` ((topic, partition)),
         pipelined; deliver them to the reactor and tell the controller."""
@@ -240,9 +252,17 @@ class PipelineMixin:
                     state = z.state_from_znode(*pending.get())
                 except NoNodeError:
                     state = self._read_missing(*key)
+                except DISCONNECTED:
+                    raise  # the session restore or reconnect reads everything again
+                except Exception:
+                    self.io.deliver(
+                        log.failure, "reading the state of {key}", failure.Failure(), key=key
+                    )
+                    continue
                 if state is not None:
                     states.append((*key, state))
-            self.io.deliver(self._set_states, states)
+            for first in range(0, len(states), DELIVER):
+                self.io.deliver(self._set_states, states[first : first + DELIVER])
             self.controller.post(self.controller.on_states_changed, [s[:2] for s in states])
 
     def _read_missing(self, topic, partition):

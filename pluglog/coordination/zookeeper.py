@@ -7,7 +7,9 @@ on the ``io`` :class:`SerialWorker` and deliver their results to the reactor
 thread, where listeners get the events of :mod:`pluglog.coordination.state`.
 Writes any broker may make (registration, topic creation, config changes,
 deletion and reassignment requests, ISR changes of partitions it leads)
-are made from the same worker; the controller's decisions are made by
+are made from the same worker; ISR writes and partition-state reads go out
+pipelined, many at a time (:mod:`pluglog.coordination.zkpipeline`). The
+controller's decisions are made by
 :class:`pluglog.coordination.controller.Controller` on its own thread.
 
 Start-up refuses, with a ConfigError the broker exits on: an unreachable
