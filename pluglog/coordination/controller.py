@@ -371,26 +371,24 @@ class Controller(AdminZnodesMixin, ReassignmentMixin):
         if self.active:
             self.reconcile()
 
-    def on_state_changed(self, topic, partition):
-        if self.active and (topic, partition) in self.reassigning:
+    def on_states_changed(self, keys):
+        """States of ``keys`` ((topic, partition)) were read from their znodes."""
+        if self.active and self.reassigning.intersection(keys):
             self.on_reassign()
 
     def rebalance(self):
         """Kafka's auto leader rebalance: per preferred broker, if more than
         10 % of its partitions are led elsewhere, move them back when it is
-        live and in sync."""
+        live and in sync. Reads every state: the coordinator's periodic
+        check (:meth:`ZooKeeperCoordinator.check_imbalance`) asks for it only
+        when its cache shows something to move."""
         if not self.active:
             return
         topics, states = self.load()
-        by_preferred = {}
-        for (topic, p), state in states.items():
-            replicas = topics[topic].assignment[p]
-            if state is not None and replicas:
-                by_preferred.setdefault(replicas[0], []).append((topic, p))
-        for broker, tps in sorted(by_preferred.items()):
-            off = [tp for tp in tps if states[tp].leader != broker]
-            if broker not in self.live or len(off) / len(tps) <= 0.10:
-                continue
+        partitions = (
+            (key, topics[key[0]].assignment[key[1]], state) for key, state in states.items()
+        )
+        for _, off in election.imbalanced(partitions, self.live).items():
             self.elect_partitions(off, preferred=True, loaded=(topics, states))
 
     def elect_partitions(self, partitions, preferred, loaded=None):

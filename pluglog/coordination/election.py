@@ -56,6 +56,26 @@ def preferred(replicas, state, live, shutting_down):
     return bump(state, first, state.isr), OK
 
 
+def imbalanced(partitions, live, ratio=0.10):
+    """Kafka's leader-imbalance check. ``partitions`` yields ``(key, replicas,
+    state)``; returns ``{preferred broker: [keys led by another]}`` for each
+    live preferred leader that more than ``ratio`` of its partitions are led
+    away from, and that is in the ISR of one of them at least (else no
+    preferred election could move one back yet)."""
+    by_preferred = {}
+    for key, replicas, state in partitions:
+        if state is not None and replicas:
+            by_preferred.setdefault(replicas[0], []).append((key, state))
+    found = {}
+    for broker, led in sorted(by_preferred.items()):
+        off = [(key, state) for key, state in led if state.leader != broker]
+        if broker not in live or len(off) / len(led) <= ratio:
+            continue
+        if any(broker in state.isr for _, state in off):
+            found[broker] = [key for key, _ in off]
+    return found
+
+
 def unclean(replicas, state, live):
     """ElectionType.UNCLEAN: only for a partition without a live leader; an
     in-sync replica if one is live, else any live replica."""

@@ -7,7 +7,9 @@ on the ``io`` :class:`SerialWorker` and deliver their results to the reactor
 thread, where listeners get the events of :mod:`pluglog.coordination.state`.
 Writes any broker may make (registration, topic creation, config changes,
 deletion and reassignment requests, ISR changes of partitions it leads)
-are made from the same worker; the controller's decisions are made by
+are made from the same worker; ISR writes and partition-state reads go out
+pipelined, many at a time (:mod:`pluglog.coordination.zkpipeline`). The
+controller's decisions are made by
 :class:`pluglog.coordination.controller.Controller` on its own thread.
 
 Start-up refuses, with a ConfigError the broker exits on: an unreachable
@@ -16,17 +18,19 @@ ZooKeeper (after ``zookeeper.connection.timeout.ms``), a data dir whose
 another live broker has registered.
 """
 
-from kazoo.exceptions import BadVersionError, NoNodeError
+from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import EventType, KazooState
 from twisted.internet import defer, threads
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from pluglog.coordination import election
 from pluglog.coordination import zkdata as z
 from pluglog.coordination.controller import Controller
-from pluglog.coordination.state import PartitionChange, StaleStateError, TopicMetadata
+from pluglog.coordination.state import PartitionChange, TopicMetadata
 from pluglog.coordination.zkadmin import AdminMixin
 from pluglog.coordination.zkbridge import DISCONNECTED, SerialWorker, connect
+from pluglog.coordination.zkpipeline import PipelineMixin
 from pluglog.coordination.zkregister import RegistrationMixin
 from pluglog.coordination.zkstores import StoresMixin
 from pluglog.errors import ConfigError
@@ -37,7 +41,7 @@ log = Logger()
 
 
 @implementer(ICoordinator)
-class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
+class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin, PipelineMixin):
     """Brokers, controller, topics and partition states kept in ZooKeeper."""
 
     def __init__(self, config, reactor):
@@ -73,6 +77,7 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
         self._offline_partitions = set()
         self._offline_dirs = set()
         self._init_stores()
+        self._init_pipeline()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -129,7 +134,7 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
         if self.config.auto_leader_rebalance_enable and interval > 0:
             from twisted.internet import task
 
-            self._rebalance = task.LoopingCall(self.controller.post, self.controller.rebalance)
+            self._rebalance = task.LoopingCall(self.check_imbalance)
             self._rebalance.clock = self.reactor
             self._rebalance.start(interval, now=False)
         log.info(
@@ -139,6 +144,22 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
             cluster=cluster_id,
             ctl=self._controller_id,
         )
+
+    def check_imbalance(self):
+        """The periodic leader-imbalance check, on the cached states (Kafka's
+        controller checks its context, not ZooKeeper): reading every state
+        znode each time cost ~23 % of a core at 10,000 partitions and a 5 s
+        interval. The controller reads ZooKeeper, and decides on what it
+        reads, only when the cache shows a preferred leader to move back."""
+        if self._controller_id != self.broker_id or self.stopping:
+            return
+        partitions = (
+            (key, self._topics[key[0]].replicas(key[1]), state)
+            for key, state in self._states.items()
+            if key[0] in self._topics
+        )
+        if election.imbalanced(partitions, set(self._brokers)):
+            self.controller.post(self.controller.rebalance)
 
     def _start_failed(self, failure):
         self.controller.worker.stop()
@@ -335,25 +356,7 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
         if states:
             # Partitions added to an existing topic need their first states.
             self.controller.post(self.controller.on_topics_changed)
-            for p in sorted(assignment):
-                self.refresh_state(name, p)
-
-    def refresh_state(self, name, partition):
-        if name not in self._io_topics:
-            return
-        path = z.state_path(name, partition)
-        watch = self._watcher(("state", name, partition), self.refresh_state, name, partition)
-        try:
-            state = z.state_from_znode(*self.client.get(path, watch=watch))
-        except NoNodeError:
-            try:
-                if not self.client.exists(path, watch=watch):
-                    return
-                state = z.state_from_znode(*self.client.get(path, watch=watch))
-            except NoNodeError:
-                return  # created and deleted in between: the topic is going
-        self.io.deliver(self._set_state, name, partition, state)
-        self.controller.post(self.controller.on_state_changed, name, partition)
+            self.read_states([(name, p) for p in sorted(assignment)])
 
     # -- the cache (reactor thread) --------------------------------------------
 
@@ -458,49 +461,6 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin):
 
     def partition_state(self, topic, partition):
         return self._states.get((topic, partition))
-
-    # -- the leader's ISR write ------------------------------------------------
-
-    def alter_isr(self, topic, partition, state, new_isr):
-        current = self._states.get((topic, partition))
-        if current is not None and (current.version, current.leader_epoch) != (
-            state.version,
-            state.leader_epoch,
-        ):
-            return defer.fail(StaleStateError(f"{topic}-{partition}: state moved on"))
-        new = type(state)(
-            state.leader, state.leader_epoch, tuple(new_isr), state.controller_epoch, -1
-        )
-
-        def write():
-            try:
-                stat = self.client.set(
-                    z.state_path(topic, partition), z.state_bytes(new), version=state.version
-                )
-            except (BadVersionError, NoNodeError):
-                # Read the winner now: the watch's refresh may queue behind
-                # thousands of ISR writes while the follower has the new epoch.
-                self._reread_state(topic, partition)
-                raise StaleStateError(
-                    f"{topic}-{partition}: state changed since version {state.version}"
-                ) from None
-            return type(new)(
-                new.leader, new.leader_epoch, new.isr, new.controller_epoch, stat.version
-            )
-
-        def stored(result):
-            self._set_state(topic, partition, result)
-            return result
-
-        return self._submit_write(write).addCallback(stored)
-
-    def _reread_state(self, topic, partition):
-        """io thread: deliver a partition's stored state (its watch stays as set)."""
-        try:
-            state = z.state_from_znode(*self.client.get(z.state_path(topic, partition)))
-        except NoNodeError:
-            return  # deleted: the topic watch says so
-        self.io.deliver(self._set_state, topic, partition, state)
 
 
 def make_zookeeper(config, reactor):

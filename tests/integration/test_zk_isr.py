@@ -3,6 +3,10 @@
 * An ISR write that loses to the controller brings the winning state with it:
   the leader follows the new epoch before the failure fires, not when the
   watch's refresh gets its turn on a ZooKeeper worker busy with other writes.
+* Many ISR writes at once go to ZooKeeper pipelined, each still conditional
+  on its own partition's version: all land but the one that lost, which
+  fails alone; a partition's writes land in the order they were made; and
+  writes cut off by a ZooKeeper restart land once it is back.
 * A broker whose registration is gone is not added to an ISR (KIP-841: fenced
   replicas are not eligible), and is once it registers again.
 * A broker in controlled shutdown fetches a partition only while it is in its
@@ -13,6 +17,7 @@ import threading
 import types
 
 from twisted.internet import defer
+from twisted.python.failure import Failure
 
 from pluglog.broker.partition import Partition
 from pluglog.config import TopicConfig
@@ -49,6 +54,102 @@ def test_a_lost_isr_write_brings_the_winning_state_first(rt, cluster, zk):  # no
     rt.wait(lambda: seen)
     (current,) = seen
     assert (current.leader_epoch, current.isr) == (state.leader_epoch + 1, (1,))
+
+
+def test_many_isr_writes_at_once_land_each_on_its_own_version(rt, cluster, zk):  # noqa: F811
+    leader, follower = cluster(1, 2)
+    n, lost, twice = 300, 7, 11
+    leader.call("create_topic", "many", n, 2, {}, assignments={p: [1, 2] for p in range(n)})
+    states = [rt.wait(lambda p=p: leader.co.partition_state("many", p)) for p in range(n)]
+    outcomes = {}
+    gate = threading.Event()
+    try:
+        # Hold the leader's ZooKeeper worker: every write below queues, and
+        # they go out together once it is released.
+        rt.call(leader.co.io.post, gate.wait, 20)
+
+        def write(p, isr, name):
+            def record(result):
+                # What the leader knows when its callback runs.
+                outcomes[(p, name)] = (result, leader.co.partition_state("many", p))
+
+            leader.co.alter_isr("many", p, states[p], isr).addBoth(record)
+
+        def write_all():
+            for p in range(n):
+                write(p, (1,), "first")
+            # Made after the first, on the same version: it must lose, and
+            # would win were it sent first.
+            write(twice, (2, 1), "second")
+
+        rt.call(write_all)
+        # The controller gets to one partition first (a new leader epoch).
+        moved = type(states[lost])(1, states[lost].leader_epoch + 1, (1, 2), 1)
+        zk.set(z.state_path("many", lost), z.state_bytes(moved), version=states[lost].version)
+    finally:
+        gate.set()
+    rt.wait(lambda: len(outcomes) == n + 1)
+
+    for p in range(n):
+        result, _ = outcomes[(p, "first")]
+        if p == lost:
+            continue
+        assert not isinstance(result, Failure), (p, result)
+        assert (result.isr, result.version) == ((1,), states[p].version + 1)
+        state = z.state_from_znode(*zk.get(z.state_path("many", p)))
+        assert (state.isr, state.version, state.leader_epoch) == (
+            (1,),
+            states[p].version + 1,
+            states[p].leader_epoch,
+        )
+    # The lost one failed alone, the winner already known when it did.
+    result, known = outcomes[(lost, "first")]
+    assert isinstance(result, Failure) and result.check(StaleStateError)
+    assert (known.leader_epoch, known.isr) == (moved.leader_epoch, (1, 2))
+    # The second write of a partition lost to its first.
+    result, known = outcomes[(twice, "second")]
+    assert isinstance(result, Failure) and result.check(StaleStateError)
+    assert (known.isr, known.version) == ((1,), states[twice].version + 1)
+    # The follower's watches saw every write (their reads are pipelined too).
+    rt.wait(
+        lambda: all(
+            follower.co.partition_state("many", p).isr == ((1, 2) if p == lost else (1,))
+            for p in range(n)
+        )
+    )
+
+
+def test_isr_writes_cut_off_by_a_zookeeper_restart_land_once_it_is_back(
+    rt,  # noqa: F811
+    cluster,  # noqa: F811
+    zk,  # noqa: F811
+    zookeeper,
+):
+    # Sessions that outlive the restart, as in test_zk_coordinator's
+    # test_watches_follow_changes_after_a_zookeeper_restart.
+    leader, _ = cluster(1, 2, zookeeper_session_timeout_ms=45000)
+    n = 50
+    leader.call("create_topic", "cut", n, 2, {}, assignments={p: [1, 2] for p in range(n)})
+    states = [rt.wait(lambda p=p: leader.co.partition_state("cut", p)) for p in range(n)]
+    results = []
+    gate = threading.Event()
+    try:
+        rt.call(leader.co.io.post, gate.wait, 30)
+
+        def write_all():
+            for p in range(n):
+                leader.co.alter_isr("cut", p, states[p], (1,)).addBoth(results.append)
+
+        rt.call(write_all)
+        zookeeper.stop()
+    finally:
+        gate.set()  # the writes go out while ZooKeeper is down
+    zookeeper.start()
+    rt.wait(lambda: len(results) == n, timeout=40)
+    assert not [r for r in results if isinstance(r, Failure)]
+    for p in range(n):
+        state = z.state_from_znode(*zk.retry(zk.get, z.state_path("cut", p)))
+        assert (state.isr, state.version) == ((1,), states[p].version + 1)
 
 
 def replica_manager(rt, node, topic, partitions):  # noqa: F811

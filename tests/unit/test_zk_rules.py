@@ -122,6 +122,28 @@ def test_preferred_unclean_and_shutdown_rules():
     assert election.shutdown([1, 2], st(1, [1]), 1, live, {1}) is None
 
 
+def test_leader_imbalance_rule():
+    # Broker 1 prefers ten partitions: one led away is 10 %, not more.
+    balanced = [(p, [1, 2], st(1, [1, 2])) for p in range(9)]
+    one_away = [(9, [1, 2], st(2, [2, 1]))]
+    assert election.imbalanced(balanced + one_away, {1, 2}) == {}
+    two_away = [(p, [1, 2], st(2, [2, 1])) for p in (8, 9)]
+    assert election.imbalanced(balanced[:8] + two_away, {1, 2}) == {1: [8, 9]}
+    # Not live, or in no ISR of those led away: nothing could move back yet.
+    assert election.imbalanced(balanced[:8] + two_away, {2}) == {}
+    out_of_sync = [(p, [1, 2], st(2, [2])) for p in (8, 9)]
+    assert election.imbalanced(balanced[:8] + out_of_sync, {1, 2}) == {}
+    # One in sync is enough to ask; all led away are named (the election
+    # refuses the others); partitions without a state or replicas count not.
+    mixed = [
+        (8, [1, 2], st(2, [2])),
+        (9, [1, 2], st(2, [2, 1])),
+        (10, [1, 2], None),
+        (11, [], None),
+    ]
+    assert election.imbalanced(balanced[:8] + mixed, {1, 2}) == {1: [8, 9]}
+
+
 def test_parse_connect():
     assert z.parse_connect("127.0.0.1:2181") == ("127.0.0.1:2181", "")
     assert z.parse_connect("a:1,b.example:2/kafka/x") == ("a:1,b.example:2", "/kafka/x")
