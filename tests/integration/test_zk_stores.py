@@ -11,7 +11,7 @@ import threading
 from pluglog.coordination import zkentities as e
 from pluglog.security.acls import AclAuthorizer, AclBinding
 from pluglog.security.credentials import make_credential
-from tests.integration.test_zk_coordinator import cluster, expire, rt, zk  # noqa: F401
+from tests.integration.test_zk_coordinator import cluster, expire, rt  # noqa: F401
 
 CRED = make_credential("SCRAM-SHA-256", "alice-secret", salt=b"0123456789abcdef")
 

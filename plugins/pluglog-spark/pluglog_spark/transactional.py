@@ -141,16 +141,31 @@ def write_transaction(
         producer.commit_transaction(timeout)
         begun = False
         return rows, False
-    except BaseException:
+    except BaseException as exc:
         if begun:
             try:
                 producer.abort_transaction(timeout)
-            except Exception as exc:  # fenced or broker gone: the broker aborts it
-                log.warning("pluglog: aborting the transaction of %s failed: %s", txn_id, exc)
+            except Exception as abort_exc:  # fenced or broker gone: the broker aborts it
+                log.warning(
+                    "pluglog: aborting the transaction of %s failed: %s", txn_id, abort_exc
+                )
+                if _only_fatal(ck, exc) and isinstance(abort_exc, ck.KafkaException):
+                    # A produce() after a fatal error says only "Local: Fatal
+                    # error"; the abort names the cause (fenced by a newer
+                    # attempt of this task), which is what Spark should show.
+                    raise abort_exc from exc
         raise
     finally:
         consumer.close()
         _close(producer)
+
+
+def _only_fatal(ck, exc):
+    """``exc`` is librdkafka's bare _FATAL (the cause was reported elsewhere)."""
+    if not isinstance(exc, ck.KafkaException) or not exc.args:
+        return False
+    error = exc.args[0]
+    return isinstance(error, ck.KafkaError) and error.code() == ck.KafkaError._FATAL
 
 
 def _close(producer):

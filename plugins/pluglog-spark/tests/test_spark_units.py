@@ -4,11 +4,13 @@ plugin's settings and the supervisor's restart policy (under task.Clock)."""
 import json
 import signal
 
+import confluent_kafka as ck
 import pytest
 from pluglog_spark import offsets
 from pluglog_spark.options import OptionError, SinkOptions, SourceOptions
 from pluglog_spark.plugin import SparkSink, sink_command
 from pluglog_spark.supervisor import SupervisedProcess
+from pluglog_spark.transactional import _only_fatal
 from twisted.internet import error
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
@@ -331,3 +333,11 @@ def test_remote_split_reads_each_offset_once_and_reports_gaps():
         remote.split(cluster, ranges, True)
     # Nothing below the local start: no metadata read, ranges unchanged.
     assert remote.split(_MetadataCluster([], 0), ranges, True) == ([], ranges)
+
+
+def test_a_bare_fatal_error_is_told_apart_from_its_cause():
+    # librdkafka's produce() after a fatal error raises a bare _FATAL; the
+    # writer then raises the abort's error instead, which names the cause.
+    assert _only_fatal(ck, ck.KafkaException(ck.KafkaError(ck.KafkaError._FATAL)))
+    assert not _only_fatal(ck, ck.KafkaException(ck.KafkaError(ck.KafkaError._FENCED)))
+    assert not _only_fatal(ck, RuntimeError("not librdkafka's"))
