@@ -107,6 +107,16 @@ def test_registration_lists_every_listener(secured):
     assert "SCRAM-SHA-256" in e.config_from_body(secured.zk.get("/config/users/admin")[0])
 
 
+def replicated_topic(cluster):
+    """Topic "replicated" (RF 3, min ISR 2), made once per module, with its
+    followers fetching over SASL as admin (so the ISR fills up)."""
+    if cluster.partition("replicated", 0) is None:
+        admin = AdminClient(sasl_conf(cluster, 1))
+        topic = NewTopic("replicated", 1, 3, config={"min.insync.replicas": "2"})
+        admin.create_topics([topic])["replicated"].result(30)
+    cluster.wait_for_isr("replicated", 1, 3)
+
+
 def test_sasl_clients_get_sasl_endpoints_and_replicate_acks_all(secured):
     admin = AdminClient(sasl_conf(secured, 1))
     meta = admin.list_topics(timeout=20)
@@ -115,10 +125,7 @@ def test_sasl_clients_get_sasl_endpoints_and_replicate_acks_all(secured):
     assert {b["node_id"]: b["port"] for b in plain["brokers"]} == {
         n: b.port for n, b in secured.brokers.items()
     }
-    topic = NewTopic("replicated", 1, 3, config={"min.insync.replicas": "2"})
-    admin.create_topics([topic])["replicated"].result(30)
-    # The followers fetch over SASL as admin: the ISR fills up.
-    secured.wait_for_isr("replicated", 1, 3)
+    replicated_topic(secured)
     producer = Producer({**sasl_conf(secured, 2), "acks": "all", "linger.ms": 5})
     errors = []
     for i in range(200):
@@ -159,14 +166,19 @@ def test_sasl_clients_get_sasl_endpoints_and_replicate_acks_all(secured):
 
 
 def test_replica_fetchers_reauthenticate_within_the_session_lifetime(secured):
-    # The followers of "replicated" (previous test) keep fetching over SASL
-    # past several 4 s lifetimes: they log in again on the same connection
+    # The followers of "replicated" keep fetching over SASL past several 4 s
+    # lifetimes: they log in again on the same connection
     # (pluglog.replication.peer) and none is closed for an expired session.
-    secured.wait_for_isr("replicated", 1, 3)
-    time.sleep(9)
+    # Each re-login is 3 exchanges, each of which may queue behind a parked
+    # Fetch (replica.fetch.wait.max.ms), so one comes every 4-5 s: wait for
+    # two per follower rather than sleeping a fixed time.
+    replicated_topic(secured)
     leader = secured.brokers[secured.leader("replicated")]
-    log = leader.log()
-    assert log.count("re-authenticated as User:admin (SCRAM-SHA-256)") >= 4  # 2 followers
+    secured.wait_for(
+        lambda: leader.log().count("re-authenticated as User:admin (SCRAM-SHA-256)") >= 4,
+        timeout=30,
+        what="two re-authentications by each of the 2 followers",
+    )
     for node in secured.brokers.values():
         assert "SASL session expired" not in node.log()
     assert sorted(secured.partition("replicated", 0)["isr"]) == [1, 2, 3]
