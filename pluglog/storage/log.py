@@ -78,6 +78,9 @@ class BasePartitionLog:
         self._bases = []
         self.log_start_offset = 0
         self.recovery_point = 0
+        #: called with this log after a truncation (the storage checkpoints
+        #: a recovery point that fell below the one on disk)
+        self.on_truncation = None
         self._unflushed_records = 0
         self._last_flush_ms = None
         self._dirty = []
@@ -321,6 +324,8 @@ class BasePartitionLog:
         self._dirty = [s for s in self._dirty if not s.deleted]
         self._directory_dirty = True
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        if self.on_truncation is not None:
+            self.on_truncation(self)
 
     def _delete_segment(self, segment):
         segment.mark_deleted()

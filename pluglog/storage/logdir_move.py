@@ -338,6 +338,7 @@ class LogMovesMixin:
             clean=True,
             open_segments=self.open_segments,
         )
+        moved.on_truncation = self._truncated
         self._logs[key] = moved
         self._dir_of[key] = destination
         self._retire(log, retired)

@@ -145,6 +145,9 @@ class SegmentLogStorage(LogMovesMixin):
         self._futures = {}
         #: moves in progress, {key: LogMove}
         self._moves = {}
+        #: (topic, partition) -> the recovery point the checkpoint file holds
+        self._checkpointed = {}
+        self._truncation_call = None
         self.closed = False
         self.opened_clean = True
         for directory in self.data_dirs:
@@ -229,6 +232,7 @@ class SegmentLogStorage(LogMovesMixin):
                 clean=clean,
                 open_segments=self.open_segments,
             )
+            self._logs[key].on_truncation = self._truncated
         except (KafkaStorageError, OSError) as exc:
             # One unreadable partition must not stop the broker: it stays
             # offline (open_log refuses it) and the others are served.
@@ -320,6 +324,7 @@ class SegmentLogStorage(LogMovesMixin):
                 self.fsync,
                 open_segments=self.open_segments,
             )
+            log.on_truncation = self._truncated
             self._logs[(topic, partition)] = log
             self._dir_of[(topic, partition)] = directory
         else:
@@ -393,10 +398,38 @@ class SegmentLogStorage(LogMovesMixin):
                     self._path(LOG_START_OFFSET_CHECKPOINT, directory),
                     {key: log.log_start_offset for key, log in logs.items()},
                 )
+                self._checkpointed.update((key, log.recovery_point) for key, log in logs.items())
             except OSError as exc:
                 if len(self.data_dirs) == 1:
                     raise  # the only dir: nothing left to serve from
                 self.mark_dir_failed(directory, str(exc))
+
+    def _truncated(self, log):
+        """A follower truncation lowered ``log``'s recovery point. Below the
+        checkpointed one, the checkpoint is written again before the log
+        takes new writes, as Kafka's ``LogManager.truncateTo`` does: after a
+        crash, a stale checkpoint would name the cut and rewritten (unsynced)
+        data as synced, and recovery would not re-scan its segment. Once per
+        reactor turn, however many logs truncated in it (a leader change
+        at 10,000 partitions); the next writes to a follower come with a
+        later Fetch answer, a later turn. Without a reactor, at once."""
+        if log.recovery_point >= self._checkpointed.get((log.topic, log.partition), 0):
+            return
+        if self.reactor is None:
+            self.write_checkpoints()
+        elif self._truncation_call is None:
+            self._truncation_call = self.reactor.callLater(0, self._checkpoint_truncations)
+
+    def _checkpoint_truncations(self):
+        self._truncation_call = None
+        if self.closed:
+            return
+        try:
+            self.write_checkpoints()
+        except OSError as exc:
+            # The only log dir failed: the broker's next checkpoint stops it
+            # (pluglog.broker.log_dirs); this one names what was not written.
+            _log.error("recovery-point checkpoint after a truncation failed: {e}", e=exc)
 
     def maybe_flush_all(self, now_ms):
         """Run each log's time-based flush (the broker's flush scheduler)."""

@@ -365,3 +365,50 @@ def test_a_deleted_segments_files_are_unlinked_off_the_event_loop(tmp_path):
     assert not [n for n in os.listdir(directory) if n.endswith(".deleted")]
     assert [i.base_offset for i in log.segment_infos()] == [4, 8]
     store.close()
+
+
+def test_a_truncation_below_the_checkpoint_is_checkpointed_before_new_writes(tmp_path):
+    # A follower cuts synced data and writes new data in its place; after a
+    # crash the segment holding it must be re-scanned, so the checkpoint on
+    # disk may not keep the old, higher recovery point (Kafka's truncateTo).
+    clock = Clock()
+    store = SegmentLogStorage(str(tmp_path), topic_defaults=CONFIG, reactor=clock)
+    log = store.open_log("orders", 0, CONFIG)
+    for i in range(30):
+        log.append(make_batch(3, ts=1000 + i), now_ms=i)
+    store.flush_all()
+    checkpoint = str(tmp_path / RECOVERY_POINT_CHECKPOINT)
+    assert read_checkpoint(checkpoint) == {("orders", 0): 90}
+    log.truncate_to(6)
+    clock.advance(0)  # once per reactor turn, before the next Fetch answer
+    assert read_checkpoint(checkpoint) == {("orders", 0): 6}
+    for i in range(20):
+        log.append(make_batch(3, ts=2000 + i), now_ms=i)
+    assert len(log.segments) > 1 and log.log_end_offset == 66
+    # The crash tears a rewritten batch of the first segment (never synced).
+    first = log.segments[0]
+    position, victim = list(first._iter_headers(0, first.size))[3]
+    assert victim.base_offset >= 6
+    with open(segment_file(tmp_path, 0), "r+b") as handle:
+        handle.seek(position + 65)
+        handle.write(b"\xff\xff\xff")
+    store, log = reopen(tmp_path)
+    assert log.log_end_offset == victim.base_offset
+    assert read_offsets(log) == list(range(victim.base_offset))
+    store.close()
+
+
+def test_a_truncation_above_the_checkpoint_writes_nothing(tmp_path):
+    clock = Clock()
+    store = SegmentLogStorage(str(tmp_path), topic_defaults=CONFIG, reactor=clock)
+    log = store.open_log("orders", 0, CONFIG)
+    for i in range(10):
+        log.append(make_batch(3, ts=1000 + i), now_ms=i)
+    store.flush_all()
+    for i in range(10):
+        log.append(make_batch(3, ts=2000 + i), now_ms=i)
+    log.truncate_to(45)  # only unsynced data is cut: the checkpoint still holds
+    assert store._truncation_call is None
+    clock.advance(0)
+    assert read_checkpoint(str(tmp_path / RECOVERY_POINT_CHECKPOINT)) == {("orders", 0): 30}
+    store.close()
