@@ -58,13 +58,23 @@ def zk(zookeeper, zk_connect):
     ZooKeeper-restart tests: kazoo's default 10 s expired across a restart
     at load ~10."""
     from kazoo.client import KazooClient
+    from kazoo.retry import KazooRetry
 
     root = KazooClient(hosts=zookeeper.hosts)
     root.start(10)
     root.ensure_path(zk_connect[len(zookeeper.hosts) :])
     root.stop()
     root.close()
-    client = KazooClient(hosts=zk_connect, timeout=45)
+    # Reconnects at most 1 s apart, as the brokers' clients do
+    # (pluglog.coordination.zkbridge): kazoo's default backoff doubles up to
+    # an hour, so after a 31.6 s ZooKeeper outage this client stayed
+    # disconnected another 30.9 s (the capped one: at once), and an outage
+    # that outlasts a doubling lands its next attempt past the session.
+    client = KazooClient(
+        hosts=zk_connect,
+        timeout=45,
+        connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+    )
     client.start(10)
     yield client
     client.stop()

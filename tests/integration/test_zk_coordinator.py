@@ -481,7 +481,7 @@ def test_watches_follow_changes_after_a_zookeeper_restart(rt, cluster, zk, zooke
     sessions = [n.co.client.client_id[0] for n in nodes]
     getattr(zookeeper, stop)()  # SIGKILL or SIGTERM
     zookeeper.start()
-    rt.wait(lambda: all(n.co.client.connected for n in nodes), timeout=30)
+    rt.wait(lambda: zk.connected and all(n.co.client.connected for n in nodes), timeout=30)
     # The sessions survived the restart: this is the reconnect path, not a restore.
     assert [n.co.client.client_id[0] for n in nodes] == sessions
     assert not [e for n in nodes for e in n.events if e == ("session", "lost")]
