@@ -99,7 +99,10 @@ class AdminZnodesMixin:
                 request["result"] = [[t, p, c] for (t, p), c in sorted(codes.items())]
             elif request.get("type") == "controlled_shutdown":
                 broker = int(request["broker"])
-                request["result"] = {"remaining": self.controlled_shutdown(broker)}
+                if self._stale_epoch(broker, request.get("broker_epoch")):
+                    request["result"] = {"error": "STALE_BROKER_EPOCH"}
+                else:
+                    request["result"] = {"remaining": self.controlled_shutdown(broker)}
             else:
                 request["result"] = {"error": f"unknown request type {request.get('type')!r}"}
             try:
@@ -109,9 +112,23 @@ class AdminZnodesMixin:
             if (
                 request.get("type") == "controlled_shutdown"
                 and request["broker"] == self.broker_id
+                and "remaining" in request["result"]
             ):
                 self.resign()
                 return
+
+    def _stale_epoch(self, broker, epoch):
+        """Kafka's STALE_BROKER_EPOCH: a controlled shutdown asked for by an
+        earlier registration of ``broker`` (a request left behind by a
+        broker that was restarted since) must not take leadership and ISR
+        places from the one registered now. A request without an epoch
+        (written by hand, or by an older broker) is served as before."""
+        if epoch is None:
+            return False
+        # Read here, not from self.epochs: on_brokers_changed compares those
+        # with the next read to notice a quick restart.
+        stat = self.client.exists(z.broker_path(broker))
+        return stat is None or stat.czxid != epoch
 
     def on_log_dir_events(self):
         """Kafka's LogDirEventNotification: handle and delete each, then

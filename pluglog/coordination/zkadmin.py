@@ -352,14 +352,27 @@ class AdminMixin:
         after controlled.shutdown.timeout.ms at the latest."""
         timeout = self.config.controlled_shutdown_timeout_ms / 1000.0
         deadline = self.reactor.seconds() + timeout
-        body = {"type": "controlled_shutdown", "broker": self.broker_id}
         for attempt in range(1, CONTROLLED_SHUTDOWN_ATTEMPTS + 1):
             left = deadline - self.reactor.seconds()
             if left <= 0:
                 break
+            # The epoch of this registration (a session restored meanwhile
+            # registers again, with a new one).
+            body = {
+                "type": "controlled_shutdown",
+                "broker": self.broker_id,
+                "broker_epoch": self.broker_epoch,
+            }
             result = yield self._request(body, left)
             if result is None:
                 break
+            if "error" in result:
+                log.warn(
+                    "controlled shutdown attempt {n} refused by the controller: {error}",
+                    n=attempt,
+                    error=result["error"],
+                )
+                continue
             if result.get("remaining") == 0:
                 log.info(
                     "controlled shutdown done: no partition left here that another "

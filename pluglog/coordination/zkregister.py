@@ -94,7 +94,7 @@ class RegistrationMixin:
         waiting = False
         while True:
             try:
-                self.client.create(path, body, ephemeral=True)
+                _, stat = self.client.create(path, body, ephemeral=True, include_data=True)
                 break
             except NodeExistsError:
                 try:
@@ -120,6 +120,9 @@ class RegistrationMixin:
                         f"(session 0x{stat.ephemeralOwner:x})"
                     ) from None
                 time.sleep(0.2)
+        # Kafka's broker epoch: the registration's czxid. The controller
+        # refuses a controlled shutdown asked for by an earlier registration.
+        self.broker_epoch = stat.czxid
         self._remember_session()
 
     def _session_path(self):

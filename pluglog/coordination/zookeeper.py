@@ -48,6 +48,8 @@ class ZooKeeperCoordinator(RegistrationMixin, AdminMixin, StoresMixin, PipelineM
         self.config = config
         self.reactor = reactor
         self.broker_id = config.broker_id
+        #: this registration's czxid (Kafka's broker epoch), set by _register
+        self.broker_epoch = None
         #: the listener whose endpoints brokers() gives (replica fetchers use it)
         self.inter_broker_listener = interbroker.check(config)[0]
         try:

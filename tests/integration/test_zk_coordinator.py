@@ -388,6 +388,31 @@ def test_controlled_shutdown_moves_leadership(rt, cluster):
             assert ctl.broker_id not in state.isr
 
 
+def test_a_controlled_shutdown_of_an_earlier_registration_is_refused(rt, cluster, zk):
+    # Kafka's STALE_BROKER_EPOCH: a request left behind by a broker that has
+    # registered again since must not take its leadership and ISR places.
+    nodes = cluster(1, 2, 3, auto_leader_rebalance_enable=False)
+    by_id = {n.broker_id: n for n in nodes}
+    order = {p: [2, 1, 3] for p in range(3)}
+    by_id[1].call("create_topic", "epochs", 3, -1, {}, assignments=order)
+    rt.wait(lambda: all(by_id[2].co.partition_state("epochs", p) for p in range(3)))
+    _, stat = zk.get("/brokers/ids/2")
+    assert by_id[2].co.broker_epoch == stat.czxid
+    stale = {"type": "controlled_shutdown", "broker": 2, "broker_epoch": stat.czxid - 1}
+    result = rt.call(by_id[3].co._request, stale, 20)
+    assert result == {"error": "STALE_BROKER_EPOCH"}
+
+    def stored(p):  # ZooKeeper's own copy, not a broker's cache
+        return z.state_from_znode(*zk.get(z.state_path("epochs", p)))
+
+    for p in range(3):
+        assert (stored(p).leader, sorted(stored(p).isr)) == (2, [1, 2, 3])
+    # The broker's own request carries its current epoch and is served.
+    by_id[2].call("controlled_shutdown")
+    for p in range(3):
+        assert stored(p).leader != 2 and 2 not in stored(p).isr
+
+
 def test_reassignment(rt, cluster, zk):
     nodes = cluster(1, 2, 3)
     by_id = {n.broker_id: n for n in nodes}
