@@ -367,16 +367,22 @@ def test_a_deleted_segments_files_are_unlinked_off_the_event_loop(tmp_path):
     store.close()
 
 
+def synced(path, batches):
+    """A storage on a Clock with ``batches`` batches of 3, flushed and checkpointed."""
+    clock = Clock()
+    store = SegmentLogStorage(str(path), topic_defaults=CONFIG, reactor=clock)
+    log = store.open_log("orders", 0, CONFIG)
+    for i in range(batches):
+        log.append(make_batch(3, ts=1000 + i), now_ms=i)
+    store.flush_all()
+    return clock, store, log
+
+
 def test_a_truncation_below_the_checkpoint_is_checkpointed_before_new_writes(tmp_path):
     # A follower cuts synced data and writes new data in its place; after a
     # crash the segment holding it must be re-scanned, so the checkpoint on
     # disk may not keep the old, higher recovery point (Kafka's truncateTo).
-    clock = Clock()
-    store = SegmentLogStorage(str(tmp_path), topic_defaults=CONFIG, reactor=clock)
-    log = store.open_log("orders", 0, CONFIG)
-    for i in range(30):
-        log.append(make_batch(3, ts=1000 + i), now_ms=i)
-    store.flush_all()
+    clock, store, log = synced(tmp_path, 30)
     checkpoint = str(tmp_path / RECOVERY_POINT_CHECKPOINT)
     assert read_checkpoint(checkpoint) == {("orders", 0): 90}
     log.truncate_to(6)
@@ -399,12 +405,7 @@ def test_a_truncation_below_the_checkpoint_is_checkpointed_before_new_writes(tmp
 
 
 def test_a_truncation_above_the_checkpoint_writes_nothing(tmp_path):
-    clock = Clock()
-    store = SegmentLogStorage(str(tmp_path), topic_defaults=CONFIG, reactor=clock)
-    log = store.open_log("orders", 0, CONFIG)
-    for i in range(10):
-        log.append(make_batch(3, ts=1000 + i), now_ms=i)
-    store.flush_all()
+    clock, store, log = synced(tmp_path, 10)
     for i in range(10):
         log.append(make_batch(3, ts=2000 + i), now_ms=i)
     log.truncate_to(45)  # only unsynced data is cut: the checkpoint still holds
