@@ -9,7 +9,8 @@ at a time to a 1-partition topic and waits for each acknowledgement, all
 the time. Then one CreateTopics of ``--partitions`` partitions is sent
 (AdminClient, request timeout 900 s) and timed until its answer. Printed:
 the CreateTopics time; the broker's fsyncs over that time; the probe's
-acknowledgements during it, its longest wait for one and its median. A
+acknowledgements during it, its longest wait for one and its median; the
+broker's clean stop (SIGTERM until it exited) at the end. A
 broker whose reactor the creation blocks answers no produce until the
 creation ends.
 """
@@ -92,7 +93,9 @@ def one_run(root, partitions, probe_path):
         time.sleep(1)
         probe.stop()
     finally:
+        stopping = time.monotonic()
         broker.stop(timeout=300)
+        stop_s = time.monotonic() - stopping
     during = [wait for sent, wait in probe.acks if sent + wait >= start and sent <= end]
     return {
         "create_s": end - start,
@@ -101,6 +104,7 @@ def one_run(root, partitions, probe_path):
         "acks_during": len(during),
         "longest_ack_s": max(during, default=0.0),
         "median_ack_ms": 1e3 * statistics.median(during) if during else 0.0,
+        "stop_s": stop_s,
     }
 
 
@@ -124,7 +128,8 @@ def main():
                 f"{out['create_s']:.1f} s; broker: {out['fsyncs']:,} fsyncs "
                 f"({out['fsync_s']:.1f} s); probe: {out['acks_during']} acks during it, "
                 f"longest wait {out['longest_ack_s']:.2f} s, median "
-                f"{out['median_ack_ms']:.1f} ms; load {before} -> {load_average()}",
+                f"{out['median_ack_ms']:.1f} ms; clean stop {out['stop_s']:.1f} s; "
+                f"load {before} -> {load_average()}",
                 flush=True,
             )
 

@@ -45,7 +45,13 @@ from zope.interface import implementer
 from pluglog.config import TopicConfig
 from pluglog.errors import KafkaStorageError
 from pluglog.fileutil import atomic_write, fsync_directory, syncfs, syncfs_available
-from pluglog.interfaces import ICompactingStorage, ILogDirMoves, IReplicatingStorage
+from pluglog.interfaces import (
+    ICompactingStorage,
+    ILogDirMoves,
+    INewLogBatches,
+    IReplicatingStorage,
+)
+from pluglog.storage.batchsync import close_logs, prepare_new_logs, sync_new_logs
 from pluglog.storage.filenames import (
     CLEAN_SHUTDOWN_FILE,
     DELETED_SUFFIX,
@@ -103,7 +109,7 @@ def _has_unflushed(log):
     return log.has_unflushed()
 
 
-@implementer(ICompactingStorage, IReplicatingStorage, ILogDirMoves)
+@implementer(ICompactingStorage, IReplicatingStorage, ILogDirMoves, INewLogBatches)
 class SegmentLogStorage(LogMovesMixin):
     """ILogStorage over segment files in one or more log dirs."""
 
@@ -145,6 +151,9 @@ class SegmentLogStorage(LogMovesMixin):
         self._futures = {}
         #: moves in progress, {key: LogMove}
         self._moves = {}
+        #: (topic, partition) -> the log dir chosen for a log prepared in a
+        #: thread (plan_new_logs) and not opened yet
+        self._planned = {}
         self.closed = False
         self.opened_clean = True
         for directory in self.data_dirs:
@@ -246,6 +255,10 @@ class SegmentLogStorage(LogMovesMixin):
         live = [d for d in self.data_dirs if d not in self._failed]
         if not live:
             raise KafkaStorageError("every log dir has failed")
+        if len(live) == 1:
+            # No count to compare: counting is O(partitions) per new log,
+            # quadratic over one CreateTopics of 10,000.
+            return live[0]
         counts = dict.fromkeys(live, 0)
         for directory in self._dir_of.values():
             if directory in counts:
@@ -310,7 +323,9 @@ class SegmentLogStorage(LogMovesMixin):
             raise KafkaStorageError(f"{topic}-{partition} could not be opened: {reason}")
         log = self._logs.get((topic, partition))
         if log is None:
-            directory = self._choose_dir()
+            directory = self._planned.pop((topic, partition), None)
+            if directory is None or directory in self._failed:
+                directory = self._choose_dir()
             log = SegmentPartitionLog(
                 self._path(log_dir_name(topic, partition), directory),
                 topic,
@@ -337,6 +352,7 @@ class SegmentLogStorage(LogMovesMixin):
         """Rename the partition directory to ``*.deleted`` and remove it after
         file.delete.delay.ms (at once without a reactor)."""
         self._offline.pop((topic, partition), None)
+        self._planned.pop((topic, partition), None)
         self._dir_of.pop((topic, partition), None)
         log = self._logs.pop((topic, partition), None)
         if log is None:
@@ -448,11 +464,55 @@ class SegmentLogStorage(LogMovesMixin):
                 log.flush()
         self.write_checkpoints()
 
+    def plan_new_logs(self, keys):
+        """Choose the log dirs of new logs ``keys`` ((topic, partition)s not
+        open yet), as open_log will use them; returns their directories for
+        :meth:`prepare_new_logs`."""
+        live = [d for d in self.data_dirs if d not in self._failed]
+        if not live:
+            return []
+        counts = dict.fromkeys(live, 0)
+        for directory in [*self._dir_of.values(), *self._planned.values()]:
+            if directory in counts:
+                counts[directory] += 1
+        paths = []
+        for key in keys:
+            if key in self._logs or key in self._offline:
+                continue
+            directory = self._planned.get(key)
+            if directory is None:
+                directory = min(live, key=lambda d: counts[d])
+                counts[directory] += 1
+                self._planned[key] = directory
+            paths.append(self._path(log_dir_name(*key), directory))
+        return paths
+
+    def prepare_new_logs(self, directories, files):
+        """Create new logs' files without syncs (thread-safe: paths only);
+        see :func:`pluglog.storage.batchsync.prepare_new_logs`."""
+        prepare_new_logs(directories, files)
+
+    def sync_new_logs(self, directories):
+        """Make new logs' directories and ``partition.metadata`` durable: one
+        syncfs per log dir holding at least ``syncfs_min_logs`` of them, else
+        an fsync per file (:func:`pluglog.storage.batchsync.sync_new_logs`).
+        Touches files by path only: the broker runs it in a pool thread.
+        KafkaStorageError naming the file when a sync fails."""
+        sync_new_logs(directories, self.syncfs_min_logs, use_syncfs=self.batched_flush)
+
     def close(self):
         if self.closed:
             return
-        for log in self._logs.values():
-            log.close()
+        # One syncfs per log dir instead of fsyncs per file, one log after
+        # another: 73-116 s at 10,000 partitions (storage.batchsync).
+        by_dir = {}
+        for key, log in self._logs.items():
+            by_dir.setdefault(self._dir_of.get(key), []).append(log)
+        for directory, logs in by_dir.items():
+            batched = self.batched_flush and directory is not None
+            if not (batched and close_logs(directory, logs, self.syncfs_min_logs)):
+                for log in logs:
+                    log.close()
         for path, (log, call) in list(self._pending_deletes.items()):
             if call.active():
                 call.cancel()

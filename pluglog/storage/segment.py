@@ -481,10 +481,19 @@ class LogSegment:
         except OSError as exc:
             raise KafkaStorageError(f"fsync of {self.log_path} failed: {exc}") from exc
 
-    def close(self):
+    def write_for_close(self):
+        """What :meth:`close` writes, without its syncs (a batched close:
+        the caller syncs the file system, then calls ``close(sync=False)``)."""
+        if not self._closed and not self.deleted and self._indexes_loaded:
+            self.on_roll()
+
+    def close(self, sync=True):
+        """Write the final index entries and fsync the files (``sync=False``:
+        :meth:`write_for_close` wrote them and a file-system sync covered
+        them), then close the descriptors."""
         if self._closed:
             return
-        if not self.deleted and self._indexes_loaded:
+        if sync and not self.deleted and self._indexes_loaded:
             self.on_roll()
             self.flush(indexes=True)
         try:
