@@ -32,6 +32,8 @@ an unclean stop), then opens every log:
 
 Threading/reactor contract: synchronous, on the caller's (reactor) thread;
 the reactor is only used for ``callLater`` (delayed file deletion).
+``prepare_new_logs`` and ``sync_new_logs`` touch files by path only and run
+in the broker's pool threads (:mod:`pluglog.storage.batchsync`).
 Invariant: at most one SegmentPartitionLog per (topic, partition).
 """
 
