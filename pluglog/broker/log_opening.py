@@ -55,6 +55,10 @@ class _Creation:
         self.result = None
         self.waiters = []
         self.call = None
+        #: the topic was deleted: open nothing more
+        self.cancelled = False
+        #: fires when this creation stops touching files (its sync may run on)
+        self.ran = defer.Deferred()
 
     def wait(self):
         if self.result is None:
@@ -80,7 +84,12 @@ class NewLogs:
 
     def __init__(self, broker):
         self.broker = broker
+        #: topic -> its latest creation, until it is durable (or answered)
         self._creations = {}
+        #: topic -> its latest creation still opening logs (deleted or not):
+        #: the next one of the same name starts after it, so two never make
+        #: the same partition's files at once
+        self._opening = {}
         self._stopped = False
 
     def _threaded(self):
@@ -91,7 +100,23 @@ class NewLogs:
         then sync them; :meth:`wait` tells when that is done."""
         creation = _Creation(name, list(indexes), self._creations.get(name))
         self._creations[name] = creation
-        self._run(creation)
+        before = self._opening.get(name)
+        self._opening[name] = creation
+        if before is None:
+            self._start(creation)
+        else:
+            # Its partitions opened meanwhile are skipped (already served).
+            before.ran.addBoth(lambda _: self._start(creation))
+
+    def _start(self, creation):
+        d = self._run(creation)
+        d.addErrback(self._failed, creation)
+        d.addBoth(self._ran, creation)
+
+    def _ran(self, _result, creation):
+        if self._opening.get(creation.name) is creation:
+            del self._opening[creation.name]
+        creation.ran.callback(None)
 
     def wait(self, name):
         """A Deferred firing when the logs of ``name`` opened so far are
@@ -106,9 +131,11 @@ class NewLogs:
 
     def forget(self, name):
         """The topic was deleted: nothing more to open or wait for."""
-        # A running creation sees the topic gone at its next slice and syncs
-        # what it opened; its waiters still get that result.
-        self._creations.pop(name, None)
+        # A running creation stops at its next slice and syncs what it
+        # opened; its waiters still get that result.
+        creation = self._creations.pop(name, None)
+        if creation is not None:
+            creation.cancelled = True
 
     def stop(self):
         """The broker stops: open nothing more (the storage's close syncs
@@ -131,10 +158,11 @@ class NewLogs:
             yield ahead
             if number + 1 < len(chunks):
                 ahead = self._prepare(creation, chunks[number + 1])
+            if creation.cancelled or self._stopped:
+                break
             yield self._open_slices(creation, chunk)
-            if creation.result is not None or self._stopped:
-                return
-        self._sync(creation)
+        if not self._stopped:
+            self._sync(creation)
 
     def _prepare(self, creation, chunk):
         """Create the files of ``chunk``'s new logs in a pool thread (the
@@ -144,7 +172,12 @@ class NewLogs:
         broker = self.broker
         storage = broker.storage
         meta = broker.coordinator.topics().get(creation.name)
-        if not self._threaded() or meta is None or not INewLogBatches.providedBy(storage):
+        if (
+            not self._threaded()
+            or creation.cancelled
+            or meta is None
+            or not INewLogBatches.providedBy(storage)
+        ):
             return defer.succeed(None)
         node = broker.node_id
         hosted = [i for i in chunk if i < meta.num_partitions and node in meta.replicas(i)]
@@ -174,10 +207,10 @@ class NewLogs:
 
     def _step(self, creation, chunk, done):
         creation.call = None
-        if self._stopped or creation.result is not None:
+        if self._stopped:
             return
         broker = self.broker
-        meta = broker.coordinator.topics().get(creation.name)
+        meta = None if creation.cancelled else broker.coordinator.topics().get(creation.name)
         deadline = time.monotonic() + SLICE_SECONDS
         threaded = self._threaded()
         if meta is not None:
@@ -210,7 +243,7 @@ class NewLogs:
 
     def _failed(self, failure, creation):
         if not failure.check(KafkaStorageError):
-            failure = Failure(KafkaStorageError(f"cannot sync the new logs: {failure.value}"))
+            failure = Failure(KafkaStorageError(f"cannot make the new logs: {failure.value}"))
         log.error(
             "new partitions of {topic} could not be made durable: {reason}",
             topic=creation.name,

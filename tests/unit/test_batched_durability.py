@@ -255,3 +255,99 @@ def test_create_topics_answers_kafka_storage_error_when_new_logs_cannot_be_synce
         from tests.unit.test_group_coordinator import result_of
 
         result_of(broker.stop())
+
+
+class _Turn:
+    """A queued slice of a creation (the fixture runs them one by one)."""
+
+    def active(self):
+        return True
+
+    def cancel(self):
+        pass
+
+
+@pytest.fixture
+def sliced(tmp_path, monkeypatch):
+    """A broker whose reactor (a Clock) offers a thread pool, with pool calls
+    run inline and one partition opened per slice: each ``advance(0)`` is
+    the next reactor turn of a big creation."""
+    from pluglog.broker import log_opening
+
+    monkeypatch.setattr(log_opening, "SLICE_SECONDS", 0)
+    monkeypatch.setattr(
+        log_opening.threads,
+        "deferToThreadPool",
+        lambda _reactor, _pool, fn, *args: log_opening.defer.maybeDeferred(fn, *args),
+    )
+    broker = start(tmp_path / "data")
+    clock = broker.reactor
+    clock.getThreadPool = lambda: None
+    turns = []
+    real_later = clock.callLater
+
+    def call_later(delay, fn, *args):
+        if getattr(fn, "__self__", None) is broker.new_logs:
+            turns.append((fn, args))
+            return _Turn()
+        return real_later(delay, fn, *args)
+
+    clock.callLater = call_later
+
+    def next_turn():
+        fn, args = turns.pop(0)
+        fn(*args)
+
+    broker.next_turn = next_turn
+    synced = []
+    real = broker.storage.sync_new_logs
+    monkeypatch.setattr(
+        broker.storage, "sync_new_logs", lambda dirs: (synced.append(list(dirs)), real(dirs))
+    )
+    yield broker, synced
+    from tests.unit.test_group_coordinator import result_of
+
+    result_of(broker.stop())
+
+
+def opened(broker, name):
+    return sorted(p for t, p in broker.partitions if t == name)
+
+
+def test_a_big_creation_opens_logs_turn_by_turn_and_answers_after_one_sync(sliced):
+    broker, synced = sliced
+    answers = []
+    broker.create_topic("big", 4, 1).addCallback(answers.append)
+    assert opened(broker, "big") == [0]  # the first slice, in the request's turn
+    assert answers == [] and synced == []
+    broker.next_turn()  # another turn: other clients were served before it
+    assert opened(broker, "big") == [0, 1]
+    for _ in range(2):
+        broker.next_turn()
+    assert opened(broker, "big") == [0, 1, 2, 3]
+    assert answers == []
+    broker.next_turn()  # the slice that finds nothing left, then the sync
+    # Answered only after the new logs were synced, all four together.
+    assert [len(dirs) for dirs in synced] == [4]
+    assert [meta.name for meta in answers] == ["big"]
+
+
+def test_a_topic_deleted_during_its_creation_stops_opening_and_is_answered(sliced):
+    broker, synced = sliced
+    answers = []
+    broker.create_topic("big", 4, 1).addBoth(answers.append)
+    broker.next_turn()
+    from tests.unit.test_group_coordinator import result_of
+
+    result_of(broker.delete_topic("big"))
+    broker.next_turn()
+    assert opened(broker, "big") == []
+    assert len(answers) == 1 and not isinstance(answers[0], Exception)
+    assert [len(dirs) for dirs in synced] == [2]  # what it had opened
+    # Created again at once: the new topic's partitions all open, fresh.
+    again = []
+    broker.create_topic("big", 3, 1).addCallback(again.append)
+    for _ in range(3):
+        broker.next_turn()
+    assert opened(broker, "big") == [0, 1, 2] and again
+    assert broker.partitions[("big", 1)].log.log_end_offset == 0
