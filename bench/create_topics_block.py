@@ -36,6 +36,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 import tests.broker_process  # noqa: E402
 
+PATIENT = {"socket.timeout.ms": 300_000}
+
 
 def load_average():
     with open("/proc/loadavg") as handle:
@@ -50,7 +52,14 @@ class Probe(threading.Thread):
         self.acks = []
         self.stopping = threading.Event()
         self.producer = confluent_kafka.Producer(
-            {"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 0, "log_level": 3}
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": 1,
+                "linger.ms": 0,
+                "log_level": 3,
+                "message.timeout.ms": 900_000,
+                **PATIENT,
+            }
         )
 
     def run(self):
@@ -92,7 +101,10 @@ def start_broker(root, zk):
 def one_run(root, partitions, probe_path, zk=None):
     broker = start_broker(root, zk)
     try:
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        # librdkafka drops a connection whose request waits longer than
+        # socket.timeout.ms (60 s): the old code's 10,000-partition creation
+        # did, under load. Its maximum, so that the wait is measured.
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap, **PATIENT})
         admin.create_topics([NewTopic("probe", 1, 1)])["probe"].result(60)
         probe = Probe(broker.bootstrap)
         probe.start()
