@@ -46,7 +46,7 @@ from zope.interface import implementer
 
 from pluglog.config import TopicConfig
 from pluglog.errors import KafkaStorageError
-from pluglog.fileutil import atomic_write, fsync_directory, syncfs, syncfs_available
+from pluglog.fileutil import fsync_directory, syncfs, syncfs_available
 from pluglog.interfaces import (
     ICompactingStorage,
     ILogDirMoves,
@@ -54,6 +54,12 @@ from pluglog.interfaces import (
     IReplicatingStorage,
 )
 from pluglog.storage.batchsync import close_logs, prepare_new_logs, sync_new_logs
+from pluglog.storage.checkpoints import (  # noqa: F401 (imported from here too)
+    CHECKPOINT_VERSION,
+    CheckpointError,
+    read_checkpoint,
+    write_checkpoint,
+)
 from pluglog.storage.filenames import (
     CLEAN_SHUTDOWN_FILE,
     DELETED_SUFFIX,
@@ -68,43 +74,7 @@ from pluglog.storage.logdir_move import LogMovesMixin, parse_future_name, resolv
 from pluglog.storage.openfiles import OpenSegments
 from pluglog.storage.segment_log import SegmentPartitionLog
 
-CHECKPOINT_VERSION = 0
 _log = Logger()
-
-
-class CheckpointError(KafkaStorageError):
-    """A checkpoint file is malformed."""
-
-
-def read_checkpoint(path):
-    """Return ``{(topic, partition): offset}`` from a checkpoint file ({} if absent)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except FileNotFoundError:
-        return {}
-    try:
-        if int(lines[0]) != CHECKPOINT_VERSION:
-            raise CheckpointError(f"{path}: unknown version {lines[0]!r}")
-        count = int(lines[1])
-        entries = {}
-        for line in lines[2 : 2 + count]:
-            topic, partition, offset = line.split(" ")
-            entries[(topic, int(partition))] = int(offset)
-    except (IndexError, ValueError) as exc:
-        raise CheckpointError(f"{path} is malformed: {exc}") from None
-    if len(entries) != count:
-        raise CheckpointError(f"{path}: expected {count} entries, found {len(entries)}")
-    return entries
-
-
-def write_checkpoint(path, entries):
-    """Atomically replace ``path`` with ``entries`` ({(topic, partition): offset})."""
-    lines = [str(CHECKPOINT_VERSION), str(len(entries))]
-    lines += [
-        f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(entries.items())
-    ]
-    atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
 
 
 def _has_unflushed(log):
@@ -261,11 +231,15 @@ class SegmentLogStorage(LogMovesMixin):
             # No count to compare: counting is O(partitions) per new log,
             # quadratic over one CreateTopics of 10,000.
             return live[0]
+        counts = self._dir_counts(live)
+        return min(live, key=lambda d: counts[d])
+
+    def _dir_counts(self, live):
         counts = dict.fromkeys(live, 0)
-        for directory in self._dir_of.values():
+        for directory in [*self._dir_of.values(), *self._planned.values()]:
             if directory in counts:
                 counts[directory] += 1
-        return min(live, key=lambda d: counts[d])
+        return counts
 
     def failed_dirs(self):
         """``{log dir: reason}`` for the dirs that failed while serving."""
@@ -471,35 +445,27 @@ class SegmentLogStorage(LogMovesMixin):
         open yet), as open_log will use them; returns their directories for
         :meth:`prepare_new_logs`."""
         live = [d for d in self.data_dirs if d not in self._failed]
-        if not live:
-            return []
-        counts = dict.fromkeys(live, 0)
-        for directory in [*self._dir_of.values(), *self._planned.values()]:
-            if directory in counts:
-                counts[directory] += 1
+        counts = self._dir_counts(live)
         paths = []
         for key in keys:
             if key in self._logs or key in self._offline:
                 continue
             directory = self._planned.get(key)
-            if directory is None:
+            if directory is None and live:
                 directory = min(live, key=lambda d: counts[d])
                 counts[directory] += 1
                 self._planned[key] = directory
-            paths.append(self._path(log_dir_name(*key), directory))
+            if directory is not None:
+                paths.append(self._path(log_dir_name(*key), directory))
         return paths
 
     def prepare_new_logs(self, directories, files):
-        """Create new logs' files without syncs (thread-safe: paths only);
-        see :func:`pluglog.storage.batchsync.prepare_new_logs`."""
+        """Any thread: :func:`pluglog.storage.batchsync.prepare_new_logs`."""
         prepare_new_logs(directories, files)
 
     def sync_new_logs(self, directories):
-        """Make new logs' directories and ``partition.metadata`` durable: one
-        syncfs per log dir holding at least ``syncfs_min_logs`` of them, else
-        an fsync per file (:func:`pluglog.storage.batchsync.sync_new_logs`).
-        Touches files by path only: the broker runs it in a pool thread.
-        KafkaStorageError naming the file when a sync fails."""
+        """Any thread: :func:`pluglog.storage.batchsync.sync_new_logs` (one
+        syncfs per dir of at least ``syncfs_min_logs`` new logs)."""
         sync_new_logs(directories, self.syncfs_min_logs, use_syncfs=self.batched_flush)
 
     def close(self):
