@@ -156,11 +156,14 @@ class NewLogs:
         ahead = self._prepare(creation, chunks[0]) if chunks else None
         for number, chunk in enumerate(chunks):
             yield ahead
+            ahead = None
             if number + 1 < len(chunks):
                 ahead = self._prepare(creation, chunks[number + 1])
             if creation.cancelled or self._stopped:
                 break
             yield self._open_slices(creation, chunk)
+        if ahead is not None:
+            yield ahead  # the thread is done with the files before the next creation
         if not self._stopped:
             self._sync(creation)
 
