@@ -31,7 +31,7 @@ from twisted.python.failure import Failure
 
 from pluglog.broker import topic_ids
 from pluglog.errors import KafkaStorageError
-from pluglog.interfaces import INewLogBatches
+from pluglog.interfaces import IDirectoryLog, INewLogBatches
 
 log = Logger()
 
@@ -59,6 +59,8 @@ class _Creation:
         self.cancelled = False
         #: fires when this creation stops touching files (its sync may run on)
         self.ran = defer.Deferred()
+        #: directories a pool thread made for it
+        self.prepared = []
 
     def wait(self):
         if self.result is None:
@@ -164,6 +166,8 @@ class NewLogs:
             yield self._open_slices(creation, chunk)
         if ahead is not None:
             yield ahead  # the thread is done with the files before the next creation
+        if creation.cancelled and not self._stopped:
+            yield self._discard(creation)
         if not self._stopped:
             self._sync(creation)
 
@@ -200,7 +204,29 @@ class NewLogs:
                 reason=str(failure.value),
             )
 
-        return d.addErrback(failed)
+        return d.addCallbacks(creation.prepared.extend, failed)
+
+    def _discard(self, creation):
+        """The topic was deleted: remove the directories made for it that
+        were never opened (nothing else would; opened ones were deleted
+        with the topic)."""
+        served = {part.log.directory for part in self._served(creation.name)}
+        unopened = [path for path in creation.prepared if path not in served]
+        if not unopened:
+            return defer.succeed(None)
+        reactor = self.broker.reactor
+        storage = self.broker.storage
+        d = threads.deferToThreadPool(
+            reactor, reactor.getThreadPool(), storage.discard_new_logs, unopened
+        )
+        return d.addErrback(lambda failure: log.warn("{reason}", reason=str(failure.value)))
+
+    def _served(self, name):
+        return [
+            part
+            for (topic, _index), part in self.broker.partitions.items()
+            if topic == name and IDirectoryLog.providedBy(part.log)
+        ]
 
     def _open_slices(self, creation, chunk):
         """Open ``chunk``'s logs, at most SLICE_SECONDS per reactor turn."""

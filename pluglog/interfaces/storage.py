@@ -346,7 +346,12 @@ class INewLogBatches(ILogStorage):
 
     def prepare_new_logs(directories, files):
         """Any thread: create those directories with their first segment's
-        files and ``files`` ({name: bytes}), without syncs. OSError."""
+        files and ``files`` ({name: bytes}), without syncs; returns the
+        directories it made (not those that existed). OSError."""
+
+    def discard_new_logs(directories):
+        """Any thread: remove directories ``prepare_new_logs`` made that were
+        never opened (their topic was deleted meanwhile)."""
 
     def sync_new_logs(directories):
         """Any thread: make new logs' directories and files durable.

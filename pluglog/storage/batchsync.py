@@ -23,12 +23,20 @@ files by path and are safe in a pool thread (the broker runs them there);
 """
 
 import os
+import shutil
+import uuid
 
 from twisted.logger import Logger
 
 from pluglog.errors import KafkaStorageError
 from pluglog.fileutil import atomic_write, fsync_directory, syncfs, syncfs_available
-from pluglog.storage.filenames import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_path
+from pluglog.storage.filenames import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    segment_path,
+)
 from pluglog.topicids import FILE_NAME as PARTITION_METADATA
 
 _log = Logger()
@@ -73,18 +81,35 @@ def prepare_new_logs(directories, files):
     files and ``files`` ({name: bytes}, e.g. ``partition.metadata``), all
     without syncs: opening such a log then finds its files instead of
     creating them. A directory that already exists is left alone (it may
-    hold an earlier log; opening it decides). Raises OSError. Thread-safe
+    hold an earlier log; opening it decides). Returns the directories made.
+    Raises OSError. Thread-safe
     (paths only); a crash part-way leaves logs that open as new ones
     (missing files are created or rebuilt, ``*.tmp`` ones removed)."""
+    made = []
     for directory in directories:
         try:
             os.mkdir(directory)
         except FileExistsError:
             continue
+        made.append(directory)
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             os.close(os.open(segment_path(directory, 0, suffix), os.O_WRONLY | os.O_CREAT, 0o644))
         for name, data in files.items():
             atomic_write(os.path.join(directory, name), data, sync=False)
+    return made
+
+
+def discard_new_logs(directories):
+    """Remove directories :func:`prepare_new_logs` made for a topic deleted
+    before they were opened: renamed to ``*.deleted`` first (which the next
+    start removes, should a crash interrupt), then removed. Thread-safe."""
+    for directory in directories:
+        target = f"{directory}.{uuid.uuid4().hex}{DELETED_SUFFIX}"
+        try:
+            os.replace(directory, target)
+        except FileNotFoundError:
+            continue
+        shutil.rmtree(target, ignore_errors=True)
 
 
 def sync_new_logs(directories, min_logs, use_syncfs=True):

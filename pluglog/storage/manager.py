@@ -53,7 +53,12 @@ from pluglog.interfaces import (
     INewLogBatches,
     IReplicatingStorage,
 )
-from pluglog.storage.batchsync import close_logs, prepare_new_logs, sync_new_logs
+from pluglog.storage.batchsync import (
+    close_logs,
+    discard_new_logs,
+    prepare_new_logs,
+    sync_new_logs,
+)
 from pluglog.storage.checkpoints import (  # noqa: F401 (imported from here too)
     CHECKPOINT_VERSION,
     CheckpointError,
@@ -461,7 +466,11 @@ class SegmentLogStorage(LogMovesMixin):
 
     def prepare_new_logs(self, directories, files):
         """Any thread: :func:`pluglog.storage.batchsync.prepare_new_logs`."""
-        prepare_new_logs(directories, files)
+        return prepare_new_logs(directories, files)
+
+    def discard_new_logs(self, directories):
+        """Any thread: :func:`pluglog.storage.batchsync.discard_new_logs`."""
+        discard_new_logs(directories)
 
     def sync_new_logs(self, directories):
         """Any thread: :func:`pluglog.storage.batchsync.sync_new_logs` (one

@@ -344,6 +344,10 @@ def test_a_topic_deleted_during_its_creation_stops_opening_and_is_answered(slice
     assert opened(broker, "big") == []
     assert len(answers) == 1 and not isinstance(answers[0], Exception)
     assert [len(dirs) for dirs in synced] == [2]  # what it had opened
+    # The two whose files a thread had made, never opened, are gone too:
+    # nothing would ever open or remove them.
+    data = broker.storage.data_dir
+    assert [n for n in os.listdir(data) if n.startswith("big-") and n[4:].isdigit()] == []
     # Created again at once: the new topic's partitions all open, fresh.
     again = []
     broker.create_topic("big", 3, 1).addCallback(again.append)
