@@ -1,12 +1,15 @@
 """Batched durability of many logs at once: new partitions and a clean stop.
 
-Two places made one log at a time durable, with an fsync per file, on the
-broker's only event loop: creating a partition (its ``partition.metadata``,
-an atomic write: the file, then its directory) and closing the storage (per
-segment an fdatasync of the log and an fsync of each index, per log its
-leader-epoch file and directory). At 10,000 partitions that was 22-56 s of
-a CreateTopics during which no other client was served, and 73-116 s of a
-clean stop (bench/RESULTS.md, issue 24).
+Three places made one log at a time durable, with an fsync per file, on
+the broker's only event loop: creating a partition (its
+``partition.metadata``, an atomic write: the file, then its directory),
+closing the storage (per segment an fdatasync of the log and an fsync of
+each index, per log its leader-epoch file and directory) and recovering
+after an unclean stop (per log an fdatasync of each re-scanned segment and
+an atomic write of a repaired leader-epoch file). At 10,000 partitions that
+was 22-60 s of a CreateTopics during which no other client was served,
+73-116 s of a clean stop and most of a 67 s restart after SIGKILL
+(bench/RESULTS.md, issue 24).
 
 Here the files are written first, without syncs, and then each log dir's
 file system is synced once with ``syncfs`` (:func:`pluglog.fileutil.syncfs`:
@@ -35,6 +38,7 @@ from pluglog.storage.filenames import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    log_dir_name,
     segment_path,
 )
 from pluglog.topicids import FILE_NAME as PARTITION_METADATA
@@ -138,6 +142,26 @@ def sync_new_logs(directories, min_logs, use_syncfs=True):
     _sync_one_by_one(rest)
 
 
+def sync_logs(directory, logs, min_logs, use_syncfs=True):
+    """Flush ``logs`` (all of one log dir, each with something to flush)
+    with one syncfs: each writes what its flush would sync, the dir is
+    synced, then each is marked synced (its recovery point moves). False
+    (nothing marked) when the batch does not apply or its sync failed: the
+    caller flushes log by log."""
+    if not use_syncfs or not syncfs_available() or len(logs) < min_logs:
+        return False
+    try:
+        for log in logs:
+            log.write_unsynced()
+        syncfs(directory)
+    except (OSError, KafkaStorageError) as exc:
+        _log.warn("syncfs of {dir} failed ({exc}): flushing log by log", dir=directory, exc=exc)
+        return False
+    for log in logs:
+        log.synced_by_caller()
+    return True
+
+
 def close_logs(directory, logs, min_logs, use_syncfs=True):
     """Close ``logs`` (all of one log dir) durably; True when done batched.
 
@@ -164,3 +188,48 @@ def close_logs(directory, logs, min_logs, use_syncfs=True):
     for log in logs:
         log.close_synced()
     return True
+
+
+class NewLogBatchesMixin:
+    """INewLogBatches for :class:`pluglog.storage.manager.SegmentLogStorage`
+    (its ``data_dirs``, ``_failed``, ``_logs``, ``_offline``, ``_dir_of``,
+    ``_planned``, ``syncfs_min_logs``)."""
+
+    def _dir_counts(self, live):
+        counts = dict.fromkeys(live, 0)
+        for directory in [*self._dir_of.values(), *self._planned.values()]:
+            if directory in counts:
+                counts[directory] += 1
+        return counts
+
+    def plan_new_logs(self, keys):
+        """Choose the log dirs of new logs ``keys`` ((topic, partition)s not
+        open yet), as open_log will use them; returns their directories for
+        :meth:`prepare_new_logs`."""
+        live = [d for d in self.data_dirs if d not in self._failed]
+        counts = self._dir_counts(live)
+        paths = []
+        for key in keys:
+            if key in self._logs or key in self._offline:
+                continue
+            directory = self._planned.get(key)
+            if directory is None and live:
+                directory = min(live, key=lambda d: counts[d])
+                counts[directory] += 1
+                self._planned[key] = directory
+            if directory is not None:
+                paths.append(os.path.join(directory, log_dir_name(*key)))
+        return paths
+
+    def prepare_new_logs(self, directories, files):
+        """Any thread: :func:`prepare_new_logs`."""
+        return prepare_new_logs(directories, files)
+
+    def discard_new_logs(self, directories):
+        """Any thread: :func:`discard_new_logs`."""
+        discard_new_logs(directories)
+
+    def sync_new_logs(self, directories):
+        """Any thread: :func:`sync_new_logs` (one syncfs per dir of at least
+        ``syncfs_min_logs`` new logs)."""
+        sync_new_logs(directories, self.syncfs_min_logs, use_syncfs=self.batched_flush)

@@ -387,7 +387,11 @@ class BasePartitionLog:
         """The second half: the caller's file-system sync covered it all."""
         for segment in self._dirty:
             segment.mark_synced()
+        self._side_files_synced()
         self._flushed()
+
+    def _side_files_synced(self):
+        pass
 
     def _write_out(self, sync):
         for segment in self._dirty:

@@ -53,12 +53,7 @@ from pluglog.interfaces import (
     INewLogBatches,
     IReplicatingStorage,
 )
-from pluglog.storage.batchsync import (
-    close_logs,
-    discard_new_logs,
-    prepare_new_logs,
-    sync_new_logs,
-)
+from pluglog.storage.batchsync import NewLogBatchesMixin, close_logs, sync_logs
 from pluglog.storage.checkpoints import (  # noqa: F401 (imported from here too)
     CHECKPOINT_VERSION,
     CheckpointError,
@@ -87,7 +82,7 @@ def _has_unflushed(log):
 
 
 @implementer(ICompactingStorage, IReplicatingStorage, ILogDirMoves, INewLogBatches)
-class SegmentLogStorage(LogMovesMixin):
+class SegmentLogStorage(LogMovesMixin, NewLogBatchesMixin):
     """ILogStorage over segment files in one or more log dirs."""
 
     log_class = SegmentPartitionLog
@@ -153,6 +148,7 @@ class SegmentLogStorage(LogMovesMixin):
                 self._open_existing(key, path, os.path.dirname(path), 0, 0, False)
         except OSError as exc:
             raise KafkaStorageError(f"cannot finish a log dir move: {exc}") from exc
+        self._sync_recovered()
         self.write_checkpoints()
 
     def _path(self, name, directory=None):
@@ -214,6 +210,7 @@ class SegmentLogStorage(LogMovesMixin):
                 log_start_offset=log_start_offset,
                 clean=clean,
                 open_segments=self.open_segments,
+                defer_sync=True,
             )
         except (KafkaStorageError, OSError) as exc:
             # One unreadable partition must not stop the broker: it stays
@@ -225,6 +222,26 @@ class SegmentLogStorage(LogMovesMixin):
                 partition=key[1],
                 reason=str(exc),
             )
+
+    def _sync_recovered(self):
+        """Recovery at open left its syncs here (``defer_sync``): one syncfs
+        per log dir (batchsync.sync_logs), else log by log; a log whose
+        flush fails is offline, as one that could not be opened."""
+        by_dir = {}
+        for key, log in self._logs.items():
+            if log.has_unflushed():
+                by_dir.setdefault(self._dir_of[key], []).append((key, log))
+        for directory, entries in by_dir.items():
+            logs = [log for _key, log in entries]
+            if self.batched_flush and sync_logs(directory, logs, self.syncfs_min_logs):
+                continue
+            for key, log in entries:
+                try:
+                    log.flush()
+                except (KafkaStorageError, OSError) as exc:
+                    del self._logs[key]
+                    self._offline[key] = str(exc)
+                    _log.error("partition {p} is offline: {reason}", p=key, reason=str(exc))
 
     def _choose_dir(self):
         """Kafka's rule (LogManager.nextLogDirs): the dir with the fewest
@@ -238,13 +255,6 @@ class SegmentLogStorage(LogMovesMixin):
             return live[0]
         counts = self._dir_counts(live)
         return min(live, key=lambda d: counts[d])
-
-    def _dir_counts(self, live):
-        counts = dict.fromkeys(live, 0)
-        for directory in [*self._dir_of.values(), *self._planned.values()]:
-            if directory in counts:
-                counts[directory] += 1
-        return counts
 
     def failed_dirs(self):
         """``{log dir: reason}`` for the dirs that failed while serving."""
@@ -444,38 +454,6 @@ class SegmentLogStorage(LogMovesMixin):
             for log in logs:
                 log.flush()
         self.write_checkpoints()
-
-    def plan_new_logs(self, keys):
-        """Choose the log dirs of new logs ``keys`` ((topic, partition)s not
-        open yet), as open_log will use them; returns their directories for
-        :meth:`prepare_new_logs`."""
-        live = [d for d in self.data_dirs if d not in self._failed]
-        counts = self._dir_counts(live)
-        paths = []
-        for key in keys:
-            if key in self._logs or key in self._offline:
-                continue
-            directory = self._planned.get(key)
-            if directory is None and live:
-                directory = min(live, key=lambda d: counts[d])
-                counts[directory] += 1
-                self._planned[key] = directory
-            if directory is not None:
-                paths.append(self._path(log_dir_name(*key), directory))
-        return paths
-
-    def prepare_new_logs(self, directories, files):
-        """Any thread: :func:`pluglog.storage.batchsync.prepare_new_logs`."""
-        return prepare_new_logs(directories, files)
-
-    def discard_new_logs(self, directories):
-        """Any thread: :func:`pluglog.storage.batchsync.discard_new_logs`."""
-        discard_new_logs(directories)
-
-    def sync_new_logs(self, directories):
-        """Any thread: :func:`pluglog.storage.batchsync.sync_new_logs` (one
-        syncfs per dir of at least ``syncfs_min_logs`` new logs)."""
-        sync_new_logs(directories, self.syncfs_min_logs, use_syncfs=self.batched_flush)
 
     def close(self):
         if self.closed:

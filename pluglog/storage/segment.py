@@ -447,6 +447,11 @@ class LogSegment:
             self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
         self.write_indexes()
 
+    def mark_unsynced(self):
+        """Its data must be synced before a recovery point passes it (a
+        recovered segment whose sync the storage batches)."""
+        self._unsynced = True
+
     def mark_synced(self):
         """A caller's file-system sync (``syncfs``) covered this segment."""
         self._unsynced = False

@@ -355,3 +355,50 @@ def test_a_topic_deleted_during_its_creation_stops_opening_and_is_answered(slice
         broker.next_turn()
     assert opened(broker, "big") == [0, 1, 2] and again
     assert broker.partitions[("big", 1)].log.log_end_offset == 0
+
+
+def crashed_store(data_dir, logs):
+    """``logs`` logs with data never flushed, left without a clean stop (a
+    SIGKILL: their writes are in the page cache, their epochs unsaved)."""
+    store = SegmentLogStorage(str(data_dir))
+    for partition in range(logs):
+        log = store.open_log("t", partition, TopicConfig())
+        log.append(make_batch(2), 1000, leader_epoch=3)
+        log.leader_epochs.assign(3, 0)
+    store.write_checkpoints = lambda: None  # the kill came first
+    del store
+
+
+def test_recovery_after_a_crash_syncs_each_log_dir_once(tmp_path, syncs, monkeypatch):
+    data = tmp_path / "data"
+    crashed_store(data, 6)
+    monkeypatch.setattr(SegmentLogStorage, "syncfs_min_logs", 5)
+    store = SegmentLogStorage(str(data))
+    assert not store.opened_clean
+    assert syncs["syncfs"] == [str(data)]
+    # No re-scanned segment or repaired epoch file was synced one by one.
+    assert in_partition_dirs(syncs["fsync"], data) == []
+    for partition in range(6):
+        log = store.get_log("t", partition)
+        assert (log.recovery_point, log.log_end_offset) == (2, 2)
+        assert log.leader_epochs.entries == [(3, 0)]
+        assert not log.has_unflushed()
+    store.close()
+    from pluglog.storage.checkpoints import read_checkpoint
+
+    points = read_checkpoint(str(data / "recovery-point-offset-checkpoint"))
+    assert set(points.values()) == {2}
+
+
+def test_recovery_with_a_failing_syncfs_syncs_log_by_log(tmp_path, syncs, monkeypatch):
+    data = tmp_path / "data"
+    crashed_store(data, 6)
+    monkeypatch.setattr(SegmentLogStorage, "syncfs_min_logs", 5)
+    monkeypatch.setattr(batchsync, "syncfs", failing_syncfs)
+    store = SegmentLogStorage(str(data))
+    synced = in_partition_dirs(syncs["fsync"], data)
+    for partition in range(6):
+        assert str(data / f"t-{partition}" / "00000000000000000000.log") in synced
+        assert str(data / f"t-{partition}" / "leader-epoch-checkpoint") in synced
+        assert store.get_log("t", partition).recovery_point == 2
+    store.close()
