@@ -2,17 +2,19 @@
 
 One CreateTopics of 10,000 partitions used to open every log in one reactor
 turn, each with an atomic write of its ``partition.metadata`` (two fsyncs):
-22.5-56.5 s in which no other client was served (bench/RESULTS.md, issue
-24). :class:`NewLogs` instead
+22-93 s in which no other client was served (bench/RESULTS.md, issue 24).
+:class:`NewLogs` instead
 
-- opens the new logs in slices of at most :data:`SLICE_SECONDS` of the
-  reactor each (as many as fit; a small topic in the same turn), so other
-  clients' requests are served in between. A partition not opened yet
-  answers NOT_LEADER_OR_FOLLOWER, which clients retry, as a Kafka broker
-  does before its LeaderAndIsr for the partition arrives;
-- writes their files without fsyncs, and once all are open makes them
-  durable together in a pool thread (``storage.sync_new_logs``: one syncfs
-  per log dir, an fsync per file where that does not apply);
+- has a pool thread create the new logs' files (``storage.prepare_new_logs``,
+  :data:`CHUNK` at a time, one chunk ahead of the reactor; fewer than
+  :data:`PREPARE_MIN` are left to their open, in the request's turn);
+- opens the logs in slices of at most :data:`SLICE_SECONDS` of the reactor
+  each, so other clients' requests are served in between. A partition not
+  opened yet answers NOT_LEADER_OR_FOLLOWER, which clients retry, as a
+  Kafka broker does before its LeaderAndIsr for the partition arrives;
+- writes nothing with fsyncs, and once all are open makes the logs durable
+  together in a pool thread (``storage.sync_new_logs``: one syncfs per log
+  dir, an fsync per file where that does not apply);
 - lets CreateTopics / CreatePartitions answer only then (:meth:`wait`); a
   failed sync answers KAFKA_STORAGE_ERROR naming the file.
 
@@ -39,6 +41,9 @@ log = Logger()
 SLICE_SECONDS = 0.02
 #: new logs whose files a pool thread creates in one go
 CHUNK = 500
+#: fewer new logs than this are created by their open, in the request's
+#: turn: a thread round trip would only delay them
+PREPARE_MIN = 16
 
 
 class _Creation:
@@ -181,6 +186,7 @@ class NewLogs:
         meta = broker.coordinator.topics().get(creation.name)
         if (
             not self._threaded()
+            or len(chunk) < PREPARE_MIN
             or creation.cancelled
             or meta is None
             or not INewLogBatches.providedBy(storage)

@@ -275,6 +275,7 @@ def sliced(tmp_path, monkeypatch):
     from pluglog.broker import log_opening
 
     monkeypatch.setattr(log_opening, "SLICE_SECONDS", 0)
+    monkeypatch.setattr(log_opening, "PREPARE_MIN", 0)  # files made "in a thread"
     monkeypatch.setattr(
         log_opening.threads,
         "deferToThreadPool",
