@@ -79,7 +79,13 @@ def read_partition_metadata(directory):
         raise ValueError(f"{path}: {exc}") from None
 
 
-def write_partition_metadata(directory, hex_id):
-    """Write Kafka's ``partition.metadata`` (atomically) into ``directory``."""
-    body = f"version: 0\ntopic_id: {to_base64(hex_id)}"
-    atomic_write(os.path.join(directory, FILE_NAME), body.encode())
+def write_partition_metadata(directory, hex_id, sync=True):
+    """Write Kafka's ``partition.metadata`` (atomically) into ``directory``;
+    ``sync=False`` leaves the fsyncs to the caller (a new partition's, batched
+    with the others of its CreateTopics: a damaged file is rewritten at open)."""
+    atomic_write(os.path.join(directory, FILE_NAME), partition_metadata(hex_id), sync)
+
+
+def partition_metadata(hex_id):
+    """The bytes of a ``partition.metadata`` file naming topic ``hex_id``."""
+    return f"version: 0\ntopic_id: {to_base64(hex_id)}".encode()

@@ -14,6 +14,7 @@ from pluglog.broker.capabilities import StorageChecks
 from pluglog.broker.fetch_sessions import FetchSessionCache
 from pluglog.broker.log_dirs import check_log_dirs, report_offline_at_start
 from pluglog.broker.log_moves import LogDirMover
+from pluglog.broker.log_opening import NewLogs
 from pluglog.broker.partition import Partition
 from pluglog.broker.partition_txns import unlink_all
 from pluglog.broker.producer_ids import ProducerIdAllocator
@@ -32,7 +33,7 @@ from pluglog.errors import (
     PluginError,
     UnknownTopicOrPartitionError,
 )
-from pluglog.interfaces import IFlushableLog
+from pluglog.interfaces import IDirectoryLog, IFlushableLog, IOfflineLog
 from pluglog.serialization.validation import schema_check_for
 from pluglog.storage.offline import OfflineLog
 
@@ -109,6 +110,8 @@ class Broker:
             self.data_dir_lock.release()
             raise
         self.partitions = {}
+        #: new partitions' logs being opened and synced (CreateTopics waits)
+        self.new_logs = NewLogs(self)
         self.topic_configs = {}
         #: topic id -> name (KIP-516), kept in step with the coordinator
         self.topic_ids = TopicIds()
@@ -228,32 +231,20 @@ class Broker:
 
     def _open_topic(self, meta):
         """Open the logs of the topic's partitions this broker hosts (it is
-        in their replica assignment); drop those reassigned away."""
+        in their replica assignment); drop those reassigned away. New ones
+        are opened at once at start-up, else by ``new_logs`` (in slices of
+        the reactor, then synced together)."""
         adopted = meta.topic_id and self.topic_ids.id_of(meta.name) != meta.topic_id
         self.topic_ids.update(meta)
         topic_config = self.config.topic_defaults.with_overrides(meta.configs)
         self.topic_configs[meta.name] = topic_config
+        new = []
         for index in range(meta.num_partitions):
             key = (meta.name, index)
             part = self.partitions.get(key)
             hosted = self.node_id in meta.replicas(index)
             if part is None and hosted:
-                plog = self._open_log(meta, index, topic_config)
-                part = Partition(
-                    meta.name,
-                    index,
-                    plog,
-                    topic_config,
-                    node_id=self.node_id,
-                    internal=is_internal(meta),
-                )
-                part.high_watermark = self.replicas.initial_high_watermark(
-                    meta.name, index, plog.log_end_offset
-                )
-                # No role until the coordinator's state says which.
-                part.become_follower(-1, -1, meta.replicas(index), ())
-                self.partitions[key] = part
-                self.replicas.refresh(meta.name, index)
+                new.append(index)
             elif part is not None and not hosted:
                 self._drop_partition(key)
             elif part is not None:
@@ -262,17 +253,56 @@ class Broker:
                 if adopted:
                     # The topic was given its id now (an upgraded cluster).
                     topic_ids.adopt(meta, part.log)
-            if part is not None and hosted:
                 part.schema_check = schema_check_for(self, meta.name, topic_config)
+        if not new:
+            return
+        if self._starting:
+            for index in new:
+                self.open_new_partition(meta, index)
+        else:
+            self.new_logs.open(meta.name, new)
 
-    def _open_log(self, meta, index, topic_config):
+    def open_new_partition(self, meta, index, sync=True):
+        """Open (creating it if need be) the log of hosted partition
+        ``index`` of ``meta`` and serve it; ``sync=False`` writes its
+        ``partition.metadata`` without fsyncs (``new_logs`` syncs the new
+        logs together). Returns the log's directory to sync, or None (not
+        hosted here, already open, no directory)."""
+        key = (meta.name, index)
+        topic_config = self.topic_configs.get(meta.name)
+        if key in self.partitions or topic_config is None:
+            return None
+        if index >= meta.num_partitions or self.node_id not in meta.replicas(index):
+            return None
+        plog = self._open_log(meta, index, topic_config, sync)
+        part = Partition(
+            meta.name,
+            index,
+            plog,
+            topic_config,
+            node_id=self.node_id,
+            internal=is_internal(meta),
+        )
+        part.high_watermark = self.replicas.initial_high_watermark(
+            meta.name, index, plog.log_end_offset
+        )
+        # No role until the coordinator's state says which.
+        part.become_follower(-1, -1, meta.replicas(index), ())
+        self.partitions[key] = part
+        self.replicas.refresh(meta.name, index)
+        part.schema_check = schema_check_for(self, meta.name, topic_config)
+        if IDirectoryLog.providedBy(plog) and not IOfflineLog.providedBy(plog):
+            return plog.directory
+        return None
+
+    def _open_log(self, meta, index, topic_config, sync=True):
         """The partition's log, checked for what the topic needs; an
         OfflineLog when it cannot be opened. A log lacking a capability the
         topic needs stops the broker at start, and is offline (one error
         line) when the topic appears later."""
         try:
             plog = self.storage.open_log(meta.name, index, topic_config)
-            plog = topic_ids.stamp(self.storage, meta, index, plog, topic_config)
+            plog = topic_ids.stamp(self.storage, meta, index, plog, topic_config, sync)
             self.storage_checks.opened(plog, meta.name, topic_config, len(meta.replicas(index)))
         except PluginError as exc:
             if self._starting:
@@ -292,6 +322,7 @@ class Broker:
         self.storage.delete_log(*key)
 
     def _drop_topic(self, name):
+        self.new_logs.forget(name)
         self.topic_configs.pop(name, None)
         self.topic_ids.forget(name)
         for key in [k for k in self.partitions if k[0] == name]:
@@ -368,9 +399,13 @@ class Broker:
             kwargs["validate_only"] = True
         if assignments:
             kwargs["assignments"] = assignments
-        return self.coordinator.create_topic(
+        d = self.coordinator.create_topic(
             name, num_partitions, replication_factor, configs or {}, **kwargs
         )
+        if not validate_only:
+            # Answer once the logs made here are durable (log_opening).
+            d.addCallback(lambda meta: self.new_logs.wait(name).addCallback(lambda _: meta))
+        return d
 
     def delete_topic(self, name):
         if not self.config.delete_topic_enable:
@@ -461,6 +496,7 @@ class Broker:
         self.log_mover.stop()
         for part in self.partitions.values():
             part._waiters.clear()
+        self.new_logs.stop()
         if self.storage is not None:
             self.storage.close()
         yield self.coordinator.stop()

@@ -56,10 +56,11 @@ class TopicIds:
         return self._ids.get(name, "")
 
 
-def stamp(storage, meta, index, plog, topic_config):
+def stamp(storage, meta, index, plog, topic_config, sync=True):
     """Check and write ``partition.metadata`` of a freshly opened log; returns
     the log to use: ``plog``, or a new empty log when ``plog``'s directory
-    held another topic's data."""
+    held another topic's data. ``sync=False``: written without fsyncs, the
+    caller syncs the new logs together (:mod:`pluglog.broker.log_opening`)."""
     if not meta.topic_id or not IDirectoryLog.providedBy(plog) or IOfflineLog.providedBy(plog):
         return plog
     try:
@@ -81,8 +82,16 @@ def stamp(storage, meta, index, plog, topic_config):
         storage.delete_log(meta.name, index)
         plog = storage.open_log(meta.name, index, topic_config)
     if found != meta.topic_id:
-        topicids.write_partition_metadata(plog.directory, meta.topic_id)
+        topicids.write_partition_metadata(plog.directory, meta.topic_id, sync)
     return plog
+
+
+def metadata_files(meta):
+    """``{file name: bytes}`` a new partition directory of ``meta`` gets
+    (storage.prepare_new_logs): its ``partition.metadata``, if it has an id."""
+    if not meta.topic_id:
+        return {}
+    return {topicids.FILE_NAME: topicids.partition_metadata(meta.topic_id)}
 
 
 def adopt(meta, plog):

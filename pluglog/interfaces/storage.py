@@ -334,6 +334,30 @@ class ILogDirMoves(ILogDirStorage):
         """``{(topic, partition): move}`` of the moves in progress."""
 
 
+class INewLogBatches(ILogStorage):
+    """A storage that makes many new logs durable together: their files
+    created off the reactor, then one sync (pluglog.storage.batchsync). The
+    broker opens a big CreateTopics' logs this way and answers it after
+    :meth:`sync_new_logs` returned (pluglog.broker.log_opening)."""
+
+    def plan_new_logs(keys):
+        """On the reactor: choose where the new logs ``keys`` ((topic,
+        partition)s) go, as ``open_log`` will; returns their directories."""
+
+    def prepare_new_logs(directories, files):
+        """Any thread: create those directories with their first segment's
+        files and ``files`` ({name: bytes}), without syncs; returns the
+        directories it made (not those that existed). OSError."""
+
+    def discard_new_logs(directories):
+        """Any thread: remove directories ``prepare_new_logs`` made that were
+        never opened (their topic was deleted meanwhile)."""
+
+    def sync_new_logs(directories):
+        """Any thread: make new logs' directories and files durable.
+        KafkaStorageError naming what failed."""
+
+
 class IRemoteLogStorage(Interface):
     """The remote tier's object store (KIP-405's RemoteStorageManager).
 

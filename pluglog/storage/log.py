@@ -392,7 +392,11 @@ class BasePartitionLog:
         """The second half: the caller's file-system sync covered it all."""
         for segment in self._dirty:
             segment.mark_synced()
+        self._side_files_synced()
         self._flushed()
+
+    def _side_files_synced(self):
+        pass
 
     def _write_out(self, sync):
         for segment in self._dirty:
@@ -424,11 +428,31 @@ class BasePartitionLog:
         if self.closed:
             return
         self.flush()
+        self._close_files(sync=True)
+
+    def write_for_close(self):
+        """The first half of a batched close (:mod:`pluglog.storage.batchsync`):
+        write everything :meth:`close` syncs (segment data, index entries,
+        side files) without syncing. The caller syncs the file system once,
+        then calls :meth:`close_synced`, in the same reactor turn."""
+        self._write_out(sync=False)
+        for segment in self.segments:
+            segment.write_for_close()
+
+    def close_synced(self):
+        """The second half: the caller's sync covered it; close without syncs."""
+        self.synced_by_caller()
+        self._close_files(sync=False)
+
+    def _close_files(self, sync):
         for segment, call in list(self._pending_deletes.items()):
             if call.active():
                 call.cancel()
             segment.delete_files()
         self._pending_deletes.clear()
         for segment in self.segments:
-            segment.close()
+            if sync:
+                segment.close()
+            else:
+                segment.close(sync=False)
         self.closed = True

@@ -447,6 +447,11 @@ class LogSegment:
             self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
         self.write_indexes()
 
+    def mark_unsynced(self):
+        """Its data must be synced before a recovery point passes it (a
+        recovered segment whose sync the storage batches)."""
+        self._unsynced = True
+
     def mark_synced(self):
         """A caller's file-system sync (``syncfs``) covered this segment."""
         self._unsynced = False
@@ -481,10 +486,19 @@ class LogSegment:
         except OSError as exc:
             raise KafkaStorageError(f"fsync of {self.log_path} failed: {exc}") from exc
 
-    def close(self):
+    def write_for_close(self):
+        """What :meth:`close` writes, without its syncs (a batched close:
+        the caller syncs the file system, then calls ``close(sync=False)``)."""
+        if not self._closed and not self.deleted and self._indexes_loaded:
+            self.on_roll()
+
+    def close(self, sync=True):
+        """Write the final index entries and fsync the files (``sync=False``:
+        :meth:`write_for_close` wrote them and a file-system sync covered
+        them), then close the descriptors."""
         if self._closed:
             return
-        if not self.deleted and self._indexes_loaded:
+        if sync and not self.deleted and self._indexes_loaded:
             self.on_roll()
             self.flush(indexes=True)
         try:

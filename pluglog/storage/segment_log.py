@@ -75,9 +75,14 @@ class SegmentPartitionLog(BasePartitionLog):
         log_start_offset=0,
         clean=True,
         open_segments=None,
+        defer_sync=False,
     ):
         super().__init__(topic, partition, config, reactor, fsync)
         self.directory = directory
+        #: recovery's syncs are left to the storage (one syncfs for every
+        #: log of a dir at start-up): what they covered stays unflushed
+        self._defer_sync = defer_sync
+        self._epochs_unsynced = False
         self.open_segments = open_segments
         self._first_dirty = 0  # compact()'s own; the broker's cleaner keeps a checkpoint
         try:
@@ -97,12 +102,16 @@ class SegmentPartitionLog(BasePartitionLog):
 
     def _open_leader_epochs(self, rescanned_from):
         """Load the leader-epoch cache and make it agree with the recovered
-        log (:mod:`pluglog.storage.epochs`); a repair is fsynced now, before
-        the storage checkpoints this log's recovery point past it."""
+        log (:mod:`pluglog.storage.epochs`); a repair is fsynced now (or,
+        with ``defer_sync``, by the storage's flush), before the storage
+        checkpoints this log's recovery point past it."""
         try:
             epochs = LeaderEpochCache(os.path.join(self.directory, EPOCHS_FILE), owned=True)
             if epochs.reconcile(self, rescanned_from):
-                epochs.save(sync=True)
+                if self._defer_sync:
+                    epochs.unsaved = True  # saved and synced by the storage's flush
+                else:
+                    epochs.save(sync=True)
         except OSError as exc:
             msg = f"cannot load the leader epochs of {self.directory}: {exc}"
             raise KafkaStorageError(msg) from exc
@@ -118,19 +127,26 @@ class SegmentPartitionLog(BasePartitionLog):
             self.leader_epochs.save(sync=True)
 
     def _side_files_unsaved(self):
-        return self.leader_epochs.unsaved
+        return self.leader_epochs.unsaved or self._epochs_unsynced
 
     def _save_side_files(self, sync):
         epochs = self.leader_epochs
-        if not epochs.unsaved:
+        if not epochs.unsaved and not (sync and self._epochs_unsynced):
             return
         try:
-            epochs.save(sync=False)
+            if epochs.unsaved:
+                epochs.save(sync=False)
             if sync:
                 epochs.fsync()
+            # Written but not synced (a batched flush whose syncfs may yet
+            # fail): the flush log by log that then follows must fsync it.
+            self._epochs_unsynced = not sync
         except OSError as exc:
             raise KafkaStorageError(f"cannot write {epochs.path}: {exc}") from exc
         self._directory_dirty = True  # the rename: durable with the directory sync
+
+    def _side_files_synced(self):
+        self._epochs_unsynced = False
 
     def append_aborted_txn(self, producer_id, first_offset, last_offset, last_stable_offset):
         """ITransactionIndexLog: into the ``.txnindex`` of the segment
@@ -226,7 +242,12 @@ class SegmentPartitionLog(BasePartitionLog):
                 self._set_segments(self.segments[: i + 1])
                 break
         for segment in self.segments[start:]:
-            segment.flush()
+            if self._defer_sync:
+                segment.flush(sync=False)
+                segment.mark_unsynced()
+                self._dirty.append(segment)
+            else:
+                segment.flush()
         self._directory_dirty = True
         self.recovery_point = self.log_end_offset
         _log.info(

@@ -210,6 +210,9 @@ def handle_create_partitions(ctx, request):
                     validate_only=request["validate_only"],
                     assignments=assignments or None,
                 )
+                if not request["validate_only"]:
+                    # Answer once the new logs made here are durable.
+                    yield broker.new_logs.wait(name)
         except KafkaError as exc:
             entry["error_code"], entry["error_message"] = _fail(exc)
         results.append(entry)
