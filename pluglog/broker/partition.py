@@ -413,6 +413,7 @@ class Partition(PartitionTransactions):
         self.epochs.truncate_from_end(offset)
         self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
         # Producer state may name truncated batches: rebuild on demand.
+        self._drop_snapshots_after(self.log.log_end_offset)
         self._reset_producers()
         self._wake()
 
@@ -421,6 +422,7 @@ class Partition(PartitionTransactions):
         self.log.truncate_fully_and_start_at(offset)
         self.epochs.truncate_from_end(-1)
         self.high_watermark = offset
+        self._drop_snapshots_after(-1)  # every one names the history that is gone
         self._reset_producers()
         self._wake()
 

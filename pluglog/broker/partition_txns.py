@@ -136,6 +136,16 @@ class PartitionTransactions:
 
     # -- snapshots --------------------------------------------------------------
 
+    def _drop_snapshots_after(self, log_end):
+        """Kafka's truncateAndReload: a snapshot past the new log end names
+        truncated batches. Reading skips one past the log end, but once the
+        log grows past its offset again a restart would take it for the new
+        history's producer state (wrong sequences: duplicates let through,
+        good batches refused)."""
+        directory = self._snapshot_dir()
+        if directory is not None:
+            unlink_all([path for offset, path in _snapshot_files(directory) if offset > log_end])
+
     def _snapshot_dir(self):
         return self.log.directory if IDirectoryLog.providedBy(self.log) else None
 

@@ -87,3 +87,36 @@ def test_the_checkpoint_unlinks_older_snapshots_in_a_thread(tmp_path):
     _produce(broker, 99, 0, 3, txn=False)
     broker._snapshot_producers()  # a clean stop's: unlinked at once
     assert len(names()) == 2 and len(jobs) == 1
+
+
+def _snapshots(part):
+    return sorted(n for n in os.listdir(part.log.directory) if n.endswith(".snapshot"))
+
+
+def test_a_truncation_drops_the_snapshots_past_the_new_log_end(tmp_path):
+    # Kafka's truncateAndReload. Kept, the snapshot at 3 would be read once
+    # the new history grew past offset 3, with producer 99 at sequence 2.
+    broker, _clock, _tc = _broker(tmp_path)
+    part = broker.partition("out", 0)
+    for seq in range(3):
+        _produce(broker, 99, 0, seq, txn=False)
+    part.snapshot_producers()
+    assert _snapshots(part) == [f"{3:020d}.snapshot"]
+    part.truncate_to(1)  # a follower's truncation: sequence 0 stays
+    assert _snapshots(part) == []
+    for seq in range(3):
+        _produce(broker, 7, 0, seq, txn=False)  # the leader's history
+    part._reset_producers()
+    part._ensure_loaded()  # what a restart loads: the snapshot, then the log after it
+    assert part.producers.check(99, 0, 1, 1) is None  # next in sequence
+    assert part.producers.check(7, 0, 2, 2) is not None  # a duplicate
+
+
+def test_a_restart_at_the_leaders_log_start_drops_every_snapshot(tmp_path):
+    broker, _clock, _tc = _broker(tmp_path)
+    part = broker.partition("out", 0)
+    _produce(broker, 99, 0, 0, txn=False)
+    part.snapshot_producers()
+    assert _snapshots(part)
+    part.restart_at(100)
+    assert _snapshots(part) == []
