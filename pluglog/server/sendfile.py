@@ -23,10 +23,16 @@ Recipe and caveats (docs: environment notes §5):
   sends; a connection that uses a writer sends *everything* through it, so
   nothing can overtake. If the transport ever holds data (it should not),
   the writer queues and waits for it to drain.
-* A queued file range keeps its own ``dup`` of the file descriptor, so a
-  segment closed or deleted by retention while a slow client drains cannot
-  make the writer read a recycled descriptor. A range that turns out shorter
-  than promised (the file was truncated) would corrupt the frame, so the
+* A queued file range keeps the range's ``fileno`` callable, not a
+  descriptor, and calls it each time it sends from it, so it never reads a
+  descriptor number that was closed and reused meanwhile, and queued
+  answers hold no descriptors: a fetch answer over 10,000 partitions queued
+  behind a slow socket held 10,000 ``dup`` descriptors, beyond the storage's
+  descriptor budget (:mod:`pluglog.storage.openfiles`), whose segments
+  reopen their file on ``fileno()`` when the budget had closed it. A range
+  whose file is gone (its segment deleted more than
+  ``file.delete.delay.ms`` ago, or closed) or that turns out shorter than
+  promised (the file was truncated) would corrupt the frame, so the
   connection is closed instead, as Kafka does.
 * Only plain TCP qualifies (:func:`supports_direct`); TLS transports, test
   transports such as ``StringTransport`` and anything else use the
@@ -43,6 +49,8 @@ from collections import deque
 
 from twisted.internet import tcp
 from twisted.logger import Logger
+
+from pluglog.errors import KafkaError
 
 log = Logger()
 
@@ -71,19 +79,23 @@ def supports_direct(transport):
 
 
 class _QueuedRange:
-    """The unsent rest of a file range, holding its own descriptor."""
+    """The unsent rest of a file range: its ``fileno`` callable, asked at send time."""
 
-    __slots__ = ("fd", "position", "remaining")
+    __slots__ = ("fileno", "position", "remaining")
 
-    def __init__(self, fd, position, remaining):
-        self.fd = fd
+    def __init__(self, fileno, position, remaining):
+        self.fileno = fileno
         self.position = position
         self.remaining = remaining
 
-    def close(self):
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+
+def _descriptor(fileno):
+    """``fileno()``, with a storage error (the segment closed) as an OSError:
+    the connection is dropped, as for a file cut short."""
+    try:
+        return fileno()
+    except KafkaError as exc:
+        raise OSError(f"file range unavailable: {exc}") from exc
 
 
 class SocketWriter:
@@ -197,9 +209,6 @@ class SocketWriter:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        for item in self._queue:
-            if isinstance(item, _QueuedRange):
-                item.close()
         self._queue.clear()
         self._queued = 0
 
@@ -242,11 +251,10 @@ class SocketWriter:
                 parts = list(parts)
                 parts[i] = part.read()
                 continue
-            infd = fileno()
             position, size = part.position, part.size
-            sent = self._sendfile(infd, position, size)
+            sent = self._sendfile(_descriptor(fileno), position, size)
             if sent < size:
-                self._push(_QueuedRange(os.dup(infd), position + sent, size - sent))
+                self._push(_QueuedRange(fileno, position + sent, size - sent))
                 self._enqueue(parts, i + 1)
                 return i
             i += 1
@@ -272,13 +280,12 @@ class SocketWriter:
         while queue:
             head = queue[0]
             if isinstance(head, _QueuedRange):
-                sent = self._sendfile(head.fd, head.position, head.remaining)
+                sent = self._sendfile(_descriptor(head.fileno), head.position, head.remaining)
                 self._queued -= sent
                 if sent < head.remaining:
                     head.position += sent
                     head.remaining -= sent
                     break
-                head.close()
                 queue.popleft()
                 continue
             run = []
@@ -326,7 +333,7 @@ class SocketWriter:
             if fileno is None:
                 self._push(memoryview(part.read()))
             elif part.size:
-                self._push(_QueuedRange(os.dup(fileno()), part.position, part.size))
+                self._push(_QueuedRange(fileno, part.position, part.size))
 
     def _push(self, item):
         self._queue.append(item)
