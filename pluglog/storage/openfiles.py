@@ -20,9 +20,9 @@ one file and closed another on every read: bench/RESULTS.md.)
 A closed segment reopens transparently on its next use (its ``.log`` by path;
 fetch's file ranges call ``fileno()`` each time they send, also when queued
 behind a slow socket, so an eviction never pulls a descriptor from under a
-send, and queued answers hold no descriptors of their own). Durability is unaffected: fsync acts on the file, whichever
-descriptor wrote its pages (a ``.txnindex`` is fsynced before its
-descriptor is closed).
+send, and queued answers hold no descriptors of their own). Durability is
+unaffected: fsync acts on the file, whichever descriptor wrote its pages
+(a ``.txnindex`` is fsynced before its descriptor is closed).
 
 The budget (:func:`descriptor_budget`): the broker's ``log.max.open.files``;
 else three descriptors per segment of ``log.max.open.segments`` (the older

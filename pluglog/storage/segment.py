@@ -107,6 +107,8 @@ class LogSegment(SegmentReads):
         #: aborted transactions whose marker is here (created on first entry)
         self.txn_index = TxnIndex(segment_path(directory, base_offset, TXN_INDEX_SUFFIX), fds)
         self._indexes_loaded = False
+        #: the last batch a read found (pluglog.storage.segment_read)
+        self._found = None
         self.bytes_since_index = 0
         if self.size == 0:
             self._next_offset = base_offset
@@ -265,6 +267,7 @@ class LogSegment(SegmentReads):
 
     def rebuild_indexes(self, check_crc=False):
         """Rebuild both indexes from the log; return where the valid batches end."""
+        self._found = None  # the file may be cut after this
         entries, stop = self._scan(0, self.size, check_crc, self.base_offset)
         offsets, positions, times, time_offsets, since, max_ts, offset_of_max = index_entries(
             entries, self.base_offset, self.index_interval_bytes
@@ -288,6 +291,7 @@ class LogSegment(SegmentReads):
         return cut
 
     def _truncate_file(self, position):
+        self._found = None
         os.ftruncate(self._file(), position)
         self._unsynced = True
         self.size = position
