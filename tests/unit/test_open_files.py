@@ -94,7 +94,7 @@ def test_a_cycle_larger_than_the_budget_stays_bounded_and_reads_byte_for_byte(tm
     assert segment_fds(tmp_path) == 0
     store = SegmentLogStorage(str(tmp_path), topic_defaults=CONFIG, max_open_files=20)
     reopened = {log.partition: log for log in store.logs()}
-    for p, log in enumerate(logs):
+    for p in range(len(logs)):
         assert reopened[p].log_end_offset == 7
         assert read_all(reopened[p]).startswith(expected[p])
         assert store.open_segments.held <= 20
