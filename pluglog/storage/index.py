@@ -94,14 +94,21 @@ class _IndexFile:
         is not kept: a segment holds descriptors only while it is in use
         (their budget is storage/openfiles.py's)."""
         if self._fd is None:
-            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
+            fds = self.fds
+            fds.close(fds.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
 
     def _read_file(self):
+        # Through the segment's budget, as every segment file descriptor.
+        fds = self.fds
         try:
-            with open(self.path, "rb") as handle:
-                data = handle.read()
+            fd = fds.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
             raise IndexCorruptError(f"{self.path} is missing") from None
+        try:
+            with open(fd, "rb", closefd=False) as handle:
+                data = handle.read()
+        finally:
+            fds.close(fd)
         if len(data) % self.entry.size:
             raise IndexCorruptError(
                 f"{self.path} has {len(data)} bytes, not a multiple of {self.entry.size}"

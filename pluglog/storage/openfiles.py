@@ -153,7 +153,11 @@ class OpenSegments:
 
     def open(self, segment, path, flags, mode=0o644):
         """``os.open`` for ``segment``, counted; on EMFILE/ENFILE close the
-        oldest half of the held descriptors and try once more."""
+        oldest half of the held descriptors and try once more. Room is made
+        before the open, so the descriptors held never exceed the budget,
+        not even for the moment between an open and an eviction."""
+        if self.held >= self.budget and not self._evicting:
+            self._evict(self.budget - 1, keep=segment)
         try:
             fd = os.open(path, flags, mode)
         except OSError as exc:
@@ -192,7 +196,9 @@ class OpenSegments:
         """Close the least recently used segments' files (never ``keep``'s)
         until at most ``target`` descriptors are held."""
         held = self._open
-        self._evicting = True
+        # A victim's pending index entries may need an open (even one that
+        # meets EMFILE and evicts in turn): the flag covers the nesting.
+        evicting, self._evicting = self._evicting, True
         try:
             while self.held > target and held:
                 victim = next(iter(held))
@@ -208,7 +214,7 @@ class OpenSegments:
                     # Whatever it failed to close is no longer ours to count.
                     self.held -= held.pop(victim, 0)
         finally:
-            self._evicting = False
+            self._evicting = evicting
 
     def forget(self, segment):
         """``segment`` closed its descriptors itself (close, delete)."""

@@ -148,6 +148,11 @@ class LogSegment(SegmentReads):
         reopens. Pending index entries are written first and a transaction
         index is fsynced if it has to be (best effort: on an error the
         entries stay pending and the next write retries)."""
+        # The .log first: writing pending index entries may open an index
+        # file, which then takes the freed place within the budget.
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            self.fds.close(fd)
         for holder in (self.index, self.time_index):
             try:
                 holder.close(write=not self.deleted)
@@ -157,9 +162,6 @@ class LogSegment(SegmentReads):
             self.txn_index.close()
         except OSError:
             pass
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            self.fds.close(fd)
 
     def fileno(self):
         return self._file()
