@@ -2,6 +2,7 @@
 
     python3 bench/partitions_bench.py [--n 1000000] [--partitions 1,1000,10000]
                                       [--runs 3] [--spread] [--consumer raw]
+                                      [--compare DIR [--py-spy DIR]]
 
 The issue's measurement of many partitions (issue 24): one broker
 (``twistd -n pluglog``, default settings, a fresh data dir per topic size),
@@ -22,11 +23,21 @@ this process's share of a core is printed to show it was not the limit. A topic 
 partitions is created 500 at a time (one CreateTopics of 10,000 takes the
 broker longer than librdkafka's request timeout, bench/RESULTS.md). Topic
 sizes alternate their order between runs.
+
+``--compare DIR`` measures the consume of this checkout against another's
+(DIR, e.g. a copy of main with its C extensions built) on the same data:
+per topic size the records are produced once, then each run restarts the
+broker on that data directory with each code in turn (the order alternating
+between runs) and consumes everything. ``--py-spy DIR`` writes a py-spy
+profile of the broker over each such consume (raw format, for
+``flamegraph.pl`` or a quick ``sort``).
 """
 
 import argparse
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -173,6 +184,93 @@ def one_size(partitions, n, spread, consumer="confluent"):
             broker.stop()
 
 
+def _profiled(pid, path):
+    if path is None:
+        return None
+    return subprocess.Popen(
+        ["py-spy", "record", "--pid", str(pid), "--format", "raw", "-r", "200", "-o", path],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _consume_phase(broker, topic, partitions, n, consumer, profile=None):
+    spy = _profiled(broker.proc.pid, profile)
+    if spy is not None:
+        time.sleep(1)  # py-spy attaches
+    cpu0 = proc_cpu(broker.proc.pid)
+    mine0 = proc_cpu(os.getpid())
+    if consumer == "raw":
+        elapsed, filled = consume_raw(broker, topic, partitions, n)
+    else:
+        elapsed, filled = consume(broker.bootstrap, topic, partitions, n)
+    cpu = proc_cpu(broker.proc.pid) - cpu0
+    mine = proc_cpu(os.getpid()) - mine0
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(60)
+    return (n / elapsed, 1e6 * cpu / n, cpu / elapsed, mine / elapsed), filled
+
+
+def compare(args, sizes):
+    """Consume with this code and with ``args.compare``'s on the same data."""
+    from tests.broker_process import ROOT, BrokerProcess
+
+    codes = {"after": ROOT, "before": os.path.abspath(args.compare)}
+    results = {}
+    for partitions in sizes:
+        with tempfile.TemporaryDirectory(prefix="pluglog-partitions-") as tmp:
+            data = Path(tmp) / "data"
+            broker = BrokerProcess(data).start()
+            topic = f"p{partitions}"
+            try:
+                create(broker.bootstrap, topic, partitions)
+                produce(broker.bootstrap, topic, args.n, args.spread)
+            finally:
+                broker.stop(timeout=600)  # a clean stop of 10,000 logs takes a while
+            for run in range(args.runs):
+                order = ["before", "after"] if run % 2 == 0 else ["after", "before"]
+                for code in order:
+                    broker = BrokerProcess(data, root=codes[code])
+                    started = time.monotonic()
+                    broker.start(timeout=600)
+                    start_s = time.monotonic() - started
+                    profile = None
+                    if args.py_spy:
+                        os.makedirs(args.py_spy, exist_ok=True)
+                        profile = os.path.join(args.py_spy, f"{code}-{partitions}-{run + 1}.txt")
+                    try:
+                        out, _ = _consume_phase(
+                            broker, topic, partitions, args.n, args.consumer, profile
+                        )
+                    finally:
+                        stopping = time.monotonic()
+                        broker.stop(timeout=600)
+                        stop_s = time.monotonic() - stopping
+                    results.setdefault((code, partitions), []).append(out)
+                    rate, us, share, client = out
+                    print(
+                        f"run {run + 1} {code:6} {partitions:>6} partitions consume"
+                        f" {rate:>11,.0f} msgs/s  broker {us:5.2f} µs/msg ({100 * share:3.0f} %"
+                        f" of a core; this process {100 * client:3.0f} %; start {start_s:.1f} s,"
+                        f" stop {stop_s:.1f} s)",
+                        flush=True,
+                    )
+    print(f"\nconsume, medians of {args.runs} run(s), {args.n:,} records of {SIZE} B")
+    for code in ("before", "after"):
+        base = None
+        for partitions in sizes:
+            runs = results[(code, partitions)]
+            rate = statistics.median(r[0] for r in runs)
+            us = statistics.median(r[1] for r in runs)
+            base = base or (rate, us)
+            print(
+                f"{code:6} {partitions:>6} partitions {rate:>11,.0f} msgs/s  broker {us:5.2f} "
+                f"µs/msg  {rate / base[0]:4.2f} x one partition's rate, "
+                f"{base[1] / us:4.2f} x its broker CPU per message"
+            )
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=1_000_000)
@@ -190,8 +288,19 @@ def main():
         help="raw: bench/raw_consumer.py (Fetch v12 with a fetch session, counted per "
         "batch), so the broker rather than librdkafka is the limit",
     )
+    parser.add_argument(
+        "--compare",
+        metavar="DIR",
+        help="consume only: this checkout against DIR's code, on the same data",
+    )
+    parser.add_argument(
+        "--py-spy", metavar="DIR", help="with --compare: py-spy profiles of each consume here"
+    )
     args = parser.parse_args()
     sizes = [int(p) for p in args.partitions.split(",")]
+    if args.compare:
+        compare(args, sizes)
+        return
     results = {}
     for run in range(args.runs):
         order = sizes if run % 2 == 0 else list(reversed(sizes))

@@ -229,7 +229,10 @@ class BrokerConfig:
     #: Kafka's default is -1 (unbounded); pluglog bounds partial requests at 256 MiB.
     queued_max_request_bytes: int = 268435456
     metadata_max_topics_per_request: int = 10000
-    #: Segments holding file descriptors at once (LRU); 0 sizes it from the fd limit.
+    #: Descriptors segment files may hold at once (least recently used are
+    #: closed); 0: from log.max.open.segments, else from the fd limit.
+    log_max_open_files: int = 0
+    #: The older setting: a budget of three descriptors per segment.
     log_max_open_segments: int = 0
     #: Request metrics on the hot path and ``/metrics`` on the --http listener.
     metrics_enabled: bool = True

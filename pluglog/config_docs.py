@@ -160,9 +160,14 @@ CONFIG_DOCS = {
         "Bytes of requests being read by all connections before reading pauses; -1 no cap.",
     ),
     "metadata.max.topics.per.request": (_I, "Topics one Metadata request may name."),
+    "log.max.open.files": (
+        _I,
+        "Descriptors segment files hold at once, least recently used closed first "
+        "(0: from log.max.open.segments, else the descriptor limit less a quarter).",
+    ),
     "log.max.open.segments": (
         _I,
-        "Segments holding file descriptors at once (0: a sixth of the descriptor limit).",
+        "Older form of log.max.open.files: a budget of three descriptors per segment.",
     ),
     "metrics.enabled": (_B, "Count requests for Prometheus and serve /metrics."),
     # Listeners and security

@@ -478,6 +478,7 @@ BROKER_KEYS = {
     "request.read.timeout.ms": ("request_read_timeout_ms", int_parser(-1)),
     "queued.max.request.bytes": ("queued_max_request_bytes", int_parser(-1)),
     "metadata.max.topics.per.request": ("metadata_max_topics_per_request", int_parser(1)),
+    "log.max.open.files": ("log_max_open_files", int_parser(0)),
     "log.max.open.segments": ("log_max_open_segments", int_parser(0)),
     "metrics.enabled": ("metrics_enabled", _parse_bool),
     # The web console (docs/operations.rst, "Console").

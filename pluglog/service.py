@@ -28,7 +28,7 @@ from pluglog.metrics.recorder import RequestMetrics
 from pluglog.metrics.registry import broker_registry
 from pluglog.registry import Registry
 from pluglog.server import dispatch
-from pluglog.storage.openfiles import raise_descriptor_limit
+from pluglog.storage.openfiles import RESERVE_MIN, descriptor_budget, raise_descriptor_limit
 
 log = Logger()
 
@@ -103,6 +103,19 @@ class BrokerService(service.MultiService):
         before, after = raise_descriptor_limit()
         if after > before:
             log.info("open-file limit raised from {before} to {after}", before=before, after=after)
+        budget = descriptor_budget(
+            self.config.log_max_open_files, self.config.log_max_open_segments
+        )
+        if budget > after - RESERVE_MIN:
+            # Honoured (the operator may raise the limit under a running
+            # broker), but sockets may then find no descriptor left; the
+            # segment files give back half theirs if an open fails.
+            log.warn(
+                "log.max.open.files/log.max.open.segments allow segment files {budget} "
+                "descriptors of the {limit} open-file limit",
+                budget=budget,
+                limit=after,
+            )
         registry = Registry(self.plugin_manager)
         self.broker = broker = Broker(self.config, registry, self.reactor)
         yield broker.start()

@@ -47,8 +47,10 @@ class BrokerProcess(ChildProcess):
 
     name = "broker"
 
-    def __init__(self, data_dir, port=None, settings=None, extra_args=(), nofile=None):
+    def __init__(self, data_dir, port=None, settings=None, extra_args=(), nofile=None, root=None):
         self.data_dir = str(data_dir)
+        #: the checkout whose pluglog runs (benches compare another one's)
+        self.root = root or ROOT
         #: (soft, hard) descriptor limits the broker process starts with
         self.nofile = nofile
         #: a port free_port() picked may be taken before the broker binds it
@@ -86,7 +88,7 @@ class BrokerProcess(ChildProcess):
     def start(self, timeout=30):
         os.makedirs(self.data_dir, exist_ok=True)
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [self.root, env.get("PYTHONPATH")]))
         for attempt in range(3):
             try:
                 return self._spawn(
@@ -95,7 +97,7 @@ class BrokerProcess(ChildProcess):
                     "listen",
                     timeout,
                     env=env,
-                    cwd=ROOT,
+                    cwd=self.root,
                     preexec_fn=self._limits if self.nofile else None,
                 )
             except RuntimeError:
@@ -117,14 +119,14 @@ class BrokerProcess(ChildProcess):
         one still running after ``timeout`` seconds gets SIGTERM. Returns
         :class:`Exited` with its stdout and stderr apart."""
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [self.root, env.get("PYTHONPATH")]))
         proc = subprocess.Popen(
             self.command(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env=env,
-            cwd=ROOT,
+            cwd=self.root,
         )
         try:
             out, err = proc.communicate(timeout=timeout)

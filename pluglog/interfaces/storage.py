@@ -17,7 +17,12 @@ from zope.interface import Attribute, Interface
 class IFileRange(Interface):
     """A byte range of an open file: what a fetch sends with ``os.sendfile``."""
 
-    fileno = Attribute("callable returning the OS file descriptor to read from")
+    fileno = Attribute(
+        "callable returning the OS file descriptor to read from, open at the time of "
+        "the call; called again each time the broker sends from the range (also "
+        "while it waits behind a slow socket), so it may reopen a closed file; "
+        "raising a KafkaError drops the connection"
+    )
     position = Attribute("byte offset of the range inside the file")
     size = Attribute("length of the range in bytes")
 

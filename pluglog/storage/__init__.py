@@ -23,6 +23,7 @@ def make_segment_storage(config, reactor):
         reactor,
         config.fsync,
         max_open_segments=config.log_max_open_segments,
+        max_open_files=config.log_max_open_files,
     )
 
 

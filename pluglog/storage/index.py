@@ -51,6 +51,8 @@ import sys
 from array import array
 from bisect import bisect_left, bisect_right
 
+from pluglog.storage.openfiles import UNCOUNTED
+
 OFFSET_ENTRY = struct.Struct(">II")
 TIME_ENTRY = struct.Struct(">qI")
 _NEED_SWAP = sys.byteorder == "little"
@@ -72,8 +74,10 @@ class _IndexFile:
     #: one entry's layout; each kind of index sets its own
     entry: struct.Struct
 
-    def __init__(self, path, base_offset, max_index_bytes):
+    def __init__(self, path, base_offset, max_index_bytes, fds=UNCOUNTED):
         self.path = path
+        #: opens and closes the descriptor, counted in the segment's budget
+        self.fds = fds
         self.base_offset = base_offset
         self.max_entries = max(1, max_index_bytes // self.entry.size)
         self.write_batch = max(1, WRITE_BATCH_BYTES // self.entry.size)
@@ -82,22 +86,29 @@ class _IndexFile:
 
     def _open_fd(self):
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._fd = self.fds.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         return self._fd
 
     def create(self):
         """Make sure the file exists (empty for a new segment). The descriptor
-        is not kept: the segment's LRU (storage/openfiles.py) only accounts
-        for descriptors opened while the segment is in use."""
+        is not kept: a segment holds descriptors only while it is in use
+        (their budget is storage/openfiles.py's)."""
         if self._fd is None:
-            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
+            fds = self.fds
+            fds.close(fds.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
 
     def _read_file(self):
+        # Through the segment's budget, as every segment file descriptor.
+        fds = self.fds
         try:
-            with open(self.path, "rb") as handle:
-                data = handle.read()
+            fd = fds.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
             raise IndexCorruptError(f"{self.path} is missing") from None
+        try:
+            with open(fd, "rb", closefd=False) as handle:
+                data = handle.read()
+        finally:
+            fds.close(fd)
         if len(data) % self.entry.size:
             raise IndexCorruptError(
                 f"{self.path} has {len(data)} bytes, not a multiple of {self.entry.size}"
@@ -171,8 +182,8 @@ class _IndexFile:
 
     def _close_fd(self):
         if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+            fd, self._fd = self._fd, None
+            self.fds.close(fd)
 
     def close(self, write=True):
         """Write the pending entries (no fsync; dropped with ``write=False``,
@@ -193,8 +204,8 @@ class OffsetIndex(_IndexFile):
 
     entry = OFFSET_ENTRY
 
-    def __init__(self, path, base_offset, max_index_bytes):
-        super().__init__(path, base_offset, max_index_bytes)
+    def __init__(self, path, base_offset, max_index_bytes, fds=UNCOUNTED):
+        super().__init__(path, base_offset, max_index_bytes, fds)
         self.offsets = array("I")  # relative offsets
         self.positions = array("I")
 
@@ -264,8 +275,8 @@ class TimeIndex(_IndexFile):
 
     entry = TIME_ENTRY
 
-    def __init__(self, path, base_offset, max_index_bytes):
-        super().__init__(path, base_offset, max_index_bytes)
+    def __init__(self, path, base_offset, max_index_bytes, fds=UNCOUNTED):
+        super().__init__(path, base_offset, max_index_bytes, fds)
         self.timestamps = array("q")
         self.offsets = array("I")  # relative offsets
 

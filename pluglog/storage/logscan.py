@@ -3,10 +3,13 @@
 Reads of a log file that need nothing of the segment but its
 descriptor, each reading in chunks with ``os.pread``:
 
-* :func:`iter_headers`, the header-only walk that reads, offset and
-  timestamp lookups and truncation use to step from an index entry to the
-  batch they want (no CRC check: the file was checked when it was opened),
-  and :func:`first_at_time` over it, a lookup by time;
+* :func:`iter_headers`, the header-only walk that offset and timestamp
+  lookups and truncation use to step from an index entry to the batch they
+  want (no CRC check: the file was checked when it was opened), and
+  :func:`first_at_time` over it, a lookup by time;
+* :func:`find_batch` and :func:`batches_end`, the same walk for a fetch's
+  read (the batch holding an offset, where the batches a byte limit allows
+  end), unpacking only the fields a step needs;
 * :func:`scan_file`, the CRC-checked scan that recovery cuts a torn or
   corrupt tail at, and that finds a segment's next offset and max timestamp;
 * :func:`index_entries`, the sparse offset and time index entries of a
@@ -20,6 +23,7 @@ segments, so the open-files LRU may have closed and reopened this one's.
 """
 
 import os
+import struct
 from bisect import bisect_left
 
 from pluglog.storage.records import (
@@ -32,6 +36,9 @@ from pluglog.storage.records import (
 
 # Header walks read this much at a time; scans read bigger chunks.
 SCAN_CHUNK = 16384
+#: find_batch's first read: an index entry is at most index.interval.bytes
+#: (4 KiB by default) plus one batch before the batch sought
+FIND_CHUNK = 8192
 RECOVERY_CHUNK = 8 * 1024 * 1024
 
 
@@ -48,6 +55,67 @@ def iter_headers(fileno, position, end):
             yield position + used, header
             used += header.batch_length + LOG_OVERHEAD
         position += used
+
+
+#: what a walk that only steps over batches needs of a header: base offset,
+#: batch length, partition leader epoch, magic, CRC, attributes, last
+#: offset delta (bytes 0-26; parse_header's named tuple costs more than the
+#: rest of a step)
+_STEP = struct.Struct(">qiibIhi")
+_step = _STEP.unpack_from
+
+
+def find_batch(fileno, position, end, offset):
+    """``(position, base_offset, batch_length)`` of the first batch in
+    [position, end) whose last offset is >= ``offset``, or None (none
+    there, or a header that is not a magic-2 batch first). What
+    :func:`iter_headers` + ``parse_header`` find, without building a
+    header for every batch stepped over; the first chunk is small, as the
+    batch sought is usually within ``index.interval.bytes`` of ``position``."""
+    chunk = FIND_CHUNK
+    while end - position >= HEADER_SIZE:
+        data = os.pread(fileno(), min(chunk, end - position), position)
+        size = len(data)
+        used = 0
+        while size - used >= HEADER_SIZE:
+            base, length, _, magic, _, _, delta = _step(data, used)
+            if magic != 2 or length < MIN_BATCH_LENGTH:
+                return None
+            if base + delta >= offset:
+                return position + used, base, length
+            used += length + LOG_OVERHEAD
+        if not used:
+            return None  # the file ended inside a header
+        position += used
+        chunk = SCAN_CHUNK
+    return None
+
+
+def batches_end(fileno, position, end, limit, max_offset):
+    """``(stop, next)``: where the whole batches from ``position`` (a batch
+    start) stop, the end of the last one that ends at or before ``limit``
+    and, with ``max_offset``, starts below it (``position`` when the first
+    does not); and ``(position, base_offset, batch_length)`` of the batch
+    that did not fit, as :func:`find_batch` gives it, or None (the walk
+    reached ``end`` or a header that is not a magic-2 batch)."""
+    stop = position
+    while end - position >= HEADER_SIZE:
+        data = os.pread(fileno(), min(SCAN_CHUNK, end - position), position)
+        size = len(data)
+        used = 0
+        while size - used >= HEADER_SIZE:
+            base, length, _, magic, _, _, _ = _step(data, used)
+            if magic != 2 or length < MIN_BATCH_LENGTH:
+                return stop, None
+            batch_end = position + used + length + LOG_OVERHEAD
+            if batch_end > limit or (max_offset is not None and base >= max_offset):
+                return stop, (position + used, base, length)
+            stop = batch_end
+            used += length + LOG_OVERHEAD
+        if not used:
+            return stop, None
+        position += used
+    return stop, None
 
 
 def first_at_time(fileno, position, end, timestamp, min_offset):

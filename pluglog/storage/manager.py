@@ -100,13 +100,15 @@ class SegmentLogStorage(LogMovesMixin, NewLogBatchesMixin, TruncationCheckpoints
         reactor=None,
         fsync=FSYNC_INTERVAL,
         max_open_segments=0,
+        max_open_files=0,
     ):
         # ``data_dir``: one directory or a sequence of them (``log.dirs``, JBOD).
         dirs = [data_dir] if isinstance(data_dir, (str, os.PathLike)) else list(data_dir)
         self.data_dirs = [os.path.abspath(d) for d in dirs]
         self.data_dir = self.data_dirs[0]
-        # Descriptors scale with segments in use, not with all of them.
-        self.open_segments = OpenSegments(max_open_segments)
+        # Descriptors scale with segments in use, not with all of them:
+        # a budget of descriptors (log.max.open.files, storage/openfiles.py).
+        self.open_segments = OpenSegments(max_open_files, max_open_segments)
         self.topic_defaults = topic_defaults or TopicConfig()
         self.reactor = reactor
         self.fsync = fsync

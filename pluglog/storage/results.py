@@ -93,9 +93,11 @@ class SegmentInfo:
 class FileRange:
     """``size`` bytes at ``position`` of the file behind ``fileno()``.
 
-    The descriptor belongs to the segment; it stays open at least
-    file.delete.delay.ms after the segment is deleted, which is the window a
-    fetch has to send the range.
+    The descriptor belongs to the segment, and ``fileno()`` is called each
+    time the range is sent from (a closed segment reopens its file; one
+    deleted stays readable file.delete.delay.ms, the window a fetch has to
+    send the range; after that ``fileno()`` raises and the connection is
+    dropped).
     """
 
     __slots__ = ("fileno", "position", "size")

@@ -8,11 +8,12 @@ producer sent except baseOffset (bytes 0-7) and partitionLeaderEpoch (bytes
 
 Appends go to the end of the file with one ``os.pwritev`` of the patched
 16-byte header prefixes and memoryview slices of the producer's buffers, so
-batch bodies are never copied in Python. Reads return a
+batch bodies are never copied in Python. Reads (the
+:mod:`pluglog.storage.segment_read` mixin) return a
 :class:`~pluglog.storage.results.FileRange` that fetch sends with
-``os.sendfile``; locating the range costs one index bisect plus a short
-header-only scan, never record decoding (the walks over the file are
-:mod:`pluglog.storage.logscan`).
+``os.sendfile``, located without decoding a record (the walks over the
+file are :mod:`pluglog.storage.logscan`). Descriptors are opened on use
+and counted in the broker's budget (:mod:`pluglog.storage.openfiles`).
 
 Threading: every method runs on the reactor thread (or one caller thread);
 nothing blocks except page-cache I/O and, when the fsync policy asks,
@@ -35,7 +36,6 @@ timestamp are loaded the first time something needs them.
 
 import os
 import stat
-from bisect import bisect_left, bisect_right
 
 from pluglog.errors import KafkaStorageError
 from pluglog.fileutil import unlink_files, write_pieces
@@ -50,21 +50,22 @@ from pluglog.storage.filenames import (
 from pluglog.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
 from pluglog.storage.logscan import (
     extend_indexes,
-    first_at_time,
     index_entries,
     iter_headers,
     scan_file,
 )
+from pluglog.storage.openfiles import UNCOUNTED
 from pluglog.storage.records import HEADER_SIZE, parse_header
-from pluglog.storage.results import FileRange
+from pluglog.storage.segment_read import SegmentReads
 from pluglog.storage.txnindex import TxnIndex
 
 #: relative offsets are u32 in the index; Kafka keeps them within int32
 MAX_RELATIVE_OFFSET = 2**31 - 1
 
 
-class LogSegment:
-    """A segment file pair; see the module docstring for the contract."""
+class LogSegment(SegmentReads):
+    """A segment file pair; see the module docstring for the contract (reads:
+    :class:`~pluglog.storage.segment_read.SegmentReads`)."""
 
     def __init__(
         self,
@@ -80,10 +81,12 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
         self.log_path = segment_path(directory, base_offset, LOG_SUFFIX)
-        # Descriptors are opened on first use and may be closed by the
-        # OpenSegments LRU (storage/openfiles.py); _file() reopens them.
+        # Descriptors are opened on first use, through ``fds``, which counts
+        # them in the OpenSegments budget (storage/openfiles.py); the budget
+        # may close them (release_files) and _file() reopens the .log.
         self._fd = None
         self._open_segments = open_segments
+        self.fds = fds = UNCOUNTED if open_segments is None else open_segments.descriptors(self)
         self._closed = False
         self._unsynced = False
         try:
@@ -93,19 +96,19 @@ class LogSegment:
                     raise OSError(f"{self.log_path} is not a regular file")
                 self.size = st.st_size
             except FileNotFoundError:
-                self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+                self._fd = fds.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
                 self.size = 0
-                if open_segments is not None:
-                    open_segments.touch(self)
         except OSError as exc:
             raise KafkaStorageError(f"cannot open {self.log_path}: {exc}") from exc
         index_path = segment_path(directory, base_offset, INDEX_SUFFIX)
         time_path = segment_path(directory, base_offset, TIME_INDEX_SUFFIX)
-        self.index = OffsetIndex(index_path, base_offset, max_index_bytes)
-        self.time_index = TimeIndex(time_path, base_offset, max_index_bytes)
+        self.index = OffsetIndex(index_path, base_offset, max_index_bytes, fds)
+        self.time_index = TimeIndex(time_path, base_offset, max_index_bytes, fds)
         #: aborted transactions whose marker is here (created on first entry)
-        self.txn_index = TxnIndex(segment_path(directory, base_offset, TXN_INDEX_SUFFIX))
+        self.txn_index = TxnIndex(segment_path(directory, base_offset, TXN_INDEX_SUFFIX), fds)
         self._indexes_loaded = False
+        #: the last batch a read found (pluglog.storage.segment_read)
+        self._found = None
         self.bytes_since_index = 0
         if self.size == 0:
             self._next_offset = base_offset
@@ -132,25 +135,33 @@ class LogSegment:
             if self._closed:
                 raise KafkaStorageError(f"{self.log_path} is closed")
             try:
-                fd = self._fd = os.open(self.log_path, os.O_RDWR)
+                # Counted (and made most recent) by the budget as it opens.
+                fd = self._fd = self.fds.open(self.log_path, os.O_RDWR)
             except OSError as exc:
                 raise KafkaStorageError(f"cannot open {self.log_path}: {exc}") from exc
-        if self._open_segments is not None:
+        elif self._open_segments is not None:
             self._open_segments.touch(self)
         return fd
 
     def release_files(self):
-        """Close every descriptor (the LRU's eviction); the next use reopens.
-        Pending index entries are written first (best effort: on an error
-        they stay pending and the next write retries)."""
+        """Close every descriptor (the budget's eviction); the next use
+        reopens. Pending index entries are written first and a transaction
+        index is fsynced if it has to be (best effort: on an error the
+        entries stay pending and the next write retries)."""
+        # The .log first: writing pending index entries may open an index
+        # file, which then takes the freed place within the budget.
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            self.fds.close(fd)
         for holder in (self.index, self.time_index):
             try:
                 holder.close(write=not self.deleted)
             except OSError:
                 pass
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        try:
+            self.txn_index.close()
+        except OSError:
+            pass
 
     def fileno(self):
         return self._file()
@@ -258,6 +269,7 @@ class LogSegment:
 
     def rebuild_indexes(self, check_crc=False):
         """Rebuild both indexes from the log; return where the valid batches end."""
+        self._found = None  # the file may be cut after this
         entries, stop = self._scan(0, self.size, check_crc, self.base_offset)
         offsets, positions, times, time_offsets, since, max_ts, offset_of_max = index_entries(
             entries, self.base_offset, self.index_interval_bytes
@@ -281,6 +293,7 @@ class LogSegment:
         return cut
 
     def _truncate_file(self, position):
+        self._found = None
         os.ftruncate(self._file(), position)
         self._unsynced = True
         self.size = position
@@ -353,75 +366,6 @@ class LogSegment:
             raise KafkaStorageError(
                 f"writing the indexes of {self.log_path} failed: {exc}"
             ) from exc
-
-    def _locate(self, offset):
-        """Return ``(position, header)`` of the first batch with last offset >= offset."""
-        self._ensure_indexes()
-        _, position = self.index.lookup(offset)
-        for batch_position, header in iter_headers(self._file, position, self.size):
-            if header.base_offset + header.last_offset_delta >= offset:
-                return batch_position, header
-        return None, None
-
-    def read(self, offset, max_bytes, max_offset=None, min_one_batch=True):
-        """Return ``(records, first_offset)`` for whole batches from the one
-        containing ``offset``: a FileRange, or ``b""`` when a limit leaves
-        nothing to return, or ``None`` when this segment holds no batch at or
-        after ``offset`` (the caller moves on to the next segment)."""
-        start, header = self._locate(offset)
-        if header is None:
-            return None, -1
-        if max_offset is not None and header.base_offset >= max_offset:
-            return b"", -1
-        first_size = header.batch_length + 12
-        if first_size > max_bytes:
-            if min_one_batch:
-                return FileRange(self.fileno, start, first_size), header.base_offset
-            return b"", -1
-        limit = start + max_bytes
-        known = self._next_offset
-        if (
-            limit >= self.size
-            and known is not None
-            and (max_offset is None or max_offset >= known)
-        ):
-            # Every batch from the first to the segment's end fits (a
-            # consumer catching up): no header walk to find the end.
-            return FileRange(self.fileno, start, self.size - start), header.base_offset
-        # Skip whole batches using the index: entries are batch starts, so
-        # everything before an entry at or below the limit fits.
-        index = self.index
-        j = bisect_right(index.positions, limit) - 1
-        if max_offset is not None:
-            j = min(j, bisect_left(index.offsets, max_offset - self.base_offset) - 1)
-        scan_from = start + first_size
-        if j >= 0 and index.positions[j] > scan_from:
-            scan_from = index.positions[j]
-        end = scan_from
-        for position, next_header in iter_headers(self._file, scan_from, self.size):
-            batch_end = position + next_header.batch_length + 12
-            if batch_end > limit or (
-                max_offset is not None and next_header.base_offset >= max_offset
-            ):
-                break
-            end = batch_end
-        return FileRange(self.fileno, start, end - start), header.base_offset
-
-    def find_timestamp(self, timestamp, min_offset=0):
-        """Return ``(base_offset, max_timestamp)`` of the first batch holding
-        offsets >= ``min_offset`` whose max timestamp is >= ``timestamp``."""
-        if self.largest_timestamp < timestamp:
-            return None
-        before = self.time_index.lookup_before(timestamp)
-        position = self.index.lookup(max(before or 0, min_offset))[1]
-        return first_at_time(self._file, position, self.size, timestamp, min_offset)
-
-    def batch_headers(self, start_offset):
-        position, header = self._locate(start_offset)
-        if header is None:
-            return
-        for _, header in iter_headers(self._file, position, self.size):
-            yield header
 
     def truncate_to(self, offset):
         """Drop the batch containing ``offset`` and everything after it."""
@@ -507,11 +451,11 @@ class LogSegment:
             self.txn_index.close()
         finally:
             self._closed = True
+            if self._fd is not None:
+                fd, self._fd = self._fd, None
+                self.fds.close(fd)
             if self._open_segments is not None:
                 self._open_segments.forget(self)
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
 
     def mark_deleted(self):
         """Rename the files to ``*.deleted``; readers holding ranges keep working."""

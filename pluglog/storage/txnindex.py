@@ -17,6 +17,7 @@ import os
 import struct
 
 from pluglog.fileutil import atomic_write
+from pluglog.storage.openfiles import UNCOUNTED
 from pluglog.storage.records import CONTROL_MASK, parse_header
 
 ENTRY = struct.Struct(">hqqqq")
@@ -78,10 +79,12 @@ def is_aborted(batch, aborted):
 class TxnIndex:
     """The ``.txnindex`` file of one segment."""
 
-    __slots__ = ("path", "_entries", "_fd", "_unsynced")
+    __slots__ = ("path", "fds", "_entries", "_fd", "_unsynced")
 
-    def __init__(self, path):
+    def __init__(self, path, fds=UNCOUNTED):
         self.path = path
+        #: opens and closes the descriptor, counted in the segment's budget
+        self.fds = fds
         self._entries = None
         self._fd = None
         self._unsynced = False
@@ -98,7 +101,7 @@ class TxnIndex:
         if entries and entry[2] <= entries[-1][2]:
             return  # already there (a reload or a retried marker)
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._fd = self.fds.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             # Drop a torn trailing entry before appending after it.
             os.ftruncate(self._fd, len(entries) * ENTRY_SIZE)
         os.write(self._fd, ENTRY.pack(0, *entry))
@@ -129,8 +132,8 @@ class TxnIndex:
     def _close_fd(self):
         if self._fd is not None:
             self.flush()
-            os.close(self._fd)
-            self._fd = None
+            fd, self._fd = self._fd, None
+            self.fds.close(fd)
 
     def close(self):
         self._close_fd()

@@ -152,8 +152,8 @@ def test_thousands_of_partitions_under_a_small_descriptor_limit(tmp_path):
 
 
 def test_the_soft_descriptor_limit_is_raised_to_the_hard_one(tmp_path):
-    """A soft limit of 1,024 (a common default) would cap the open segments
-    at 170; the broker takes the hard limit, as the JVM does for Kafka."""
+    """A soft limit of 1,024 (a common default) would leave segment files
+    512 descriptors; the broker takes the hard limit, as the JVM does for Kafka."""
     broker = BrokerProcess(tmp_path / "data", nofile=(1024, 4096)).start()
     try:
         with open(f"/proc/{broker.proc.pid}/limits") as handle:

@@ -15,6 +15,7 @@ from twisted.internet import defer, protocol, reactor
 from twisted.internet.testing import StringTransport
 from twisted.trial import unittest
 
+from pluglog.errors import KafkaStorageError
 from pluglog.server import sendfile
 from pluglog.server.sendfile import SocketWriter, supports_direct
 from pluglog.storage.results import FileRange
@@ -45,7 +46,10 @@ def _reader(port, out, delay):
     if delay:
         threading.Event().wait(delay)
     while True:
-        data = sock.recv(65536)
+        try:
+            data = sock.recv(65536)
+        except ConnectionResetError:
+            break  # an aborted connection: what came before it is kept
         if not data:
             break
         chunks.append(data)
@@ -80,14 +84,25 @@ class SocketWriterTests(unittest.TestCase):
         proto.writer = SocketWriter(proto.transport)
         for parts in batches:
             proto.writer.write(parts)
-        # The fd may be closed right away: queued ranges hold their own dup.
-        os.close(self.fd)
-        self.fd = None
+        # Queued ranges hold no descriptor: they ask fileno() when they send.
+        self.assertEqual(self._file_descriptors(), 1)
         proto.writer.lose_connection()
         yield self.factory.lost
+        os.close(self.fd)
+        self.fd = None
         thread.join(10)
         self.assertFalse(thread.is_alive())
         return out[0]
+
+    def _file_descriptors(self):
+        """This process's descriptors on the test's file."""
+        count = 0
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                count += os.readlink(f"/proc/self/fd/{name}") == self.tmp.name
+            except OSError:
+                pass
+        return count
 
     def _expected(self, batches):
         data = []
@@ -130,4 +145,34 @@ class SocketWriterTests(unittest.TestCase):
     def test_disabled_by_environment_flag(self):
         self.patch(sendfile, "ENABLED", False)
         self.assertFalse(supports_direct(object()))
+        os.close(self.fd)
+
+    @defer.inlineCallbacks
+    def test_a_queued_range_whose_file_is_gone_drops_the_connection(self):
+        # A segment closed while its range waits behind a slow reader: its
+        # fileno() raises a storage error, and the connection is dropped
+        # rather than the frame sent short (or the error escaping).
+        gone = []
+
+        def fileno():
+            if gone:
+                raise KafkaStorageError("orders-0/00000000000000000000.log is closed")
+            return self.fd
+
+        out = []
+        thread = threading.Thread(
+            target=_reader, args=(self.port.getHost().port, out, 0.3), daemon=True
+        )
+        thread.start()
+        proto = yield self.factory.connected
+        proto.writer = SocketWriter(proto.transport)
+        size = len(self.content)
+        proto.writer.write([FileRange(fileno, 0, size) for _ in range(4)])
+        self.assertGreater(proto.writer.pending, size)
+        gone.append(True)
+        yield self.factory.lost
+        thread.join(10)
+        self.assertFalse(thread.is_alive())
+        self.assertLess(len(out[0]), 4 * size)
+        self.assertEqual(out[0], (self.content * 4)[: len(out[0])])
         os.close(self.fd)
