@@ -20,6 +20,7 @@ from pluglog.broker.partition_txns import unlink_all
 from pluglog.broker.producer_ids import ProducerIdAllocator
 from pluglog.broker.quotas import ClientQuotas
 from pluglog.broker.quotas import attach as attach_quotas
+from pluglog.broker.remote_config import check_remote_storage
 from pluglog.broker.topic_ids import TopicIds
 from pluglog.broker.txn_markers import write_txn_markers
 from pluglog.datadir import DataDirLocks
@@ -46,32 +47,6 @@ INTERNAL_TOPICS = frozenset(("__consumer_offsets", "__transaction_state", "__sha
 def is_internal(meta):
     """Kafka's Topic.isInternal, plus topics created as internal."""
     return bool(getattr(meta, "internal", False)) or meta.name in INTERNAL_TOPICS
-
-
-def check_remote_storage(topic_config, system_enabled):
-    """Kafka's LogConfig checks of a topic with remote.storage.enable=true:
-    raise InvalidConfigError with Kafka's message."""
-    if not system_enabled:
-        raise InvalidConfigError(
-            "Tiered Storage functionality is disabled in the broker. "
-            "Topic cannot be configured with remote log storage."
-        )
-    if "compact" in topic_config.cleanup_policy:
-        raise InvalidConfigError("Remote log storage is unsupported for the compacted topics")
-    for kind in ("bytes", "ms"):
-        total = getattr(topic_config, f"retention_{kind}")
-        local = getattr(topic_config, f"local_retention_{kind}")
-        if total > -1 and local != -2:
-            if local == -1:
-                raise InvalidConfigError(
-                    f"Invalid value -1 for configuration local.retention.{kind}: "
-                    f"Value must not be -1 as retention.{kind} value is set as {total}."
-                )
-            if local > total:
-                raise InvalidConfigError(
-                    f"Invalid value {local} for configuration local.retention.{kind}: "
-                    f"Value must not be more than retention.{kind} property value: {total}"
-                )
 
 
 class Broker:

@@ -13,7 +13,7 @@ import struct
 import pytest
 from twisted.internet import defer
 
-from pluglog.broker.core import check_remote_storage
+from pluglog.broker.remote_config import check_remote_storage
 from pluglog.config import BrokerConfig, TopicConfig, parse_settings
 from pluglog.errors import InvalidConfigError, OffsetOutOfRangeError, RemoteStorageError
 from pluglog.protocol.records import Record, build_batch, iter_batches
