@@ -27,6 +27,7 @@ files by path and are safe in a pool thread (the broker runs them there);
 
 import os
 import shutil
+import stat
 import uuid
 
 from twisted.logger import Logger
@@ -97,7 +98,9 @@ def prepare_new_logs(directories, files):
             continue
         made.append(directory)
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-            os.close(os.open(segment_path(directory, 0, suffix), os.O_WRONLY | os.O_CREAT, 0o644))
+            # mknod makes the empty file without a descriptor: the open-file
+            # budget (storage.openfiles) counts only the segments' own.
+            os.mknod(segment_path(directory, 0, suffix), 0o644 | stat.S_IFREG)
         for name, data in files.items():
             atomic_write(os.path.join(directory, name), data, sync=False)
     return made

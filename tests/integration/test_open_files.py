@@ -9,7 +9,9 @@ stay bounded meanwhile, and its log shows no storage error.
 """
 
 import os
+import signal
 import threading
+import time
 
 import confluent_kafka
 import pytest
@@ -27,16 +29,30 @@ BUDGET = 40
 SEGMENT_FILES = (".log", ".index", ".timeindex", ".txnindex")
 
 
+def _stopped(pid):
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
 def _segment_fds(pid, data_dir):
-    """The broker's descriptors on segment files."""
-    count = 0
-    for name in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{name}")
-        except OSError:
-            continue  # closed meanwhile
-        count += target.startswith(data_dir) and target.endswith(SEGMENT_FILES)
-    return count
+    """The broker's descriptors on segment files, counted with the broker
+    stopped: listing /proc/PID/fd is not atomic, so a descriptor closed and
+    another opened while the listing runs (every eviction here) can both be
+    counted, one more than were ever open together."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        while not _stopped(pid):
+            time.sleep(0.0005)
+        count = 0
+        for name in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{name}")
+            except OSError:
+                continue
+            count += target.startswith(data_dir) and target.endswith(SEGMENT_FILES)
+        return count
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 def test_a_consumer_of_more_partitions_than_the_budget_reads_everything(tmp_path):
