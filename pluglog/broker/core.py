@@ -231,7 +231,10 @@ class Broker:
                 part.schema_check = schema_check_for(self, meta.name, topic_config)
         if not new:
             return
-        if self._starting:
+        if self._starting or is_internal(meta):
+            # Internal topics (50 partitions at most by default) open in
+            # this turn, as before log_opening: their coordinators serve as
+            # soon as FindCoordinator names them.
             for index in new:
                 self.open_new_partition(meta, index)
         else:
