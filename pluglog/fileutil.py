@@ -18,13 +18,20 @@ import sys
 TMP_SUFFIX = ".tmp"
 
 
-def fsync_directory(path):
-    """fsync a directory, making renames and unlinks inside it durable."""
-    fd = os.open(path or ".", os.O_RDONLY)
+def fsync_path(path):
+    """fsync the file or directory at ``path`` (opened read-only: an fsync
+    through any descriptor syncs the inode, and a directory opens no other
+    way)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_directory(path):
+    """fsync a directory, making renames and unlinks inside it durable."""
+    fsync_path(path or ".")
 
 
 def atomic_write(path, data, sync=True):

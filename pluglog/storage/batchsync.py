@@ -33,7 +33,7 @@ import uuid
 from twisted.logger import Logger
 
 from pluglog.errors import KafkaStorageError
-from pluglog.fileutil import atomic_write, fsync_directory, syncfs, syncfs_available
+from pluglog.fileutil import atomic_write, fsync_directory, fsync_path, syncfs, syncfs_available
 from pluglog.storage.filenames import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -51,14 +51,6 @@ _log = Logger()
 NEW_LOG_FILES = (PARTITION_METADATA,)
 
 
-def _fsync_path(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _sync_one_by_one(directories):
     """fsync each new log's files and directory, then each parent once."""
     parents = set()
@@ -67,7 +59,7 @@ def _sync_one_by_one(directories):
             for name in NEW_LOG_FILES:
                 path = os.path.join(directory, name)
                 if os.path.exists(path):
-                    _fsync_path(path)
+                    fsync_path(path)
             fsync_directory(directory)
         except FileNotFoundError:
             continue  # deleted meanwhile: nothing left to make durable
@@ -145,24 +137,44 @@ def sync_new_logs(directories, min_logs, use_syncfs=True):
     _sync_one_by_one(rest)
 
 
+def _batched(directory, logs, write, mark, what):
+    """Write each log's unsynced part (``write(log)``), sync ``directory``'s
+    file system once, then mark each log synced (``mark(log)``). False, with
+    nothing marked, when the write or the sync failed: the caller then goes
+    log by log, with an fsync per file, so an error names the file."""
+    try:
+        for log in logs:
+            write(log)
+        syncfs(directory)
+    except (OSError, KafkaStorageError) as exc:
+        _log.warn(
+            "syncfs of {dir} failed ({exc}): {what} log by log", dir=directory, exc=exc, what=what
+        )
+        return False
+    for log in logs:
+        mark(log)
+    return True
+
+
+def _applies(logs, min_logs, use_syncfs):
+    return use_syncfs and syncfs_available() and len(logs) >= min_logs
+
+
 def sync_logs(directory, logs, min_logs, use_syncfs=True):
     """Flush ``logs`` (all of one log dir, each with something to flush)
     with one syncfs: each writes what its flush would sync, the dir is
     synced, then each is marked synced (its recovery point moves). False
     (nothing marked) when the batch does not apply or its sync failed: the
     caller flushes log by log."""
-    if not use_syncfs or not syncfs_available() or len(logs) < min_logs:
+    if not _applies(logs, min_logs, use_syncfs):
         return False
-    try:
-        for log in logs:
-            log.write_unsynced()
-        syncfs(directory)
-    except (OSError, KafkaStorageError) as exc:
-        _log.warn("syncfs of {dir} failed ({exc}): flushing log by log", dir=directory, exc=exc)
-        return False
-    for log in logs:
-        log.synced_by_caller()
-    return True
+    return _batched(
+        directory,
+        logs,
+        lambda log: log.write_unsynced(),
+        lambda log: log.synced_by_caller(),
+        "flushing",
+    )
 
 
 def close_logs(directory, logs, min_logs, use_syncfs=True):
@@ -174,23 +186,17 @@ def close_logs(directory, logs, min_logs, use_syncfs=True):
     recovery points move) and their descriptors closed, with nothing left
     to write. False (nothing closed) when the batch does not apply or its
     sync failed: the caller closes log by log, with an fsync per file."""
-    if (
-        not use_syncfs
-        or not syncfs_available()
-        or len(logs) < min_logs
-        or not all(hasattr(log, "write_for_close") for log in logs)
+    if not _applies(logs, min_logs, use_syncfs) or not all(
+        hasattr(log, "write_for_close") for log in logs
     ):
         return False
-    try:
-        for log in logs:
-            log.write_for_close()
-        syncfs(directory)
-    except (OSError, KafkaStorageError) as exc:
-        _log.warn("syncfs of {dir} failed ({exc}): closing log by log", dir=directory, exc=exc)
-        return False
-    for log in logs:
-        log.close_synced()
-    return True
+    return _batched(
+        directory,
+        logs,
+        lambda log: log.write_for_close(),
+        lambda log: log.close_synced(),
+        "closing",
+    )
 
 
 class NewLogBatchesMixin:

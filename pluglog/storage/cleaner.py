@@ -50,7 +50,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from pluglog.fileutil import write_pieces
+from pluglog.fileutil import fsync_path, write_pieces
 from pluglog.storage.compaction import filter_batch, iter_keys
 from pluglog.storage.filenames import (
     INDEX_SUFFIX,
@@ -464,7 +464,7 @@ def _clean_group(job, fds, group, offsets, retained, throttle, result, live):
         index_path = segment_path(job.directory, base, kind) + CLEANED_SUFFIX
         holder = index(index_path, base, job.max_index_bytes)
         holder.reset(*args)
-        _fsync_path(index_path)
+        fsync_path(index_path)
     # The sources' aborted transactions go with them into the cleaned segment.
     carry_entries(
         [segment_path(job.directory, source.base_offset, TXN_INDEX_SUFFIX) for source in group],
@@ -485,14 +485,6 @@ def _clean_group(job, fds, group, offsets, retained, throttle, result, live):
 
 def _has_tombstone(batch):
     return any(is_null for _, _, is_null in iter_keys(batch))
-
-
-def _fsync_path(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def cleaned_ms_of(path):

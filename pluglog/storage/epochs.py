@@ -47,7 +47,7 @@ from bisect import bisect_right
 
 from twisted.logger import Logger
 
-from pluglog.fileutil import atomic_write
+from pluglog.fileutil import atomic_write, fsync_path
 from pluglog.interfaces import IDirectoryLog
 
 FILE_NAME = "leader-epoch-checkpoint"
@@ -196,11 +196,7 @@ class LeaderEpochCache:
         made durable by the caller's directory fsync)."""
         if self.path is None or not self.found:
             return
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(self.path)
 
 
 def _read(path):
