@@ -147,12 +147,44 @@ def _assignment(data):
     return out
 
 
+def on_coordinator(client, group, call, what):
+    """``call(coord)`` -> (error code, result) on ``group``'s coordinator,
+    found again while the answer is NOT_COORDINATOR (the coordinator moved
+    since FindCoordinator named it) and asked again while it is loading, as
+    Kafka's admin client does, for up to COORDINATOR_WAIT_S."""
+    deadline = time.monotonic() + COORDINATOR_WAIT_S
+    while True:
+        with coordinator(client, group) as coord:
+            code, result = call(coord)
+            while code in _RETRIABLE and time.monotonic() < deadline:
+                time.sleep(0.2)
+                code, result = call(coord)
+        if code != errors.NOT_COORDINATOR or time.monotonic() >= deadline:
+            check(code, what)
+            return result
+        time.sleep(0.2)
+
+
+def group_offsets(client, group):
+    """``{(topic, partition): committed offset}`` of ``group``, asked of its
+    coordinator (the bootstrap broker need not be it)."""
+
+    def fetch(coord):
+        resp = coord.request(codec.OFFSET_FETCH, 5, {"group_id": group, "topics": None})
+        return resp["error_code"], resp
+
+    return _offsets_of(on_coordinator(client, group, fetch, group))
+
+
 def committed(client, group):
     def fetch():
         resp = client.request(codec.OFFSET_FETCH, 5, {"group_id": group, "topics": None})
         return resp["error_code"], resp
 
-    resp = _retry(fetch, group)
+    return _offsets_of(_retry(fetch, group))
+
+
+def _offsets_of(resp):
     out = {}
     for topic in resp["topics"]:
         for part in topic["partitions"]:

@@ -62,6 +62,24 @@ def leader_endpoint(broker, topic, index):
     return None
 
 
+def not_led_error(broker, topic, index, part):
+    """What a coordinator request for partition ``index`` of ``topic`` gets
+    when this broker has no leading replica ``part`` of it:
+    COORDINATOR_LOAD_IN_PROGRESS while the log is not open here yet but the
+    cluster already names this broker its leader (FindCoordinator names it
+    from that state, and new logs open over several reactor turns), else
+    NOT_COORDINATOR. A Kafka broker is in the same place between a
+    LeaderAndIsr and its load; clients retry the first answer on the same
+    broker and the second after another FindCoordinator. A replica that is
+    open but follows or is offline says NOT_COORDINATOR, as Kafka's does
+    after its resignation."""
+    if part is None:
+        state = broker.coordinator.partition_state(topic, index)
+        if state is not None and state.leader == broker.node_id:
+            return COORDINATOR_LOAD_IN_PROGRESS
+    return NOT_COORDINATOR
+
+
 class OwnedPartition:
     """One offsets partition this broker leads, in one leader epoch."""
 
@@ -121,7 +139,7 @@ class PartitionOwnership:
         if part is None or not part.is_leader:
             if index in self.owned:
                 self._unload(index, "this broker no longer leads it")
-            return NOT_COORDINATOR
+            return not_led_error(self.broker, OFFSETS_TOPIC, index, part)
         return self._ensure_owned(part).error
 
     def any_loading(self):

@@ -22,9 +22,8 @@ from pluglog.errors import (
     COORDINATOR_NOT_AVAILABLE,
     INVALID_REQUEST,
     NONE,
-    NOT_COORDINATOR,
 )
-from pluglog.group.ownership import leader_endpoint
+from pluglog.group.ownership import leader_endpoint, not_led_error
 from pluglog.txn.model import PREPARE_ABORT, PREPARE_COMMIT, TXN_TOPIC
 from pluglog.txn.store import TxnStore
 
@@ -104,7 +103,7 @@ class TxnOwnership:
         if part is None or not part.is_leader:
             if index in self.owned:
                 self._unload(index, "this broker no longer leads it")
-            return NOT_COORDINATOR
+            return not_led_error(self.broker, TXN_TOPIC, index, part)
         return self._ensure_owned(part).error
 
     def led_partition(self, txn_id):

@@ -34,6 +34,18 @@ def env(tmp_path):
     result_of(env.broker.create_topic("t", 4, 1))
     result_of(env.gc.ensure_offsets_topic())
     assert [partition_for(g, 3) for g in ("c", "g", "b")] == [0, 1, 2]
+    # The cluster's view agrees with the flips below: an offsets partition
+    # this broker lost is led by FOLLOWER_OF there too.
+    env.led_elsewhere = set()
+    cluster_state = env.broker.coordinator.partition_state
+
+    def partition_state(topic, index):
+        state = cluster_state(topic, index)
+        if state is not None and (topic, index) in env.led_elsewhere:
+            return dataclasses.replace(state, leader=FOLLOWER_OF)
+        return state
+
+    env.broker.coordinator.partition_state = partition_state
     return env
 
 
@@ -44,6 +56,7 @@ def offsets_part(env, index):
 def lose(env, index):
     """Another broker now leads offsets partition ``index``."""
     part = offsets_part(env, index)
+    env.led_elsewhere.add((OFFSETS_TOPIC, index))
     part.become_follower(FOLLOWER_OF, part.leader_epoch + 1, (0, FOLLOWER_OF), (FOLLOWER_OF,))
     env.broker.leadership_changed(part)
 
@@ -51,6 +64,7 @@ def lose(env, index):
 def win(env, index, isr=(0,)):
     """This broker leads offsets partition ``index`` again, in a newer epoch."""
     part = offsets_part(env, index)
+    env.led_elsewhere.discard((OFFSETS_TOPIC, index))
     part.become_leader(part.leader_epoch + 1, (0, FOLLOWER_OF), isr, env.broker.now_ms())
     env.broker.leadership_changed(part)
     return part
@@ -102,6 +116,21 @@ def every_api_error(env, group, member="m", generation=1):
 
 
 # -- NOT_COORDINATOR and unloading ------------------------------------------------
+
+
+def test_a_partition_the_cluster_names_here_but_not_open_yet_is_loading(env):
+    """FindCoordinator names this broker from the cluster's state while the
+    new log is still being opened (log_opening's slices): every group API
+    then answers COORDINATOR_LOAD_IN_PROGRESS, which clients retry here,
+    not NOT_COORDINATOR, which sends them looking elsewhere."""
+    member, gen = stable(env, "g")
+    env.broker.partitions.pop((OFFSETS_TOPIC, 1))
+    answers = every_api_error(env, "g", member, gen)
+    assert answers == dict.fromkeys(answers, errors.COORDINATOR_LOAD_IN_PROGRESS)
+    # Led elsewhere in the cluster's view: NOT_COORDINATOR again.
+    env.led_elsewhere.add((OFFSETS_TOPIC, 1))
+    answers = every_api_error(env, "g", member, gen)
+    assert answers == dict.fromkeys(answers, errors.NOT_COORDINATOR)
 
 
 def test_every_group_api_says_not_coordinator_for_a_partition_led_elsewhere(env):
@@ -235,6 +264,7 @@ def test_start_loads_only_the_partitions_led_here(env):
         assert commit(env, {("t", 0): 1}, group=group) == {("t", 0): 0}
     result_of(env.gc.stop())
     part = offsets_part(env, 1)
+    env.led_elsewhere.add((OFFSETS_TOPIC, 1))
     part.become_follower(FOLLOWER_OF, part.leader_epoch + 1, (0, 1), (1,))
     gc = GroupCoordinator(env.broker)
     started = gc.start()

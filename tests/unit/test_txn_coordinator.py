@@ -210,3 +210,16 @@ def test_add_offsets_makes_the_offsets_topic_when_it_is_missing(tmp_path):
     _settle(clock)
     assert result_of(d) == errors.NONE
     assert broker.num_partitions("__consumer_offsets") == 3
+
+
+def test_a_state_partition_named_here_but_not_open_yet_is_loading(tmp_path):
+    """FindCoordinator names this broker from the cluster's state; until the
+    ``__transaction_state`` log is open here (new logs open over reactor
+    turns), its ids get COORDINATOR_LOAD_IN_PROGRESS, retried here by
+    clients, not NOT_COORDINATOR; once open, they are served."""
+    broker, clock, tc = _broker(tmp_path)
+    index = tc.store.partition_of("t", 2)
+    part = broker.partitions.pop(("__transaction_state", index))
+    assert tc.txn_error("t") == errors.COORDINATOR_LOAD_IN_PROGRESS
+    broker.partitions[("__transaction_state", index)] = part
+    assert tc.txn_error("t") == errors.NONE

@@ -13,7 +13,7 @@ from collections import Counter
 
 from pluglog import protocol as codec
 from pluglog.cli.common import check, partitions_of
-from pluglog.cli.groups import committed
+from pluglog.cli.groups import group_offsets
 from pluglog.cli.main import CliError
 from pluglog.cli.topics import end_offsets
 from pluglog.protocol.records import iter_batches
@@ -73,7 +73,7 @@ def produced_counts(client, audit_topic, window_ms, topics=None):
 
 def consumed_counts(client, group, topics, window_ms):
     """``{(topic, window start): count}`` of records below ``group``'s commits."""
-    offsets = committed(client, group)
+    offsets = group_offsets(client, group)
     out = Counter()
     for topic in sorted(topics):
         partitions = partitions_of(client, topic)
