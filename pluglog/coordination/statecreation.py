@@ -41,11 +41,7 @@ BATCH = 1000
 
 
 class StateCreationMixin:
-    """``create_state`` and ``create_states`` of
-    :class:`pluglog.coordination.controller.Controller`."""
-
-    def create_state(self, topic, partition, replicas, offline=()):
-        return self.create_states([(topic, partition, replicas, offline)]).get((topic, partition))
+    """``create_states`` of :class:`pluglog.coordination.controller.Controller`."""
 
     def create_states(self, wanted):
         """First states for ``wanted`` ((topic, partition, replicas,
