@@ -147,11 +147,18 @@ def zk_states_seconds(zk, root, topic, partitions):
     client.start(timeout=30)
     try:
         _, topic_stat = client.get(f"/brokers/topics/{topic}")
-        pending = [
-            client.get_async(f"/brokers/topics/{topic}/partitions/{p}/state")
-            for p in range(partitions)
-        ]
-        last = max(result.get()[1].ctime for result in pending)
+        # The answer may come before the last states (after the admin
+        # timeout): wait for them.
+        missing, last = list(range(partitions)), 0
+        deadline = time.monotonic() + 600
+        while missing and time.monotonic() < deadline:
+            paths = [f"/brokers/topics/{topic}/partitions/{p}/state" for p in missing]
+            pending = [client.exists_async(path) for path in paths]
+            stats = [result.get() for result in pending]
+            last = max([last] + [stat.ctime for stat in stats if stat is not None])
+            missing = [p for p, stat in zip(missing, stats) if stat is None]
+            if missing:
+                time.sleep(0.5)
     finally:
         client.stop()
         client.close()
