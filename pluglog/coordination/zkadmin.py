@@ -11,6 +11,8 @@ writing a ``result`` into them. Methods run on the reactor thread; ZooKeeper
 calls run on the coordinator's io worker.
 """
 
+import collections
+
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -176,8 +178,16 @@ class AdminMixin:
         return d
 
     def _wait_states(self, name, partitions):
+        pending = collections.deque(partitions)
+
         def ready():
-            return all((name, p) in self._states for p in partitions)
+            # Called on every state the cache takes: drop the seen ones from
+            # the front (states come mostly in partition order) rather than
+            # look at every partition each time, which at 10,000 partitions
+            # held the event loop for seconds in all.
+            while pending and (name, pending[0]) in self._states:
+                pending.popleft()
+            return not pending
 
         def timed(ok):
             if not ok:
