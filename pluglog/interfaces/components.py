@@ -109,13 +109,23 @@ class ICoordinator(Interface):
         """Return a dict ``{topic: TopicMetadata}``."""
 
     def create_topic(
-        name, num_partitions, replication_factor, configs, validate_only=False, assignments=None
+        name,
+        num_partitions,
+        replication_factor,
+        configs,
+        validate_only=False,
+        assignments=None,
+        timeout=None,
     ):
         """Create a topic; returns a Deferred. Fails with TopicExistsError,
         InvalidTopicError, InvalidPartitionsError, InvalidReplicationFactorError,
         InvalidReplicaAssignmentError or InvalidConfigError. ``validate_only``
         checks without creating; ``assignments`` (``{partition: [broker ids]}``,
-        CreateTopics' explicit assignment) replaces the computed one."""
+        CreateTopics' explicit assignment) replaces the computed one. The
+        Deferred fires once every partition has a leader; ``timeout``
+        (seconds, a CreateTopics' own; the broker passes it only when the
+        request gave one) bounds that wait: past it, the topic stays created
+        and the Deferred fails with RequestTimedOutError, as Kafka answers."""
 
     def delete_topic(name):
         """Delete a topic; returns a Deferred."""

@@ -52,6 +52,15 @@ def handle_create_topics(ctx, request):
                 for t in request["topics"]
             ],
         }
+    # Kafka's DelayedCreatePartitions: the answer waits until the topics'
+    # partitions have leaders or the request's timeout_ms has passed (one
+    # deadline for all its topics), then says REQUEST_TIMED_OUT for each
+    # topic not there yet (created all the same). Kafka answers at once with
+    # REQUEST_TIMED_OUT when timeout_ms <= 0; librdkafka (confluent-kafka's
+    # default operation timeout is 0) hides that code, so pluglog then waits
+    # for the leaders within the coordinator's own bound and says NONE.
+    timeout_ms = request.get("timeout_ms", 0)
+    deadline = broker.reactor.seconds() + timeout_ms / 1000.0 if timeout_ms > 0 else None
     results = []
     for topic in request["topics"]:
         name = topic["name"]
@@ -70,6 +79,9 @@ def handle_create_topics(ctx, request):
                 continue
             # The coordinator checks the brokers named (INVALID_REPLICA_ASSIGNMENT).
             assignments = {a["partition_index"]: a["broker_ids"] for a in topic["assignments"]}
+        kwargs = {}
+        if deadline is not None and not validate_only:
+            kwargs["timeout"] = max(0.0, deadline - broker.reactor.seconds())
         try:
             meta = yield broker.create_topic(
                 name,
@@ -78,6 +90,7 @@ def handle_create_topics(ctx, request):
                 configs,
                 validate_only=validate_only,
                 assignments=assignments,
+                **kwargs,
             )
         except KafkaError as exc:
             result["error_code"], result["error_message"] = _fail(exc)
