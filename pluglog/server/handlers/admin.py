@@ -13,6 +13,7 @@ from pluglog.errors import (
     INVALID_TOPIC_EXCEPTION,
     NONE,
     OFFSET_OUT_OF_RANGE,
+    REQUEST_TIMED_OUT,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     KafkaError,
@@ -55,12 +56,11 @@ def handle_create_topics(ctx, request):
     # Kafka's DelayedCreatePartitions: the answer waits until the topics'
     # partitions have leaders or the request's timeout_ms has passed (one
     # deadline for all its topics), then says REQUEST_TIMED_OUT for each
-    # topic not there yet (created all the same). Kafka answers at once with
-    # REQUEST_TIMED_OUT when timeout_ms <= 0; librdkafka (confluent-kafka's
-    # default operation timeout is 0) hides that code, so pluglog then waits
-    # for the leaders within the coordinator's own bound and says NONE.
+    # topic not there yet (created all the same); timeout_ms <= 0 waits for
+    # none: each topic created says REQUEST_TIMED_OUT (which librdkafka hides
+    # from an application that set operation_timeout <= 0).
     timeout_ms = request.get("timeout_ms", 0)
-    deadline = broker.reactor.seconds() + timeout_ms / 1000.0 if timeout_ms > 0 else None
+    deadline = broker.reactor.seconds() + max(timeout_ms, 0) / 1000.0
     results = []
     for topic in request["topics"]:
         name = topic["name"]
@@ -80,7 +80,7 @@ def handle_create_topics(ctx, request):
             # The coordinator checks the brokers named (INVALID_REPLICA_ASSIGNMENT).
             assignments = {a["partition_index"]: a["broker_ids"] for a in topic["assignments"]}
         kwargs = {}
-        if deadline is not None and not validate_only:
+        if not validate_only:
             kwargs["timeout"] = max(0.0, deadline - broker.reactor.seconds())
         try:
             meta = yield broker.create_topic(
@@ -94,6 +94,11 @@ def handle_create_topics(ctx, request):
             )
         except KafkaError as exc:
             result["error_code"], result["error_message"] = _fail(exc)
+            results.append(result)
+            continue
+        if timeout_ms <= 0 and not validate_only:
+            result["error_code"] = REQUEST_TIMED_OUT
+            result["error_message"] = "created; timeout_ms <= 0 does not wait for its leaders"
             results.append(result)
             continue
         effective = broker.config.topic_defaults.with_overrides(configs).to_kafka()
