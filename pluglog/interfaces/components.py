@@ -123,9 +123,10 @@ class ICoordinator(Interface):
         checks without creating; ``assignments`` (``{partition: [broker ids]}``,
         CreateTopics' explicit assignment) replaces the computed one. The
         Deferred fires once every partition has a leader; ``timeout``
-        (seconds, a CreateTopics' own; the broker passes it only when the
-        request gave one) bounds that wait: past it, the topic stays created
-        and the Deferred fails with RequestTimedOutError, as Kafka answers."""
+        (seconds: what is left of a CreateTopics' ``timeout_ms``, passed by
+        that request only, not by internal topics or auto-creation) bounds
+        that wait: past it, the topic stays created and the Deferred fails
+        with RequestTimedOutError, as Kafka answers."""
 
     def delete_topic(name):
         """Delete a topic; returns a Deferred."""
