@@ -14,7 +14,9 @@ broker's clean stop (SIGTERM until it exited) at the end. A
 broker whose reactor the creation blocks answers no produce until the
 creation ends. ``--zookeeper``: the broker is a 1-broker ZooKeeper cluster
 (tests/zookeeper.py), whose controller writes the topic and its partition
-states to ZooKeeper before the CreateTopics answer.
+states to ZooKeeper before the CreateTopics answer; also printed, the
+seconds from the topic znode's creation to the last partition state's, by
+ZooKeeper's clock (the controller's share of the time).
 """
 
 import argparse
@@ -117,6 +119,7 @@ def one_run(root, partitions, probe_path, zk=None):
         seen = read_probe(probe_path, broker.proc.pid)
         time.sleep(1)
         probe.stop()
+        states_s = zk_states_seconds(zk, root, "big", partitions) if zk else None
     finally:
         stopping = time.monotonic()
         broker.stop(timeout=300)
@@ -130,7 +133,36 @@ def one_run(root, partitions, probe_path, zk=None):
         "longest_ack_s": max(during, default=0.0),
         "median_ack_ms": 1e3 * statistics.median(during) if during else 0.0,
         "stop_s": stop_s,
+        "states_s": states_s,
     }
+
+
+def zk_states_seconds(zk, root, topic, partitions):
+    """Seconds from the topic znode's creation to the last partition state
+    znode's, by ZooKeeper's own clock (the znodes' ctime): the controller's
+    share of the CreateTopics time."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=zk.connect_string(f"/{root.name}"), timeout=30)
+    client.start(timeout=30)
+    try:
+        _, topic_stat = client.get(f"/brokers/topics/{topic}")
+        # The answer may come before the last states (after the admin
+        # timeout): wait for them.
+        missing, last = list(range(partitions)), 0
+        deadline = time.monotonic() + 600
+        while missing and time.monotonic() < deadline:
+            paths = [f"/brokers/topics/{topic}/partitions/{p}/state" for p in missing]
+            pending = [client.exists_async(path) for path in paths]
+            stats = [result.get() for result in pending]
+            last = max([last] + [stat.ctime for stat in stats if stat is not None])
+            missing = [p for p, stat in zip(missing, stats) if stat is None]
+            if missing:
+                time.sleep(0.5)
+    finally:
+        client.stop()
+        client.close()
+    return (last - topic_stat.ctime) / 1e3
 
 
 def main():
@@ -172,7 +204,12 @@ def runs(args, tmp, zk):
             f"({out['fsync_s']:.1f} s); probe: {out['acks_during']} acks during it, "
             f"longest wait {out['longest_ack_s']:.2f} s, median "
             f"{out['median_ack_ms']:.1f} ms; clean stop {out['stop_s']:.1f} s; "
-            f"load {before} -> {load_average()}",
+            + (
+                f"states in ZooKeeper {out['states_s']:.1f} s after the topic; "
+                if out["states_s"] is not None
+                else ""
+            )
+            + f"load {before} -> {load_average()}",
             flush=True,
         )
 

@@ -354,10 +354,13 @@ class Broker:
         internal=False,
         validate_only=False,
         assignments=None,
+        timeout=None,
     ):
         """Create (or with ``validate_only`` just check) a topic; -1 means the
         broker's num.partitions / default.replication.factor. ``assignments``
-        ({partition: [broker ids]}) replaces both, as in CreateTopics."""
+        ({partition: [broker ids]}) replaces both, as in CreateTopics;
+        ``timeout`` (seconds) bounds the wait for the partitions' leaders
+        (RequestTimedOutError past it; see ICoordinator.create_topic)."""
         if num_partitions == -1:
             num_partitions = self.config.num_partitions
         if replication_factor == -1:
@@ -377,6 +380,8 @@ class Broker:
             kwargs["validate_only"] = True
         if assignments:
             kwargs["assignments"] = assignments
+        if timeout is not None:
+            kwargs["timeout"] = timeout
         d = self.coordinator.create_topic(
             name, num_partitions, replication_factor, configs or {}, **kwargs
         )

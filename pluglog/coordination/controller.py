@@ -21,7 +21,8 @@ log dir counts as dead for its partition: it leaves the ISR and is never
 elected until its broker restarts. Election rules:
 :mod:`pluglog.coordination.election`; the admin and request znodes and log
 dir events: :mod:`pluglog.coordination.adminznodes`; reassignment:
-:mod:`pluglog.coordination.reassignment`.
+:mod:`pluglog.coordination.reassignment`; first partition states (pipelined):
+:mod:`pluglog.coordination.statecreation`.
 """
 
 import dataclasses
@@ -34,7 +35,8 @@ from pluglog.coordination import election
 from pluglog.coordination import zkdata as z
 from pluglog.coordination.adminznodes import AdminZnodesMixin
 from pluglog.coordination.reassignment import ReassignmentMixin
-from pluglog.coordination.state import PartitionState, StaleStateError
+from pluglog.coordination.state import StaleStateError
+from pluglog.coordination.statecreation import StateCreationMixin
 from pluglog.coordination.zkbridge import DISCONNECTED, SerialWorker
 
 log = Logger()
@@ -54,7 +56,7 @@ class TopicView:
     version: int
 
 
-class Controller(AdminZnodesMixin, ReassignmentMixin):
+class Controller(AdminZnodesMixin, ReassignmentMixin, StateCreationMixin):
     """Runs on every broker; acts only while it holds ``/controller``."""
 
     def __init__(self, coordinator, reactor):
@@ -247,7 +249,10 @@ class Controller(AdminZnodesMixin, ReassignmentMixin):
         op: the check's own error (BadVersion) means a newer controller, but
         RolledBack only means a later op failed (a leader's ISR write got in
         between, a znode already there), which the caller retries."""
-        results = tx.commit()
+        return self._commit_results(tx.commit())
+
+    def _commit_results(self, results):
+        """The ops' results of a committed fenced transaction (see _commit)."""
         fence = results[0]
         if isinstance(fence, Exception) and not isinstance(fence, RolledBackError):
             self.stepped_down("controller epoch moved on")
@@ -264,18 +269,6 @@ class Controller(AdminZnodesMixin, ReassignmentMixin):
         if isinstance(result, Exception):
             return False, None
         return True, result
-
-    def create_state(self, topic, partition, replicas, offline=()):
-        live = [r for r in replicas if r in self.live and r not in offline]
-        if not live:
-            return None
-        state = PartitionState(live[0], 0, tuple(live), self.epoch)
-        self.client.ensure_path(f"{z.partitions_path(topic)}/{partition}")
-        tx = self.client.transaction()
-        tx.check(z.CONTROLLER_EPOCH, self.epoch_version)
-        tx.create(z.state_path(topic, partition), z.state_bytes(state))
-        (result,) = self._commit(tx)
-        return None if isinstance(result, Exception) else state
 
     def update(self, topic, partition, replicas, state, decide):
         """Apply ``decide(replicas, state) -> new state | None`` with retries
@@ -310,12 +303,19 @@ class Controller(AdminZnodesMixin, ReassignmentMixin):
                 replicas, state, live, excluded, lambda: self.unclean_allowed(topic)
             )
 
+        # Missing states first, all at once (pipelined): a new topic's
+        # partitions get their leaders without waiting on the others' writes.
+        self.create_states(
+            [
+                (topic, p, topics[topic].assignment[p], offline.get((topic, p), ()))
+                for (topic, p), state in sorted(states.items())
+                if state is None
+            ]
+        )
         for (topic, p), state in sorted(states.items()):
-            replicas = topics[topic].assignment[p]
-            dead = offline.get((topic, p), ())
-            if state is None:
-                self.create_state(topic, p, replicas, dead)
-            else:
+            if state is not None:
+                dead = offline.get((topic, p), ())
+                replicas = topics[topic].assignment[p]
                 self.update(topic, p, replicas, state, decide(topic, self.live - set(dead)))
 
     def assign_topic_ids(self, topics):

@@ -176,7 +176,10 @@ class LocalCoordinator:
         internal=False,
         validate_only=False,
         assignments=None,
+        timeout=None,
     ):
+        # (``timeout`` bounds a wait for leaders: here each partition has its
+        # leader, this broker, as the topic is made.)
         try:
             validate_topic_name(name)
             if assignments:

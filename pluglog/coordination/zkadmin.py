@@ -1,8 +1,9 @@
 """The admin operations of the ``zookeeper`` coordinator (any broker may call them).
 
 Topic creation writes ``/brokers/topics/<t>`` and ``/config/topics/<t>`` in
-one transaction and waits (bounded) until the controller has written every
-partition's state; deletion goes through ``/admin/delete_topics``; partition
+one transaction and waits (bounded) until every partition has a state with a
+leader (Kafka's DelayedCreatePartitions; a CreateTopics' own timeout past,
+REQUEST_TIMED_OUT); deletion goes through ``/admin/delete_topics``; partition
 additions rewrite the topic znode under a version check; config changes
 rewrite ``/config/topics/<t>``; reassignments go through
 ``/admin/reassign_partitions``. Elections and controlled shutdowns are
@@ -11,13 +12,15 @@ writing a ``result`` into them. Methods run on the reactor thread; ZooKeeper
 calls run on the coordinator's io worker.
 """
 
+import collections
+
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from twisted.internet import defer
 from twisted.logger import Logger
 
 from pluglog.coordination import assignment as assign
 from pluglog.coordination import zkdata as z
-from pluglog.coordination.state import TopicMetadata
+from pluglog.coordination.state import NO_LEADER, TopicMetadata
 from pluglog.coordination.topicchecks import (
     check_partition_count,
     refuse_existing,
@@ -132,6 +135,7 @@ class AdminMixin:
         internal=False,
         validate_only=False,
         assignments=None,
+        timeout=None,
     ):
         def plan(live):
             validate_topic_name(name)
@@ -149,9 +153,11 @@ class AdminMixin:
                 replicas = assign.assign_replicas(live, num_partitions, factor)
             return replicas, topic_configs(configs)
 
-        return self._planned(plan).addCallback(self._create_planned, name, internal, validate_only)
+        return self._planned(plan).addCallback(
+            self._create_planned, name, internal, validate_only, timeout
+        )
 
-    def _create_planned(self, planned, name, internal, validate_only):
+    def _create_planned(self, planned, name, internal, validate_only, timeout=None):
         replicas, configs = planned
         meta = TopicMetadata(name, len(replicas), configs, z.new_topic_id(), internal, replicas)
         if validate_only:
@@ -171,23 +177,44 @@ class AdminMixin:
                     raise result
 
         d = self._submit_write(write)
-        d.addCallback(lambda _: self._wait_states(name, range(len(replicas))))
+        d.addCallback(lambda _: self._wait_states(name, range(len(replicas)), timeout))
         d.addCallback(lambda _: self._topics.get(name, meta))
         return d
 
-    def _wait_states(self, name, partitions):
+    def _wait_states(self, name, partitions, timeout=None):
+        """Wait until every partition has a state with a leader. ``timeout``
+        (a CreateTopics' own, seconds) past, fail with RequestTimedOutError,
+        as Kafka's DelayedCreatePartitions answers REQUEST_TIMED_OUT (the
+        topic stays: its leaders come when the controller gets to them);
+        without one, wait at most :meth:`admin_timeout` and go on."""
+        pending = collections.deque(partitions)
+
+        def led(key):
+            state = self._states.get(key)
+            return state is not None and state.leader != NO_LEADER
+
         def ready():
-            return all((name, p) in self._states for p in partitions)
+            # Called on every state the cache takes: drop the seen ones from
+            # the front (states come mostly in partition order) rather than
+            # look at every partition each time, which at 10,000 partitions
+            # held the event loop for seconds in all.
+            while pending and led((name, pending[0])):
+                pending.popleft()
+            return not pending
+
+        bound = self.admin_timeout() if timeout is None else max(0.0, timeout)
 
         def timed(ok):
-            if not ok:
-                log.warn(
-                    "topic {t}: partition states not seen within {s}s",
-                    t=name,
-                    s=self.admin_timeout(),
+            if ok:
+                return
+            if timeout is not None:
+                raise RequestTimedOutError(
+                    f"topic {name!r} is created but {len(pending)} of its partitions had "
+                    f"no leader within the request's timeout ({bound:g}s)"
                 )
+            log.warn("topic {t}: partition states not seen within {s}s", t=name, s=bound)
 
-        return self._wait(ready, self.admin_timeout()).addCallback(timed)
+        return self._wait(ready, bound).addCallback(timed)
 
     def delete_topic(self, name):
         meta = self._topics.get(name)

@@ -246,12 +246,13 @@ class PipelineMixin:
                 (key, self.client.get_async(z.state_path(*key), watch=self._state_watcher(*key)))
                 for key in chunk
             ]
-            states = []
+            states, missing = [], []
             for key, pending in sent:
                 try:
                     state = z.state_from_znode(*pending.get())
                 except NoNodeError:
-                    state = self._read_missing(*key)
+                    missing.append(key)
+                    continue
                 except DISCONNECTED:
                     raise  # the session restore or reconnect reads everything again
                 except Exception:
@@ -259,20 +260,28 @@ class PipelineMixin:
                         log.failure, "reading the state of {key}", failure.Failure(), key=key
                     )
                     continue
-                if state is not None:
-                    states.append((*key, state))
+                states.append((*key, state))
+            states.extend(self._read_missing(missing))
             for first in range(0, len(states), DELIVER):
                 self.io.deliver(self._set_states, states[first : first + DELIVER])
             self.controller.post(self.controller.on_states_changed, [s[:2] for s in states])
 
-    def _read_missing(self, topic, partition):
-        """A state znode not there (yet): watch for its creation, and read it
-        if it appeared in between."""
-        path = z.state_path(topic, partition)
-        watch = self._state_watcher(topic, partition)
-        try:
-            if not self.client.exists(path, watch=watch):
-                return None
-            return z.state_from_znode(*self.client.get(path, watch=watch))
-        except NoNodeError:
-            return None  # created and deleted in between: the topic is going
+    def _read_missing(self, keys):
+        """States of ``keys`` whose znode was not there (a new topic's, before
+        the controller creates them): watch each for its creation, and read
+        those that appeared in between; both pipelined."""
+        watches = {key: self._state_watcher(*key) for key in keys}
+        sent = [
+            (key, self.client.exists_async(z.state_path(*key), watch=watches[key])) for key in keys
+        ]
+        there = [key for key, pending in sent if pending.get() is not None]
+        sent = [
+            (key, self.client.get_async(z.state_path(*key), watch=watches[key])) for key in there
+        ]
+        states = []
+        for key, pending in sent:
+            try:
+                states.append((*key, z.state_from_znode(*pending.get())))
+            except NoNodeError:
+                pass  # created and deleted in between: the topic is going
+        return states

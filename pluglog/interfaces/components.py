@@ -109,13 +109,24 @@ class ICoordinator(Interface):
         """Return a dict ``{topic: TopicMetadata}``."""
 
     def create_topic(
-        name, num_partitions, replication_factor, configs, validate_only=False, assignments=None
+        name,
+        num_partitions,
+        replication_factor,
+        configs,
+        validate_only=False,
+        assignments=None,
+        timeout=None,
     ):
         """Create a topic; returns a Deferred. Fails with TopicExistsError,
         InvalidTopicError, InvalidPartitionsError, InvalidReplicationFactorError,
         InvalidReplicaAssignmentError or InvalidConfigError. ``validate_only``
         checks without creating; ``assignments`` (``{partition: [broker ids]}``,
-        CreateTopics' explicit assignment) replaces the computed one."""
+        CreateTopics' explicit assignment) replaces the computed one. The
+        Deferred fires once every partition has a leader; ``timeout``
+        (seconds: what is left of a CreateTopics' ``timeout_ms``, passed by
+        that request only, not by internal topics or auto-creation) bounds
+        that wait: past it, the topic stays created and the Deferred fails
+        with RequestTimedOutError, as Kafka answers."""
 
     def delete_topic(name):
         """Delete a topic; returns a Deferred."""

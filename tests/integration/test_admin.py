@@ -254,6 +254,41 @@ def test_validate_only_creates_nothing(admin):
     assert info.value.args[0].name() == "INVALID_PARTITIONS"
 
 
+def test_create_topics_timeout_ms_0_creates_and_answers_request_timed_out(shared_broker, admin):
+    """As Kafka's ZooKeeper-mode broker: timeout_ms <= 0 waits for no
+    leader, and each topic created answers REQUEST_TIMED_OUT; librdkafka
+    hides that code from an application that asked for no wait."""
+    from pluglog import protocol as codec
+    from pluglog.client.blocking import BlockingClient
+
+    def create(name, timeout_ms, validate_only=False):
+        body = {
+            "topics": [
+                {
+                    "name": name,
+                    "num_partitions": 2,
+                    "replication_factor": 1,
+                    "assignments": [],
+                    "configs": [],
+                }
+            ],
+            "timeout_ms": timeout_ms,
+            "validate_only": validate_only,
+        }
+        with BlockingClient("127.0.0.1", shared_broker.port) as client:
+            (topic,) = client.request(codec.CREATE_TOPICS, 5, body)["topics"]
+        return topic["name"], topic["error_code"]
+
+    assert create("adm-nowait", 0, validate_only=True) == ("adm-nowait", 0)
+    assert create("adm-nowait", 0) == ("adm-nowait", 7)
+    assert create("adm-nowait-neg", -1) == ("adm-nowait-neg", 7)
+    assert create("adm-nowait", 5000) == ("adm-nowait", 36)  # TOPIC_ALREADY_EXISTS: made
+    topics = admin.list_topics(timeout=10).topics
+    assert len(topics["adm-nowait"].partitions) == len(topics["adm-nowait-neg"].partitions) == 2
+    _wait(admin.create_topics([NewTopic("adm-nowait-ck", 1, 1)], operation_timeout=0))
+    assert "adm-nowait-ck" in admin.list_topics(timeout=10).topics
+
+
 def test_min_insync_replicas_refuses_acks_all(shared_broker, admin):
     from pluglog import protocol as codec
     from pluglog.client.blocking import BlockingClient

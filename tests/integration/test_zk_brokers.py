@@ -1,6 +1,7 @@
 """``twistd pluglog --coordinator zookeeper`` broker processes on a real ZooKeeper."""
 
 import json
+import signal
 import subprocess
 import sys
 
@@ -119,3 +120,59 @@ def test_usage_errors_on_the_command_line(tmp_path):
     result = run("--coordinator", "zookeeper", "--set", "zookeeper.connect=host-without-port")
     assert result.returncode != 0
     assert "not HOST:PORT" in result.stdout + result.stderr
+
+
+def test_create_topics_past_its_timeout_answers_request_timed_out(tmp_path, zk, zk_connect):
+    """Kafka's DelayedCreatePartitions: CreateTopics answers once the new
+    partitions have leaders, or at its timeout_ms with REQUEST_TIMED_OUT for
+    a topic still without them (created all the same). The controller's
+    broker is frozen (SIGSTOP), so no leader can come before the timeout."""
+    from kafka.admin import KafkaAdminClient
+
+    from tests.integration.test_zk_create_states import freeze
+
+    # Sessions far longer than the freeze: the controller stays the controller.
+    settings = {"zookeeper.session.timeout.ms": "30000"}
+    brokers = {i: zk_broker(tmp_path, zk_connect, i, **settings) for i in (1, 2)}
+    admin = None
+    try:
+        for broker in brokers.values():
+            broker.start()
+        controller = json.loads(zk.get("/controller")[0])["brokerid"]
+        other = 3 - controller
+        admin = KafkaAdminClient(bootstrap_servers=brokers[other].bootstrap)
+        admin.describe_cluster()  # metadata in hand before the freeze
+        # Any pluglog broker takes CreateTopics: send it to the one not frozen.
+        admin._controller_id = other
+        freeze(brokers[controller])
+        try:
+            late = admin.create_topics(
+                {"late": {"num_partitions": 2, "replication_factor": 1}},
+                timeout_ms=1500,
+                raise_errors=False,
+            )
+            assert [(t["name"], t["error_code"]) for t in late["topics"]] == [("late", 7)]
+            assert "2 of its partitions had no leader" in late["topics"][0]["error_message"]
+            assert zk.exists("/brokers/topics/late")
+            assert not zk.exists("/brokers/topics/late/partitions/0/state")
+        finally:
+            brokers[controller].proc.send_signal(signal.SIGCONT)
+        # The controller back, the topic gets its leaders; and a creation
+        # with time enough answers NONE with its leaders there.
+        soon = admin.create_topics(
+            {"soon": {"num_partitions": 2, "replication_factor": 1}},
+            timeout_ms=30000,
+            raise_errors=False,
+        )
+        assert [(t["name"], t["error_code"]) for t in soon["topics"]] == [("soon", 0)]
+        for topic in ("soon", "late"):
+            for p in (0, 1):
+                state = json.loads(zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")[0])
+                assert state["leader"] in (1, 2)
+    finally:
+        if admin is not None:
+            admin.close()
+        for broker in brokers.values():
+            if broker.alive():
+                broker.proc.send_signal(signal.SIGCONT)
+            broker.stop()

@@ -13,6 +13,7 @@ from pluglog.errors import (
     INVALID_TOPIC_EXCEPTION,
     NONE,
     OFFSET_OUT_OF_RANGE,
+    REQUEST_TIMED_OUT,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     KafkaError,
@@ -52,6 +53,14 @@ def handle_create_topics(ctx, request):
                 for t in request["topics"]
             ],
         }
+    # Kafka's DelayedCreatePartitions: the answer waits until the topics'
+    # partitions have leaders or the request's timeout_ms has passed (one
+    # deadline for all its topics), then says REQUEST_TIMED_OUT for each
+    # topic not there yet (created all the same); timeout_ms <= 0 waits for
+    # none: each topic created says REQUEST_TIMED_OUT (which librdkafka hides
+    # from an application that set operation_timeout <= 0).
+    timeout_ms = request.get("timeout_ms", 0)
+    deadline = broker.reactor.seconds() + max(timeout_ms, 0) / 1000.0
     results = []
     for topic in request["topics"]:
         name = topic["name"]
@@ -70,6 +79,9 @@ def handle_create_topics(ctx, request):
                 continue
             # The coordinator checks the brokers named (INVALID_REPLICA_ASSIGNMENT).
             assignments = {a["partition_index"]: a["broker_ids"] for a in topic["assignments"]}
+        kwargs = {}
+        if not validate_only:
+            kwargs["timeout"] = max(0.0, deadline - broker.reactor.seconds())
         try:
             meta = yield broker.create_topic(
                 name,
@@ -78,9 +90,15 @@ def handle_create_topics(ctx, request):
                 configs,
                 validate_only=validate_only,
                 assignments=assignments,
+                **kwargs,
             )
         except KafkaError as exc:
             result["error_code"], result["error_message"] = _fail(exc)
+            results.append(result)
+            continue
+        if timeout_ms <= 0 and not validate_only:
+            result["error_code"] = REQUEST_TIMED_OUT
+            result["error_message"] = "created; timeout_ms <= 0 does not wait for its leaders"
             results.append(result)
             continue
         effective = broker.config.topic_defaults.with_overrides(configs).to_kafka()
