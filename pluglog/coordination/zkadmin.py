@@ -278,7 +278,9 @@ class AdminMixin:
                 raise InvalidPartitionsError(f"topic {name!r} changed meanwhile") from None
 
         d = self._submit_write(write)
-        d.addCallback(lambda _: self._wait_states(name, range(total_count)))
+        # Only the new partitions: an existing one without a leader (its
+        # brokers down) is no reason to hold the answer.
+        d.addCallback(lambda _: self._wait_states(name, range(meta.num_partitions, total_count)))
         d.addCallback(lambda _: self._topics[name])
         return d
 
