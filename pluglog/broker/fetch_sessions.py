@@ -80,6 +80,7 @@ class _Sessionless:
 
     session_waits = False
     clock = None
+    memo = False
 
     def __init__(self, request):
         self.request = request
@@ -95,6 +96,7 @@ class _Full:
     """Epoch 0: answer every partition, and open a session if there is room."""
 
     session_waits = False
+    memo = False
 
     def __init__(self, cache, request, now_ms, key):
         self.cache = cache
@@ -142,6 +144,9 @@ class _Incremental:
 
     def __init__(self, session, request, max_bytes):
         self.session = session
+        #: the partitions read are the session's entries, which remember
+        #: empty answers (pluglog.server.handlers.fetch._remember_empty)
+        self.memo = session.replica_id < 0
         self.base = request
         #: the answer's byte limit (the request's, capped by fetch.max.bytes)
         self.max_bytes = max_bytes
@@ -168,6 +173,10 @@ class _Incremental:
                     keep.append(answer)
                     if answer["records"]:
                         served.append(entry)
+                elif answer is entry["empty_answer"] and entry["empty_until"] >= 0:
+                    # Unchanged since the read that made it: still unread
+                    # records, the same Partition watched, the entry dirty.
+                    continue
                 index = entry["partition"]
                 session.settle((name, index), entry, answer, seen.get((name, index)))
             if keep:
@@ -233,6 +242,9 @@ class FetchSessionCache:
         session.update(request["topics"], request.get("forgotten_topics_data", ()))
         session.epoch = next_epoch(epoch)
         session.last_used_ms = now_ms
+        read_params = (version, request.get("isolation_level", 0))
+        if read_params != session.read_params:
+            session.forget_empty(read_params)
         if session.lookup is None or now_ms - session.swept_ms >= SWEEP_MS:
             # Without partitions to watch, or now and then as a safety net
             # for a change no hook reported: read every partition.

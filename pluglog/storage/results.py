@@ -49,7 +49,12 @@ class ReadResult:
     batches; ``first_offset`` is the base offset of the first of them (-1
     and ``records == b""`` when the read found none: see
     :func:`pluglog.storage.api.empty_read`); ``log_start_offset`` and
-    ``log_end_offset`` are the log's at the time of the read.
+    ``log_end_offset`` are the log's at the time of the read. ``needs``:
+    when the read returned nothing only because its byte limit was below
+    the size of the first batch (and a whole batch was not required), that
+    size; else 0 (unknown). Until the log changes, a read of the same
+    offset with a limit below it returns nothing too, which fetch sessions
+    use to answer a partition without reading it (pluglog.broker.fetch_sessions).
     """
 
     records: object  # bytes or an IFileRange
@@ -57,6 +62,7 @@ class ReadResult:
     first_offset: int  # base offset of the first batch returned, -1 if none
     log_start_offset: int
     log_end_offset: int
+    needs: int = 0  # bytes the first batch needs when the limit alone left it out
 
 
 @dataclass(frozen=True)
