@@ -345,16 +345,25 @@ def handle_fetch(ctx, request):
     )
     min_bytes = request["min_bytes"]
     max_wait = request["max_wait_ms"]
-    # An error, a diverging epoch or a preferred read replica is answered at
-    # once, as Kafka does.
-    has_news = any(
+    if (
+        total >= min_bytes
+        or max_wait <= 0
+        or total > 0
+        and min_bytes <= 1
+        or _has_news(topics)  # last: a walk over every answered partition
+    ):
+        return _response(session, topics, total, broker, ctx)
+    return _LongPoll(broker, session, max_wait, ctx).deferred
+
+
+def _has_news(topics):
+    """An error, a diverging epoch or a preferred read replica: answered at
+    once, as Kafka does."""
+    return any(
         p["error_code"] or p["preferred_read_replica"] >= 0 or p.get("diverging_epoch")
         for t in topics
         for p in t["partitions"]
     )
-    if total >= min_bytes or max_wait <= 0 or has_news or total > 0 and min_bytes <= 1:
-        return _response(session, topics, total, broker, ctx)
-    return _LongPoll(broker, session, max_wait, ctx).deferred
 
 
 class _LongPoll:
