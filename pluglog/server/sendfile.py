@@ -74,7 +74,16 @@ _MAX_IOV = 512
 _SENDFILE_CHUNK = 4 * 1024 * 1024
 #: File ranges up to this size are read (``os.pread``) and sent with the
 #: buffers around them in one ``sendmsg`` (see :meth:`SocketWriter._gather`)
-GATHER_RANGE = int(os.environ.get("PLUGLOG_GATHER_RANGE", 64 * 1024))
+GATHER_RANGE = 64 * 1024
+_gather_env = os.environ.get("PLUGLOG_GATHER_RANGE", "")
+if _gather_env.isdigit():
+    GATHER_RANGE = int(_gather_env)
+elif _gather_env:
+    log.warn(
+        "PLUGLOG_GATHER_RANGE={value!r} is not a number of bytes; using {default}",
+        value=_gather_env,
+        default=GATHER_RANGE,
+    )
 #: ... at most this many bytes per ``sendmsg``
 _GATHER_BYTES = 512 * 1024
 #: queued output (buffers + file ranges) above which reading is paused
