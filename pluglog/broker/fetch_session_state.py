@@ -22,7 +22,7 @@ def new_entry(want):
     answer state (high watermark -1: the next answer includes it), its
     place in the session's order, the Partition it watches, and the empty
     answer a read with a small byte limit gives until the partition changes
-    (``empty_until`` -1: none; pluglog.server.handlers.fetch._remember_empty)."""
+    (``empty_until`` -1: none; pluglog.broker.fetch_sessions, ``remember_empty``)."""
     return {
         "partition": want["partition"],
         "current_leader_epoch": want.get("current_leader_epoch", -1),

@@ -82,7 +82,7 @@ def _unknown_ids(topic):
     }
 
 
-def _read_all(broker, request, first_pass=True, version=0, clock=None, memo=False):
+def _read_all(broker, request, first_pass=True, version=0, clock=None, memo=None):
     """One pass over the requested partitions; returns (response topics, bytes).
 
     Consumers read below the high watermark. A follower (``replica_id`` >= 0)
@@ -100,9 +100,11 @@ def _read_all(broker, request, first_pass=True, version=0, clock=None, memo=Fals
     fetch's time after the first pass; partitions it reached update_follower
     for while caught up count as fetched at each later session fetch.
 
-    ``memo``: the request's partitions are a consumer's fetch session
-    entries (pluglog.broker.fetch_session_state), which remember an empty
-    answer; see :func:`_remember_empty`."""
+    ``memo``: a consumer's fetch session context, told each empty answer
+    a byte limit made (``remember_empty``); when its ``skips``, the
+    request's partitions are the session's entries, and one that remembers
+    an empty answer for a limit at least this one gets it without a read
+    (see pluglog.broker.fetch_sessions, ``remember_empty``)."""
     max_bytes = request.get("max_bytes", 0x7FFFFFFF)
     if max_bytes <= 0:
         max_bytes = 0x7FFFFFFF
@@ -119,7 +121,9 @@ def _read_all(broker, request, first_pass=True, version=0, clock=None, memo=Fals
     client_rack = request.get("rack_id") or "" if from_any_replica else ""
     # Not for followers (their reads update the leader's state) nor with a
     # rack (the replica selector's choice is not a change a session sees).
-    memo = memo and replica_id < 0 and not client_rack
+    if replica_id >= 0 or client_rack:
+        memo = None
+    skips = memo is not None and memo.skips
     remaining = max_bytes
     total = 0
     topics = []
@@ -135,11 +139,11 @@ def _read_all(broker, request, first_pass=True, version=0, clock=None, memo=Fals
         partitions = broker.partitions
         for want in topic["partitions"]:
             if (
-                memo
+                skips
                 and total
                 and want["empty_until"] >= max(0, min(want["partition_max_bytes"], remaining))
             ):
-                # The answer the read below would give again (_remember_empty).
+                # The answer the read below would give again (remember_empty).
                 out.append(want["empty_answer"])
                 continue
             index = want["partition"]
@@ -234,8 +238,8 @@ def _read_all(broker, request, first_pass=True, version=0, clock=None, memo=Fals
                     index, code, part.high_watermark, plog.log_start_offset, lso=lso
                 )
                 out.append(entry)
-                if memo and code == NONE and limit <= 0 and offset != end and want["part"] is part:
-                    _remember_empty(want, 0, entry)
+                if memo is not None and code == NONE and limit <= 0 and offset != end:
+                    memo.remember_empty(want, part, 0, entry)
                 continue
             try:
                 result = plog.read(
@@ -252,11 +256,11 @@ def _read_all(broker, request, first_pass=True, version=0, clock=None, memo=Fals
                 out.append(_partition_data(index, error_code(exc), part.high_watermark))
                 continue
             size = result.size
-            if not size and memo and total and want["part"] is part:
+            if not size and total and memo is not None:
                 entry = _partition_data(
                     index, NONE, part.high_watermark, plog.log_start_offset, b"", lso
                 )
-                _remember_empty(want, result.needs - 1 if result.needs else limit, entry)
+                memo.remember_empty(want, part, result.needs - 1 if result.needs else limit, entry)
                 out.append(entry)
                 continue
             total += size
@@ -279,29 +283,6 @@ def _read_all(broker, request, first_pass=True, version=0, clock=None, memo=Fals
     if clock is not None and now:
         clock.fetch_ms = now
     return topics, total
-
-
-def _remember_empty(entry, until, answer):
-    """Remember in a consumer's session ``entry`` that, until its partition
-    changes, a read with a byte limit of at most ``until`` answers ``answer``;
-    :func:`_read_all` then gives it without reading.
-
-    A fetch near its response's byte limit leaves a few hundred bytes for
-    every partition after the ones that filled it; each of those reads
-    returns nothing (its first batch does not fit: ``ReadResult.needs``),
-    and every later fetch of the session reads them again the same way
-    until their turn comes (a consumer of 10,000 partitions made 35,136
-    partition visits in the 5 fetches of 1M records, bench/RESULTS.md).
-    With the same offset and nothing changed, a read with a limit of at
-    most ``until`` answers the same. The entry forgets it on every change
-    its Partition reports (``FetchSession.mark``), a change of the entry by
-    the client, the session's periodic sweep and a change of the request's
-    isolation level (``FetchSession.forget_empty``); it is made only while
-    the entry watches this Partition, so no change goes unseen, and only
-    used after another partition returned records (else the read returns
-    one whole batch whatever the limit: KIP-74)."""
-    entry["empty_until"] = until
-    entry["empty_answer"] = answer
 
 
 def _leader_throttle(broker, part, replica_id):
