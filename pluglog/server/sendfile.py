@@ -8,12 +8,6 @@ Python: runs of buffers go out in one gathering ``sendmsg`` (``MSG_MORE``
 when a file range follows, so the kernel packs the header with the data),
 file ranges with ``os.sendfile`` straight from the segment's page cache.
 
-Small file ranges (at most :data:`GATHER_RANGE`, 64 KiB; ``PLUGLOG_GATHER_RANGE``
-in the environment changes it, 0 for none) are read with ``os.pread`` and go
-out in the same ``sendmsg`` as the buffers and small ranges around them: a
-fetch answer over thousands of partitions is thousands of small ranges
-between headers, and two system calls per range cost more than the copy.
-
 Everything is tried immediately on the reactor thread, so a response that
 fits the socket buffer costs one or two system calls and no reactor
 iteration (Twisted's ``transport.write`` only queues and sends on the next
@@ -72,20 +66,6 @@ _MAX_IOV = 512
 # One sendfile call at most this much: bounds the time one connection holds
 # the reactor when the socket buffer keeps draining (loopback).
 _SENDFILE_CHUNK = 4 * 1024 * 1024
-#: File ranges up to this size are read (``os.pread``) and sent with the
-#: buffers around them in one ``sendmsg`` (see :meth:`SocketWriter._gather`)
-GATHER_RANGE = 64 * 1024
-_gather_env = os.environ.get("PLUGLOG_GATHER_RANGE", "")
-if _gather_env.isdigit():
-    GATHER_RANGE = int(_gather_env)
-elif _gather_env:
-    log.warn(
-        "PLUGLOG_GATHER_RANGE={value!r} is not a number of bytes; using {default}",
-        value=_gather_env,
-        default=GATHER_RANGE,
-    )
-#: ... at most this many bytes per ``sendmsg``
-_GATHER_BYTES = 512 * 1024
 #: queued output (buffers + file ranges) above which reading is paused
 HIGH_WATER = 32 * 1024 * 1024
 #: ... and below which it is resumed
@@ -112,10 +92,6 @@ class _QueuedRange:
         self.position = position
         self.remaining = remaining
 
-    @property
-    def size(self):
-        return self.remaining
-
 
 def _descriptor(fileno):
     """``fileno()``, with a storage error (the segment closed) as an OSError:
@@ -124,12 +100,6 @@ def _descriptor(fileno):
         return fileno()
     except KafkaError as exc:
         raise OSError(f"file range unavailable: {exc}") from exc
-
-
-def _gathered(part):
-    """Whether a part that is not a buffer goes out through :meth:`SocketWriter._gather`."""
-    size = getattr(part, "size", None)
-    return size is not None and size <= GATHER_RANGE
 
 
 class SocketWriter:
@@ -288,9 +258,12 @@ class SocketWriter:
         sock = self._sock
         while i < n:
             part = parts[i]
-            if isinstance(part, _BUFFERS) or _gathered(part):
-                run, used, total = self._gather(parts[k] for k in range(i, n))
-                j = i + used
+            if isinstance(part, _BUFFERS):
+                j = i + 1
+                while j < n and j - i < _MAX_IOV and isinstance(parts[j], _BUFFERS):
+                    j += 1
+                run = parts[i:j] if j - i > 1 else (part,)
+                total = sum(map(len, run))
                 flags = _MSG_MORE if j < n else 0
                 try:
                     sent = sock.sendmsg(run, (), flags)
@@ -316,45 +289,6 @@ class SocketWriter:
                 return i
             i += 1
         return n
-
-    def _gather(self, items):
-        """``(buffers, items used, bytes)`` for one ``sendmsg`` from the
-        start of ``items``: buffers as they are, and file ranges of at most
-        :data:`GATHER_RANGE` bytes read in with ``os.pread``, up to a larger
-        range, :data:`_MAX_IOV` buffers or :data:`_GATHER_BYTES`.
-
-        A fetch answer over thousands of partitions is thousands of small
-        ranges, each between two headers: one ``sendfile`` and one
-        ``sendmsg`` per range cost more system-call and Python overhead than
-        copying the range through a buffer and sending many ranges with
-        their headers in one ``sendmsg`` (bench/RESULTS.md, session 14). A
-        range that turns out shorter than promised closes the connection,
-        as with ``sendfile``."""
-        run = []
-        total = 0
-        for item in items:
-            if isinstance(item, _BUFFERS):
-                size = len(item)
-                run.append(item)
-            else:
-                fileno = getattr(item, "fileno", None)
-                if fileno is None:
-                    data = item.read()  # a range object without a descriptor
-                else:
-                    size = item.size
-                    if size > GATHER_RANGE and run:
-                        break
-                    data = os.pread(_descriptor(fileno), size, item.position)
-                    if len(data) < size:
-                        raise OSError(
-                            f"file range ended {size - len(data)} bytes early (file truncated?)"
-                        )
-                size = len(data)
-                run.append(data)
-            total += size
-            if len(run) >= _MAX_IOV or total >= _GATHER_BYTES:
-                break
-        return run, len(run), total
 
     def _sendfile(self, infd, position, size):
         """sendfile until done or the socket is full; returns bytes sent."""
@@ -385,7 +319,7 @@ class SocketWriter:
         sock = self._sock
         while queue:
             head = queue[0]
-            if isinstance(head, _QueuedRange) and head.remaining > GATHER_RANGE:
+            if isinstance(head, _QueuedRange):
                 sent = self._sendfile(_descriptor(head.fileno), head.position, head.remaining)
                 self._queued -= sent
                 if sent < head.remaining:
@@ -394,27 +328,28 @@ class SocketWriter:
                     break
                 queue.popleft()
                 continue
-            run, used, total = self._gather(queue)
-            flags = _MSG_MORE if used < len(queue) else 0
+            run = []
+            for item in queue:
+                if isinstance(item, _QueuedRange) or len(run) >= _MAX_IOV:
+                    break
+                run.append(item)
+            total = sum(map(len, run))
+            flags = _MSG_MORE if len(run) < len(queue) else 0
             try:
                 sent = sock.sendmsg(run, (), flags)
             except BlockingIOError:
-                sent = 0
+                break
             self._queued -= sent
-            # The items used leave the queue; what of them was not sent goes
-            # back at its head as buffers (ranges now read in).
-            for _ in range(used):
-                queue.popleft()
-            if sent < total:
-                rest = []
-                for buf in run:
-                    size = len(buf)
-                    if sent >= size:
-                        sent -= size
-                        continue
-                    rest.append(memoryview(buf)[sent:] if sent else buf)
+            sent_total = sent
+            while sent:
+                head = queue[0]
+                if sent >= len(head):
+                    sent -= len(head)
+                    queue.popleft()
+                else:
+                    queue[0] = head[sent:]
                     sent = 0
-                queue.extendleft(reversed(rest))
+            if sent_total < total:
                 break  # the socket buffer is full
 
     def _enqueue_buffers(self, run, sent):

@@ -180,10 +180,9 @@ class SocketWriterTests(unittest.TestCase):
     @defer.inlineCallbacks
     def test_many_small_ranges_queued_go_out_in_order(self):
         # A fetch answer over thousands of partitions: a header before each
-        # small range, more than the socket holds, a slow reader. Ranges of
-        # at most GATHER_RANGE are read in and sent many to a sendmsg, the
-        # larger ones by sendfile, in order, whether sent at once or queued.
-        small = sendfile.GATHER_RANGE
+        # small range, more than the socket holds, a slow reader: in order,
+        # whether sent at once or queued.
+        small = 64 * 1024
         parts = []
         for i in range(3000):
             parts.append(b"h%d" % i)
@@ -198,8 +197,8 @@ class SocketWriterTests(unittest.TestCase):
 
     @defer.inlineCallbacks
     def test_a_small_range_cut_short_drops_the_connection(self):
-        # The file is shorter than a gathered range promises (truncated):
-        # the frame would be corrupt, so the connection is closed instead.
+        # The file is shorter than a range promises (truncated): the frame
+        # would be corrupt, so the connection is closed instead.
         out = []
         thread = threading.Thread(
             target=_reader, args=(self.port.getHost().port, out, 0.0), daemon=True
