@@ -213,3 +213,29 @@ class SocketWriterTests(unittest.TestCase):
         self.assertFalse(thread.is_alive())
         self.assertNotIn(b"tail", out[0])
         os.close(self.fd)
+
+    @defer.inlineCallbacks
+    def test_backlog_is_reported_past_high_water_and_cleared_below_low(self):
+        # More than HIGH_WATER queued behind a slow reader: reading pauses
+        # (on_backlog(True)) once, and resumes once the queue drained.
+        flags = []
+        out = []
+        thread = threading.Thread(
+            target=_reader, args=(self.port.getHost().port, out, 0.3), daemon=True
+        )
+        thread.start()
+        proto = yield self.factory.connected
+        proto.writer = SocketWriter(proto.transport, on_backlog=flags.append)
+        size = len(self.content)
+        parts = []
+        for i in range(sendfile.HIGH_WATER // size + 2):
+            parts += [b"head-%d" % i, self._range(0, size)]
+        proto.writer.write(parts)
+        self.assertEqual(flags, [True])
+        proto.writer.lose_connection()
+        yield self.factory.lost
+        thread.join(10)
+        self.assertEqual(flags, [True, False])
+        expected = b"".join(b"head-%d" % i + self.content for i in range(len(parts) // 2))
+        self.assertEqual(out[0], expected)
+        os.close(self.fd)
