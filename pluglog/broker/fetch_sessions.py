@@ -112,7 +112,6 @@ class _Full:
         self.key = key
         self.read_params = read_params
         self.replica_id = request.get("replica_id", -1)
-        self.memo = self if self.replica_id < 0 else None
         #: id(request partition) -> (limit, answer) of the reads that made one
         self.empties = {}
         #: handed to the session: the first pass's follower updates point at it
@@ -120,6 +119,13 @@ class _Full:
 
     def reread(self):
         return self.request
+
+    @property
+    def memo(self):
+        """What the reads tell their empty answers (a consumer's only); a
+        property, not an attribute: a context referring to itself would
+        live until a garbage collection, with its request."""
+        return self if self.replica_id < 0 else None
 
     def remember_empty(self, want, part, until, answer):
         self.empties[id(want)] = (until, answer)
@@ -170,7 +176,6 @@ class _Incremental:
 
     def __init__(self, session, request, max_bytes):
         self.session = session
-        self.memo = self if session.replica_id < 0 else None
         self.base = request
         #: the answer's byte limit (the request's, capped by fetch.max.bytes)
         self.max_bytes = max_bytes
@@ -182,6 +187,11 @@ class _Incremental:
         self.seen = dict(self.session.dirty)
         self.topics = self.session.topics_for(self.seen)
         return dict(self.base, topics=self.topics)
+
+    @property
+    def memo(self):
+        """As :attr:`_Full.memo`."""
+        return self if self.session.replica_id < 0 else None
 
     @staticmethod
     def remember_empty(entry, part, until, answer):
