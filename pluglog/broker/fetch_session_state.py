@@ -20,7 +20,9 @@ def next_epoch(epoch):
 def new_entry(want):
     """The session's copy of one request partition, with the remembered
     answer state (high watermark -1: the next answer includes it), its
-    place in the session's order and the Partition it watches."""
+    place in the session's order, the Partition it watches, and the empty
+    answer a read with a small byte limit gives until the partition changes
+    (``empty_until`` -1: none; pluglog.broker.fetch_sessions, ``remember_empty``)."""
     return {
         "partition": want["partition"],
         "current_leader_epoch": want.get("current_leader_epoch", -1),
@@ -33,6 +35,8 @@ def new_entry(want):
         "lso": -1,
         "pos": 0,
         "part": None,
+        "empty_until": -1,
+        "empty_answer": None,
     }
 
 
@@ -115,6 +119,7 @@ class FetchSession:
         "clock",
         "swept_ms",
         "closed",
+        "read_params",
     )
 
     def __init__(
@@ -146,6 +151,8 @@ class FetchSession:
         self.clock = FollowerClock()
         self.swept_ms = now_ms
         self.closed = False
+        #: what, besides the entries, decides a read (see :meth:`forget_empty`)
+        self.read_params = None
 
     def __len__(self):
         return len(self.entries)
@@ -154,7 +161,9 @@ class FetchSession:
 
     def mark(self, key):
         """The partition ``key`` changed (called by the Partition it watches)."""
-        if key in self.entries:
+        entry = self.entries.get(key)
+        if entry is not None:
+            entry["empty_until"] = -1
             self.seq += 1
             self.dirty[key] = self.seq
             if self.waiters:
@@ -164,6 +173,16 @@ class FetchSession:
     def mark_all(self):
         self.seq += 1
         self.dirty = dict.fromkeys(self.entries, self.seq)
+        for entry in self.entries.values():
+            entry["empty_until"] = -1
+
+    def forget_empty(self, read_params):
+        """Forget every entry's remembered empty answer: the request's
+        parameters that decide a read besides the entry (``read_params``:
+        the version and isolation level) changed."""
+        self.read_params = read_params
+        for entry in self.entries.values():
+            entry["empty_until"] = -1
 
     def topics_for(self, keys):
         """Request ``topics`` over ``keys`` (a subset of the entries), in session order."""
@@ -260,6 +279,7 @@ class FetchSession:
                     entry["partition_max_bytes"] = want["partition_max_bytes"]
                     entry["current_leader_epoch"] = want.get("current_leader_epoch", -1)
                     entry["log_start_offset"] = want.get("log_start_offset", -1)
+                    entry["empty_until"] = -1
                 self.seq += 1
                 self.dirty[(name, index)] = self.seq
         removed = False

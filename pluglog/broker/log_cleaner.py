@@ -283,6 +283,10 @@ class LogCleaner(service.Service):
                     expiry = now + part.config.delete_retention_ms
             if expiry is not None:
                 horizon = expiry if horizon is None else min(horizon, expiry)
+        if swapped and part is not None:
+            # The same offsets in other batches: what a session remembered
+            # of a read (pluglog.server.handlers.fetch) no longer holds.
+            part.log_rewritten()
         if plog is not None:
             plog._directory_dirty = True
             self.first_dirty[key] = result.end_offset

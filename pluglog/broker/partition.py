@@ -462,6 +462,10 @@ class Partition(PartitionTransactions):
         log start outside this class: fetch sessions must send it."""
         self._wake()
 
+    def log_rewritten(self):
+        """The cleaner swapped segments in: fetch sessions read it afresh."""
+        self._wake()
+
     def data_ready(self):
         """Bytes a parked fetch waited for arrived (a remote tier read): wake it."""
         self._wake()

@@ -363,16 +363,28 @@ class SocketWriter:
             sent = 0
 
     def _enqueue(self, parts, start):
-        for part in parts[start:]:
+        # The rest of a fetch answer over thousands of partitions: appended
+        # inline, the backlog checked once at the end.
+        append = self._queue.append
+        queued = 0
+        for i in range(start, len(parts)):
+            part = parts[i]
             if isinstance(part, _BUFFERS):
-                if len(part):
-                    self._push(memoryview(part))
+                size = len(part)
+                if size:
+                    append(memoryview(part))
+                    queued += size
                 continue
             fileno = getattr(part, "fileno", None)
             if fileno is None:
-                self._push(memoryview(part.read()))
+                data = memoryview(part.read())
+                append(data)
+                queued += len(data)
             elif part.size:
-                self._push(_QueuedRange(fileno, part.position, part.size))
+                append(_QueuedRange(fileno, part.position, part.size))
+                queued += part.size
+        self._queued += queued
+        self._check_backlog()
 
     def _push(self, item):
         self._queue.append(item)

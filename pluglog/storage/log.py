@@ -240,7 +240,11 @@ class BasePartitionLog:
                 break
             records, first = segment.read(offset, max_bytes, max_offset, min_one_batch)
             if records is not None:
-                return ReadResult(records, len(records), first, self.log_start_offset, end)
+                if records or min_one_batch:
+                    return ReadResult(records, len(records), first, self.log_start_offset, end)
+                needs = getattr(segment, "first_batch_needs", None)
+                needs = 0 if needs is None else needs(offset, max_bytes, max_offset)
+                return ReadResult(b"", 0, -1, self.log_start_offset, end, needs)
         return ReadResult(b"", 0, -1, self.log_start_offset, end)
 
     def offset_for_timestamp(self, timestamp_ms):

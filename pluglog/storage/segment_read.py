@@ -88,6 +88,18 @@ class SegmentReads:
             self._found = (after[1], *after)
         return FileRange(self.fileno, start, end - start), first_offset
 
+    def first_batch_needs(self, offset, max_bytes, max_offset=None):
+        """After :meth:`read` of ``offset`` returned ``b""``: the size of the
+        batch holding ``offset`` when ``max_bytes`` alone left it out (the
+        batch it found is remembered), else 0."""
+        found = self._found
+        if found is None or found[0] != offset:
+            return 0
+        if max_offset is not None and found[2] >= max_offset:
+            return 0
+        size = found[3] + LOG_OVERHEAD
+        return size if size > max_bytes else 0
+
     def find_timestamp(self, timestamp, min_offset=0):
         """Return ``(base_offset, max_timestamp)`` of the first batch holding
         offsets >= ``min_offset`` whose max timestamp is >= ``timestamp``."""

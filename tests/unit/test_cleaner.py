@@ -53,7 +53,10 @@ class Harness:
             config=topic_config,
             # No transactions in these logs: nothing unstable, nothing aborted.
             transactions_for_cleaning=lambda: (None, []),
+            # Fetch sessions forget what they knew of the log (Partition.log_rewritten).
+            log_rewritten=lambda: self.rewritten.append(self.log.log_end_offset),
         )
+        self.rewritten = []
         self.broker = SimpleNamespace(
             config=self.config,
             reactor=self.clock,
@@ -132,8 +135,10 @@ def test_keeps_latest_value_per_key_with_offsets(tmp_path, codec):
     before = h.log.size_bytes
     end = h.log.log_end_offset
     h.log.roll(0)
+    assert h.rewritten == []
     [result] = h.clean()
     assert result.end_offset == end
+    assert h.rewritten == [end]  # told once, after the swap
     got = h.records()
     assert {key: (o, v) for o, key, v in got} == latest_per_key(history)
     assert len(got) == 20  # exactly one record per key

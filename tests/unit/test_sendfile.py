@@ -176,3 +176,66 @@ class SocketWriterTests(unittest.TestCase):
         self.assertLess(len(out[0]), 4 * size)
         self.assertEqual(out[0], (self.content * 4)[: len(out[0])])
         os.close(self.fd)
+
+    @defer.inlineCallbacks
+    def test_many_small_ranges_queued_go_out_in_order(self):
+        # A fetch answer over thousands of partitions: a header before each
+        # small range, more than the socket holds, a slow reader: in order,
+        # whether sent at once or queued.
+        small = 64 * 1024
+        parts = []
+        for i in range(3000):
+            parts.append(b"h%d" % i)
+            size = (small, 1, 2300, small + 1)[i % 4] if i % 50 else 200_000
+            parts.append(self._range((i * 997) % (len(self.content) - 200_000), size))
+        parts.append(b"end")
+        batches = [parts, [b"x" * 10, self._range(5, 7)]]
+        expected = self._expected(batches)
+        got = yield self._roundtrip(batches, delay=0.3)
+        self.assertEqual(len(got), len(expected))
+        self.assertEqual(got, expected)
+
+    @defer.inlineCallbacks
+    def test_a_small_range_cut_short_drops_the_connection(self):
+        # The file is shorter than a range promises (truncated): the frame
+        # would be corrupt, so the connection is closed instead.
+        out = []
+        thread = threading.Thread(
+            target=_reader, args=(self.port.getHost().port, out, 0.0), daemon=True
+        )
+        thread.start()
+        proto = yield self.factory.connected
+        proto.writer = SocketWriter(proto.transport)
+        size = len(self.content)
+        proto.writer.write([b"head", self._range(size - 10, 100), b"tail"])
+        yield self.factory.lost
+        thread.join(10)
+        self.assertFalse(thread.is_alive())
+        self.assertNotIn(b"tail", out[0])
+        os.close(self.fd)
+
+    @defer.inlineCallbacks
+    def test_backlog_is_reported_past_high_water_and_cleared_below_low(self):
+        # More than HIGH_WATER queued behind a slow reader: reading pauses
+        # (on_backlog(True)) once, and resumes once the queue drained.
+        flags = []
+        out = []
+        thread = threading.Thread(
+            target=_reader, args=(self.port.getHost().port, out, 0.3), daemon=True
+        )
+        thread.start()
+        proto = yield self.factory.connected
+        proto.writer = SocketWriter(proto.transport, on_backlog=flags.append)
+        size = len(self.content)
+        parts = []
+        for i in range(sendfile.HIGH_WATER // size + 2):
+            parts += [b"head-%d" % i, self._range(0, size)]
+        proto.writer.write(parts)
+        self.assertEqual(flags, [True])
+        proto.writer.lose_connection()
+        yield self.factory.lost
+        thread.join(10)
+        self.assertEqual(flags, [True, False])
+        expected = b"".join(b"head-%d" % i + self.content for i in range(len(parts) // 2))
+        self.assertEqual(out[0], expected)
+        os.close(self.fd)

@@ -141,8 +141,32 @@ def test_interval_flush_only_for_logs_declaring_it(tmp_path):
 
     broker = _broker(tmp_path, _storage_plugin(Spy))
     broker.start()
-    broker.create_topic("t", 1)
+    broker.create_topic("t", 1, configs={"flush.ms": "1"})
     broker.flush_due()
+
+
+def test_interval_flush_asks_only_logs_with_a_flush_ms(tmp_path):
+    """flush.ms at its default (never) is never due by time: the broker's
+    once-a-second walk skips those logs; a log with flush.ms is flushed."""
+    clock = Clock()
+    clock.advance(1_700_000_000)
+    config = BrokerConfig(data_dir=str(tmp_path), storage="segments")
+    broker = Broker(config, Registry(make_plugin_manager(autoload=False)), clock)
+    broker.start()
+    broker.create_topic("timed", 1, configs={"flush.ms": "500"})
+    broker.create_topic("never", 1)
+    asked = []
+    for name in ("timed", "never"):
+        plog = broker.partitions[(name, 0)].log
+        plog.append(_keyed("k", "v"), broker.now_ms(), 0)
+        real = plog.maybe_flush
+        plog.maybe_flush = lambda now, real=real, name=name: asked.append(name) or real(now)
+    clock.advance(1)
+    broker.flush_due()
+    assert asked == ["timed"]
+    assert not broker.partitions[("timed", 0)].log.has_unflushed()
+    assert broker.partitions[("never", 0)].log.has_unflushed()
+    broker.stop()
 
 
 def _keyed(key, value):

@@ -82,7 +82,7 @@ def _unknown_ids(topic):
     }
 
 
-def _read_all(broker, request, first_pass=True, version=0, clock=None):
+def _read_all(broker, request, first_pass=True, version=0, clock=None, memo=None):
     """One pass over the requested partitions; returns (response topics, bytes).
 
     Consumers read below the high watermark. A follower (``replica_id`` >= 0)
@@ -98,7 +98,13 @@ def _read_all(broker, request, first_pass=True, version=0, clock=None):
 
     ``clock``: a follower's fetch session clock (FollowerClock), set to this
     fetch's time after the first pass; partitions it reached update_follower
-    for while caught up count as fetched at each later session fetch."""
+    for while caught up count as fetched at each later session fetch.
+
+    ``memo``: a consumer's fetch session context, told each empty answer
+    a byte limit made (``remember_empty``); when its ``skips``, the
+    request's partitions are the session's entries, and one that remembers
+    an empty answer for a limit at least this one gets it without a read
+    (see pluglog.broker.fetch_sessions, ``remember_empty``)."""
     max_bytes = request.get("max_bytes", 0x7FFFFFFF)
     if max_bytes <= 0:
         max_bytes = 0x7FFFFFFF
@@ -113,6 +119,11 @@ def _read_all(broker, request, first_pass=True, version=0, clock=None):
     # Fetch from followers (KIP-392) is for consumers' v11+ fetches only.
     from_any_replica = replica_id < 0 and version >= 11
     client_rack = request.get("rack_id") or "" if from_any_replica else ""
+    # Not for followers (their reads update the leader's state) nor with a
+    # rack (the replica selector's choice is not a change a session sees).
+    if replica_id >= 0 or client_rack:
+        memo = None
+    skips = memo is not None and memo.skips
     remaining = max_bytes
     total = 0
     topics = []
@@ -127,6 +138,14 @@ def _read_all(broker, request, first_pass=True, version=0, clock=None):
         out = []
         partitions = broker.partitions
         for want in topic["partitions"]:
+            if (
+                skips
+                and total
+                and want["empty_until"] >= max(0, min(want["partition_max_bytes"], remaining))
+            ):
+                # The answer the read below would give again (remember_empty).
+                out.append(want["empty_answer"])
+                continue
             index = want["partition"]
             part = partitions.get((name, index))
             # The usual case, a leader in the requested epoch, tested inline
@@ -215,11 +234,12 @@ def _read_all(broker, request, first_pass=True, version=0, clock=None):
                         earliest = min(offset, plog.log_start_offset)
                     if offset < earliest or offset > plog.log_end_offset:
                         code = OFFSET_OUT_OF_RANGE
-                out.append(
-                    _partition_data(
-                        index, code, part.high_watermark, plog.log_start_offset, lso=lso
-                    )
+                entry = _partition_data(
+                    index, code, part.high_watermark, plog.log_start_offset, lso=lso
                 )
+                out.append(entry)
+                if memo is not None and code == NONE and limit <= 0 and offset != end:
+                    memo.remember_empty(want, part, 0, entry)
                 continue
             try:
                 result = plog.read(
@@ -236,6 +256,13 @@ def _read_all(broker, request, first_pass=True, version=0, clock=None):
                 out.append(_partition_data(index, error_code(exc), part.high_watermark))
                 continue
             size = result.size
+            if not size and total and memo is not None:
+                entry = _partition_data(
+                    index, NONE, part.high_watermark, plog.log_start_offset, b"", lso
+                )
+                memo.remember_empty(want, part, result.needs - 1 if result.needs else limit, entry)
+                out.append(entry)
+                continue
             total += size
             remaining -= size
             if throttle is not None:
@@ -294,19 +321,30 @@ def handle_fetch(ctx, request):
         return {"throttle_time_ms": 0, "error_code": session, "session_id": 0, "responses": []}
     # An incremental fetch reads the partitions of its session that changed.
     request = session.request
-    topics, total = _read_all(broker, request, version=version, clock=session.clock)
+    topics, total = _read_all(
+        broker, request, version=version, clock=session.clock, memo=session.memo
+    )
     min_bytes = request["min_bytes"]
     max_wait = request["max_wait_ms"]
-    # An error, a diverging epoch or a preferred read replica is answered at
-    # once, as Kafka does.
-    has_news = any(
+    if (
+        total >= min_bytes
+        or max_wait <= 0
+        or total > 0
+        and min_bytes <= 1
+        or _has_news(topics)  # last: a walk over every answered partition
+    ):
+        return _response(session, topics, total, broker, ctx)
+    return _LongPoll(broker, session, max_wait, ctx).deferred
+
+
+def _has_news(topics):
+    """An error, a diverging epoch or a preferred read replica: answered at
+    once, as Kafka does."""
+    return any(
         p["error_code"] or p["preferred_read_replica"] >= 0 or p.get("diverging_epoch")
         for t in topics
         for p in t["partitions"]
     )
-    if total >= min_bytes or max_wait <= 0 or has_news or total > 0 and min_bytes <= 1:
-        return _response(session, topics, total, broker, ctx)
-    return _LongPoll(broker, session, max_wait, ctx).deferred
 
 
 class _LongPoll:
@@ -366,7 +404,9 @@ class _LongPoll:
         self._woken = []
 
     def _read(self):
-        return _read_all(self.broker, self.session.reread(), False, self.version)
+        return _read_all(
+            self.broker, self.session.reread(), False, self.version, memo=self.session.memo
+        )
 
     def _wake_session(self):
         if not self.deferred.called:
