@@ -36,6 +36,7 @@ from pluglog.interfaces.storage import (
     IRemoteLogStorage,
     IReplicatedLog,
     IReplicatingStorage,
+    IScheduledFlushStorage,
     ITieredLog,
     ITransactionIndexLog,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "INewLogBatches",
     "ILogDirStorage",
     "ILogStorage",
+    "IScheduledFlushStorage",
     "IOfflineLog",
     "IPartitionLog",
     "IPartitioner",

@@ -363,6 +363,16 @@ class INewLogBatches(ILogStorage):
         KafkaStorageError naming what failed."""
 
 
+class IScheduledFlushStorage(ILogStorage):
+    """A storage that runs the flush scheduler's pass itself, visiting only
+    the logs that can be due (unflushed records and a finite ``flush.ms``)
+    instead of every partition each ``log.flush.scheduler.interval.ms``."""
+
+    def flush_due_logs(now_ms):
+        """Run ``maybe_flush(now_ms)`` on every log that may be due; returns
+        how many flushed."""
+
+
 class IRemoteLogStorage(Interface):
     """The remote tier's object store (KIP-405's RemoteStorageManager).
 
