@@ -120,6 +120,16 @@ class PartitionTransactions:
                 start=start,
             )
 
+    def _first_producers(self, log_end):
+        """The first producer's batch came to a ``_no_producers`` log,
+        stored from ``log_end`` on: the state before it is empty, as a load
+        would find it, without reading the headers before it. Snapshots
+        past ``log_end`` (none should exist) name another history."""
+        self._reset_producers()
+        self._producers_loaded = True
+        self._no_producers = False
+        self._drop_snapshots_after(log_end)
+
     def _apply_loaded_marker(self, header):
         result = self.log.read(header.base_offset, 1 << 16, max_offset=header.base_offset + 1)
         data = result.records
