@@ -17,9 +17,7 @@ def _storage(tmp_path):
     return SegmentLogStorage(str(tmp_path), fsync="interval")
 
 
-def test_only_logs_with_unflushed_records_and_a_finite_flush_ms_are_visited(
-    tmp_path, monkeypatch
-):
+def test_only_logs_with_unflushed_records_and_a_finite_flush_ms_are_visited(tmp_path, monkeypatch):
     store = _storage(tmp_path)
     timed = store.open_log("t", 0, TopicConfig(flush_ms=100))
     default = store.open_log("t", 1, TopicConfig())  # flush.ms: never
