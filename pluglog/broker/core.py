@@ -11,12 +11,12 @@ from twisted.logger import Logger
 
 from pluglog.broker import dynamic_config, limits, topic_ids
 from pluglog.broker.capabilities import StorageChecks
+from pluglog.broker.checkpoint import Checkpointer
 from pluglog.broker.fetch_sessions import FetchSessionCache
 from pluglog.broker.log_dirs import check_log_dirs, report_offline_at_start
 from pluglog.broker.log_moves import LogDirMover
 from pluglog.broker.log_opening import NewLogs
 from pluglog.broker.partition import Partition
-from pluglog.broker.partition_txns import unlink_all
 from pluglog.broker.producer_ids import ProducerIdAllocator
 from pluglog.broker.quotas import ClientQuotas
 from pluglog.broker.quotas import attach as attach_quotas
@@ -87,6 +87,7 @@ class Broker:
         self.partitions = {}
         #: new partitions' logs being opened and synced (CreateTopics waits)
         self.new_logs = NewLogs(self)
+        self.checkpointer = Checkpointer(self)
         self.topic_configs = {}
         #: topic id -> name (KIP-516), kept in step with the coordinator
         self.topic_ids = TopicIds()
@@ -435,27 +436,17 @@ class Broker:
                 plog.maybe_flush(now)
 
     def checkpoint(self):
-        self.storage.flush_all()
-        check_log_dirs(self)  # a checkpoint write may have failed a dir
-        self.replicas.checkpoint_hw()
-        # After the flush: a snapshot never names data that is not on disk.
-        # Not fsynced (pluglog.broker.partition_txns): two fsyncs per active
-        # partition on the event loop each checkpoint cost a minute at 10,000.
-        self._snapshot_producers(sync=False)
+        """Flush every log, checkpoint the HWs and snapshot the producer
+        state; with many logs over several turns (pluglog.broker.checkpoint)."""
+        self.checkpointer.checkpoint()
 
-    def _snapshot_producers(self, sync=True):
-        # The periodic ones unlink the older snapshots in a thread: 10,000
-        # unlinks held the event loop for 8 s per checkpoint
-        # (bench/RESULTS.md, session 12). A clean stop unlinks them itself.
-        threads = not sync and hasattr(self.reactor, "callInThread")
-        retired = [] if threads else None
+    def _snapshot_producers(self):
+        """A clean stop's snapshots: fsynced, the older ones unlinked at once."""
         for part in list(self.partitions.values()):
             try:
-                part.snapshot_producers(sync, retired)
+                part.snapshot_producers()
             except OSError as exc:
                 log.warn("producer snapshot of {p} failed: {e}", p=part.log, e=exc)
-        if retired:
-            self.reactor.callInThread(unlink_all, retired)
 
     def controlled_shutdown(self):
         """Ask the coordinator to move leadership away and take this broker
@@ -470,6 +461,7 @@ class Broker:
     def stop(self):
         if self.txn_coordinator is not None:
             yield self.txn_coordinator.stop()
+        self.checkpointer.stop()
         self._snapshot_producers()
         if self.group_coordinator is not None:
             yield self.group_coordinator.stop()

@@ -37,6 +37,7 @@ from pluglog.interfaces.storage import (
     IReplicatedLog,
     IReplicatingStorage,
     IScheduledFlushStorage,
+    ISlicedFlushStorage,
     ITieredLog,
     ITransactionIndexLog,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "ILogDirStorage",
     "ILogStorage",
     "IScheduledFlushStorage",
+    "ISlicedFlushStorage",
     "IOfflineLog",
     "IPartitionLog",
     "IPartitioner",

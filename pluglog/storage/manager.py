@@ -53,6 +53,7 @@ from pluglog.interfaces import (
     INewLogBatches,
     IReplicatingStorage,
     IScheduledFlushStorage,
+    ISlicedFlushStorage,
 )
 from pluglog.storage.batchsync import NewLogBatchesMixin, close_logs, sync_logs
 from pluglog.storage.checkpoints import (  # noqa: F401 (imported from here too)
@@ -90,6 +91,7 @@ def _has_unflushed(log):
     ILogDirMoves,
     INewLogBatches,
     IScheduledFlushStorage,
+    ISlicedFlushStorage,
 )
 class SegmentLogStorage(
     LogMovesMixin, NewLogBatchesMixin, TruncationCheckpoints, ScheduledFlushes
