@@ -391,10 +391,12 @@ class Partition(PartitionTransactions):
         # next), loaded before the first is stored; a log that never held a
         # producer's batch stays unloaded until one comes, as on a leader:
         # no snapshots then (4.4 s per checkpoint at 10,000, session 14).
-        if not self._producers_loaded and not self._no_producers:
-            self._load_producers()
-        end = self.log.log_end_offset
-        info, headers = self.log.append_replicated(records, now_ms)
+        info = headers = None
+        if records:  # an answer with news of the HW only has none
+            if not self._producers_loaded and not self._no_producers:
+                self._load_producers()
+            end = self.log.log_end_offset
+            info, headers = self.log.append_replicated(records, now_ms)
         if headers:
             epochs = self.epochs
             for header in headers:

@@ -115,3 +115,18 @@ def test_a_followers_first_producer_batch_gives_the_state_a_load_would(tmp_path)
     assert part.last_stable_offset == 2
     part.snapshot_producers(sync=False)
     assert [os.path.basename(p) for p in _snapshots(part)] == [f"{3:020d}.snapshot"]
+
+
+def test_an_answer_without_records_moves_the_hw_and_reads_nothing(tmp_path):
+    storage = SegmentLogStorage(str(tmp_path))
+    part = _follower(storage)
+    part.append_replicated(_batch(0, pid=7, seq=0), leader_hw=0, now_ms=0)
+    # As after a restart: a log with data, its state not loaded yet.
+    again = Partition(part.topic, part.index, part.log, part.config, node_id=2)
+    again.become_follower(1, 3, (1, 2), (1, 2))
+    again.append_replicated(b"", leader_hw=1, now_ms=0)
+    assert again.high_watermark == 1
+    assert not again._producers_loaded  # loaded with the first batch, not before
+    again.append_replicated(_batch(1, pid=7, seq=1), leader_hw=2, now_ms=0)
+    assert again._producers_loaded
+    assert again.producers.check(7, 0, 1, 1) is not None  # seq 1 is a duplicate now
