@@ -84,7 +84,6 @@ def test_epoch_files_are_written_over_turns_and_synced_before_the_recovery_point
     broker, clock, parts = _broker(tmp_path)
     for part in parts:
         part.append(_batch(), broker.now_ms(), acks=1)
-    os.sync()
     seen = []
     _watch_flush(broker, monkeypatch, seen)
     synced = []
@@ -224,9 +223,7 @@ def test_a_checkpoint_due_while_one_runs_is_skipped_and_a_stop_abandons_it(
 
 def test_few_logs_checkpoint_in_the_calling_turn(tmp_path):
     broker, _clock, parts = _broker(tmp_path, partitions=2)
-    for part in parts:
-        part.append(_batch(pid=7, seq=0), broker.now_ms(), acks=1)
-        break
+    parts[0].append(_batch(pid=7, seq=0), broker.now_ms(), acks=1)
     broker.checkpoint()
     assert not broker.checkpointer.running
     assert parts[0].log.recovery_point == 1
