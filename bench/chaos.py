@@ -50,7 +50,16 @@ def main():
         "--no-zk-faults", action="store_true", help="broker kills only, no ZooKeeper faults"
     )
     parser.add_argument("--idempotent", action="store_true", help="an idempotent producer")
+    parser.add_argument(
+        "--checkpoint-ms",
+        type=int,
+        default=None,
+        help="log.flush.offset.checkpoint.interval.ms (kills around checkpoints)",
+    )
     args = parser.parse_args()
+    settings = {}
+    if args.checkpoint_ms is not None:
+        settings["log.flush.offset.checkpoint.interval.ms"] = str(args.checkpoint_ms)
     session_s = int(FAST_SETTINGS["zookeeper.session.timeout.ms"]) / 1000.0
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pluglog-chaos-") as tmp:
@@ -59,7 +68,7 @@ def main():
             zk = ZooKeeperEnsemble(root / "zk").start()
         else:
             zk = ZooKeeperProcess(root / "zk").start()
-        cluster = Cluster(root, zk.connect_string("/chaos")).start()
+        cluster = Cluster(root, zk.connect_string("/chaos"), settings=settings).start()
         try:
             figures = run_chaos(
                 cluster,

@@ -2,7 +2,11 @@
 on the same data dir, repeat; then read everything back and check that every
 acknowledged record is there with its offset and value.
 
-    python3 bench/kill_loop.py [--rounds 20] [--partitions 4]
+    python3 bench/kill_loop.py [--rounds 20] [--partitions 4] [--checkpoint-ms MS]
+
+``--checkpoint-ms`` sets log.flush.offset.checkpoint.interval.ms, so kills
+land around checkpoints (with >= 100 partitions, spread over reactor
+turns: pluglog.broker.checkpoint).
 
 Prints one line per round and a summary (rounds, acked, lost, restart times).
 """
@@ -90,11 +94,15 @@ def main():
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--checkpoint-ms", type=int, default=None)
     args = parser.parse_args()
+    settings = {}
+    if args.checkpoint_ms is not None:
+        settings["log.flush.offset.checkpoint.interval.ms"] = str(args.checkpoint_ms)
     rng = random.Random(args.seed)
     topic = "kill-loop"
     with tempfile.TemporaryDirectory(prefix="pluglog-kill-loop-") as tmp:
-        broker = BrokerProcess(os.path.join(tmp, "data"), port=free_port())
+        broker = BrokerProcess(os.path.join(tmp, "data"), port=free_port(), settings=settings)
         broker.start()
         create_topic(broker.bootstrap, topic, partitions=args.partitions)
         acked, restarts = {}, []

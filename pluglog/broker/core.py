@@ -11,12 +11,12 @@ from twisted.logger import Logger
 
 from pluglog.broker import dynamic_config, limits, topic_ids
 from pluglog.broker.capabilities import StorageChecks
+from pluglog.broker.checkpoint import Checkpointer
 from pluglog.broker.fetch_sessions import FetchSessionCache
 from pluglog.broker.log_dirs import check_log_dirs, report_offline_at_start
 from pluglog.broker.log_moves import LogDirMover
 from pluglog.broker.log_opening import NewLogs
 from pluglog.broker.partition import Partition
-from pluglog.broker.partition_txns import unlink_all
 from pluglog.broker.producer_ids import ProducerIdAllocator
 from pluglog.broker.quotas import ClientQuotas
 from pluglog.broker.quotas import attach as attach_quotas
@@ -35,7 +35,7 @@ from pluglog.errors import (
     PluginError,
     UnknownTopicOrPartitionError,
 )
-from pluglog.interfaces import IDirectoryLog, IFlushableLog, IOfflineLog
+from pluglog.interfaces import IDirectoryLog, IFlushableLog, IOfflineLog, IScheduledFlushStorage
 from pluglog.serialization.validation import schema_check_for
 from pluglog.storage.offline import OfflineLog
 
@@ -88,6 +88,7 @@ class Broker:
         self.partitions = {}
         #: new partitions' logs being opened and synced (CreateTopics waits)
         self.new_logs = NewLogs(self)
+        self.checkpointer = Checkpointer(self)
         self.topic_configs = {}
         #: topic id -> name (KIP-516), kept in step with the coordinator
         self.topic_ids = TopicIds()
@@ -428,12 +429,15 @@ class Broker:
         check_log_dirs(self)
         if self.config.fsync != "interval":
             return
-        # Once a second over every partition: the clock is read once, not
-        # per log (6 % of a 10,000-partition follower's event loop). A log
-        # whose flush.ms is the default (never) is never due by time
-        # (flush.messages flushes in the append), so it is not asked: the
-        # walk cost 18 ms a second at 10,000 partitions (bench/RESULTS.md).
+        # Once a second: the clock is read once, not per log (6 % of a
+        # 10,000-partition follower's event loop), and a storage that keeps
+        # the logs that can be due visits only those (session 14). Other
+        # storages are walked, skipping logs whose flush.ms is the default
+        # (never due by time; flush.messages flushes in the append).
         now = self.now_ms()
+        if IScheduledFlushStorage.providedBy(self.storage):
+            self.storage.flush_due_logs(now)
+            return
         for part in list(self.partitions.values()):
             if part.config.flush_ms >= INT64_MAX:
                 continue
@@ -442,27 +446,17 @@ class Broker:
                 plog.maybe_flush(now)
 
     def checkpoint(self):
-        self.storage.flush_all()
-        check_log_dirs(self)  # a checkpoint write may have failed a dir
-        self.replicas.checkpoint_hw()
-        # After the flush: a snapshot never names data that is not on disk.
-        # Not fsynced (pluglog.broker.partition_txns): two fsyncs per active
-        # partition on the event loop each checkpoint cost a minute at 10,000.
-        self._snapshot_producers(sync=False)
+        """Flush every log, checkpoint the HWs and snapshot the producer
+        state; with many logs over several turns (pluglog.broker.checkpoint)."""
+        self.checkpointer.checkpoint()
 
-    def _snapshot_producers(self, sync=True):
-        # The periodic ones unlink the older snapshots in a thread: 10,000
-        # unlinks held the event loop for 8 s per checkpoint
-        # (bench/RESULTS.md, session 12). A clean stop unlinks them itself.
-        threads = not sync and hasattr(self.reactor, "callInThread")
-        retired = [] if threads else None
+    def _snapshot_producers(self):
+        """A clean stop's snapshots: fsynced, the older ones unlinked at once."""
         for part in list(self.partitions.values()):
             try:
-                part.snapshot_producers(sync, retired)
+                part.snapshot_producers()
             except OSError as exc:
                 log.warn("producer snapshot of {p} failed: {e}", p=part.log, e=exc)
-        if retired:
-            self.reactor.callInThread(unlink_all, retired)
 
     def controlled_shutdown(self):
         """Ask the coordinator to move leadership away and take this broker
@@ -477,6 +471,7 @@ class Broker:
     def stop(self):
         if self.txn_coordinator is not None:
             yield self.txn_coordinator.stop()
+        self.checkpointer.stop()
         self._snapshot_producers()
         if self.group_coordinator is not None:
             yield self.group_coordinator.stop()

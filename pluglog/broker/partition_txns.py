@@ -77,7 +77,12 @@ class PartitionTransactions:
     #: full header scan each, then 10,000 fsynced snapshots).
     _no_producers = False
 
+    #: bumped whenever the producer state is dropped (a truncation, a
+    #: restart at the leader's log start): a snapshot taken before is stale
+    _generation = 0
+
     def _reset_producers(self):
+        self._generation += 1
         self._snapshot_offset = -1
         self.producers = ProducerStateTable()
         self.txns = PartitionTxns()
@@ -119,6 +124,16 @@ class PartitionTransactions:
                 n=len(producers),
                 start=start,
             )
+
+    def _first_producers(self, log_end):
+        """The first producer's batch came to a ``_no_producers`` log,
+        stored from ``log_end`` on: the state before it is empty, as a load
+        would find it, without reading the headers before it. Snapshots
+        past ``log_end`` (none should exist) name another history."""
+        self._reset_producers()
+        self._producers_loaded = True
+        self._no_producers = False
+        self._drop_snapshots_after(log_end)
 
     def _apply_loaded_marker(self, header):
         result = self.log.read(header.base_offset, 1 << 16, max_offset=header.base_offset + 1)
@@ -190,15 +205,25 @@ class PartitionTransactions:
         no fsync (the module docstring says why that is safe). ``retired``: a
         list the paths of older snapshots go to for the caller to unlink
         (off the event loop), instead of unlinking them here."""
+        captured = self.capture_snapshot()
+        if captured is not None:
+            self.write_snapshot(captured, sync, retired)
+
+    def capture_snapshot(self):
+        """The producer state as of the log end, to write now or in a later
+        reactor turn with :meth:`write_snapshot` (the broker's checkpoint
+        takes every partition's in the turn of its flush, so none names data
+        the flush did not sync, and writes them over the turns after); None
+        when there is nothing new to write."""
         directory = self._snapshot_dir()
         if directory is None or not self._producers_loaded or self.log_offline:
-            return
-        offset = self.log.log_end_offset
+            return None
+        plog = self.log
+        offset = plog.log_end_offset
         if offset == self._snapshot_offset:
-            return  # nothing appended since the last one: no directory listing
-        files = _snapshot_files(directory)
+            return None  # nothing appended since the last one: no directory listing
         txns = self.txns
-        txns.drop_before(self.log.log_start_offset)
+        txns.drop_before(plog.log_start_offset)
         snap = {
             "version": SNAPSHOT_VERSION,
             "offset": offset,
@@ -207,17 +232,33 @@ class PartitionTransactions:
             "completed": txns.completed,
             # A log with its own index (.txnindex) keeps these itself.
             "aborted": []
-            if ITransactionIndexLog.providedBy(self.log)
+            if ITransactionIndexLog.providedBy(plog)
             else [list(entry) for entry in txns.aborted],
         }
+        data = json.dumps(snap, separators=(",", ":")).encode("utf-8")
+        return plog, self._generation, directory, offset, data
+
+    def write_snapshot(self, captured, sync=True, retired=None):
+        """Write a :meth:`capture_snapshot` (``sync``, ``retired``: as for
+        :meth:`snapshot_producers`); skipped, returning False, when the
+        state it took may no longer hold: the log was truncated, reset,
+        replaced (a log dir move or failure) or went offline since. OSError
+        as the write raises it."""
+        plog, generation, directory, offset, data = captured
+        if plog is not self.log or generation != self._generation or self.log_offline:
+            return False
+        if plog.closed or offset <= self._snapshot_offset:
+            return False
+        files = _snapshot_files(directory)
         path = os.path.join(directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
-        atomic_write(path, json.dumps(snap, separators=(",", ":")).encode("utf-8"), sync)
+        atomic_write(path, data, sync)
         self._snapshot_offset = offset
-        old = [path for _offset, path in files[: max(0, len(files) + 1 - _KEEP_SNAPSHOTS)]]
+        old = [p for o, p in files[: max(0, len(files) + 1 - _KEEP_SNAPSHOTS)] if o != offset]
         if retired is None:
             unlink_all(old)
         else:
             retired.extend(old)
+        return True
 
     # -- queries ----------------------------------------------------------------
 

@@ -36,6 +36,8 @@ from pluglog.interfaces.storage import (
     IRemoteLogStorage,
     IReplicatedLog,
     IReplicatingStorage,
+    IScheduledFlushStorage,
+    ISlicedFlushStorage,
     ITieredLog,
     ITransactionIndexLog,
 )
@@ -53,6 +55,8 @@ __all__ = [
     "INewLogBatches",
     "ILogDirStorage",
     "ILogStorage",
+    "IScheduledFlushStorage",
+    "ISlicedFlushStorage",
     "IOfflineLog",
     "IPartitionLog",
     "IPartitioner",

@@ -363,6 +363,32 @@ class INewLogBatches(ILogStorage):
         KafkaStorageError naming what failed."""
 
 
+class IScheduledFlushStorage(ILogStorage):
+    """A storage that runs the flush scheduler's pass itself, visiting only
+    the logs that can be due (unflushed records and a finite ``flush.ms``)
+    instead of every partition each ``log.flush.scheduler.interval.ms``."""
+
+    def flush_due_logs(now_ms):
+        """Run ``maybe_flush(now_ms)`` on every log that may be due; returns
+        how many flushed."""
+
+
+class ISlicedFlushStorage(ILogStorage):
+    """A storage whose checkpoint flush (``flush_all``) can be prepared over
+    several reactor turns: the broker's checkpoint (pluglog.broker.checkpoint)
+    runs the preparation a few milliseconds per turn, then ``flush_all``."""
+
+    closed = Attribute("True once ``close`` ran (a running preparation stops)")
+
+    def flush_preparation(min_logs):
+        """None when fewer than ``min_logs`` logs have anything to flush;
+        else an iterator whose every step writes one log's part of the next
+        flush without syncing (index entries, leader-epoch files), for the
+        caller to run on the reactor between other work. ``flush_all`` then
+        syncs it (it stays correct whatever ran in between: appends,
+        truncations, deletions, flushes)."""
+
+
 class IRemoteLogStorage(Interface):
     """The remote tier's object store (KIP-405's RemoteStorageManager).
 

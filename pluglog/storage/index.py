@@ -90,12 +90,18 @@ class _IndexFile:
         return self._fd
 
     def create(self):
-        """Make sure the file exists (empty for a new segment). The descriptor
-        is not kept: a segment holds descriptors only while it is in use
-        (their budget is storage/openfiles.py's)."""
-        if self._fd is None:
-            fds = self.fds
-            fds.close(fds.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
+        """Make sure the file exists (empty for a new segment); returns
+        whether it is empty (then loading it would read nothing). The
+        descriptor is not kept: a segment holds descriptors only while it is
+        in use (their budget is storage/openfiles.py's)."""
+        if self._fd is not None:
+            return False
+        fds = self.fds
+        fd = fds.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            return os.fstat(fd).st_size == 0
+        finally:
+            fds.close(fd)
 
     def _read_file(self):
         # Through the segment's budget, as every segment file descriptor.

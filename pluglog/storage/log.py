@@ -81,6 +81,10 @@ class BasePartitionLog:
         #: called with this log after a truncation (the storage checkpoints
         #: a recovery point that fell below the one on disk)
         self.on_truncation = None
+        #: called with this log when it gets unflushed records after none,
+        #: or a new config while it has some (the storage's flush scheduler
+        #: then visits it: :meth:`pluglog.storage.manager.SegmentLogStorage.flush_due_logs`)
+        self.on_unflushed = None
         self._unflushed_records = 0
         self._last_flush_ms = None
         self._dirty = []
@@ -109,6 +113,8 @@ class BasePartitionLog:
         """Use a changed TopicConfig from the next append on (segment and
         flush settings, max.message.bytes, timestamp type)."""
         self.config = config
+        if self._unflushed_records and self.on_unflushed is not None:
+            self.on_unflushed(self)  # flush.ms may have become finite
 
     def _set_segments(self, segments):
         self.segments = segments
@@ -174,6 +180,8 @@ class BasePartitionLog:
         dirty = self._dirty
         if not dirty or dirty[-1] is not segment:
             dirty.append(segment)
+        if not self._unflushed_records and self.on_unflushed is not None:
+            self.on_unflushed(self)
         self._unflushed_records += records
         if flush_due:
             self.flush()

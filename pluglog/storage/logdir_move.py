@@ -339,6 +339,7 @@ class LogMovesMixin:
             open_segments=self.open_segments,
         )
         moved.on_truncation = self._truncated
+        moved.on_unflushed = self._log_unflushed
         self._logs[key] = moved
         self._dir_of[key] = destination
         self._retire(log, retired)

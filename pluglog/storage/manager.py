@@ -52,6 +52,8 @@ from pluglog.interfaces import (
     ILogDirMoves,
     INewLogBatches,
     IReplicatingStorage,
+    IScheduledFlushStorage,
+    ISlicedFlushStorage,
 )
 from pluglog.storage.batchsync import NewLogBatchesMixin, close_logs, sync_logs
 from pluglog.storage.checkpoints import (  # noqa: F401 (imported from here too)
@@ -73,6 +75,7 @@ from pluglog.storage.filenames import (
 from pluglog.storage.log import FSYNC_INTERVAL
 from pluglog.storage.logdir_move import LogMovesMixin, parse_future_name, resolve_futures
 from pluglog.storage.openfiles import OpenSegments
+from pluglog.storage.scheduled_flush import ScheduledFlushes
 from pluglog.storage.segment_log import SegmentPartitionLog
 
 _log = Logger()
@@ -82,8 +85,17 @@ def _has_unflushed(log):
     return log.has_unflushed()
 
 
-@implementer(ICompactingStorage, IReplicatingStorage, ILogDirMoves, INewLogBatches)
-class SegmentLogStorage(LogMovesMixin, NewLogBatchesMixin, TruncationCheckpoints):
+@implementer(
+    ICompactingStorage,
+    IReplicatingStorage,
+    ILogDirMoves,
+    INewLogBatches,
+    IScheduledFlushStorage,
+    ISlicedFlushStorage,
+)
+class SegmentLogStorage(
+    LogMovesMixin, NewLogBatchesMixin, TruncationCheckpoints, ScheduledFlushes
+):
     """ILogStorage over segment files in one or more log dirs."""
 
     log_class = SegmentPartitionLog
@@ -129,6 +141,8 @@ class SegmentLogStorage(LogMovesMixin, NewLogBatchesMixin, TruncationCheckpoints
         #: (topic, partition) -> the recovery point the checkpoint file holds
         self._checkpointed = {}
         self._truncation_call = None
+        #: logs that may become due for a time-based flush (flush_due_logs)
+        self._flush_candidates = {}
         #: (topic, partition) -> the log dir chosen for a log prepared in a
         #: thread (plan_new_logs) and not opened yet
         self._planned = {}
@@ -219,6 +233,7 @@ class SegmentLogStorage(LogMovesMixin, NewLogBatchesMixin, TruncationCheckpoints
                 defer_sync=True,
             )
             self._logs[key].on_truncation = self._truncated
+            self._logs[key].on_unflushed = self._log_unflushed
         except (KafkaStorageError, OSError) as exc:
             # One unreadable partition must not stop the broker: it stays
             # offline (open_log refuses it) and the others are served.
@@ -334,10 +349,11 @@ class SegmentLogStorage(LogMovesMixin, NewLogBatchesMixin, TruncationCheckpoints
                 open_segments=self.open_segments,
             )
             log.on_truncation = self._truncated
+            log.on_unflushed = self._log_unflushed
             self._logs[(topic, partition)] = log
             self._dir_of[(topic, partition)] = directory
         else:
-            log.config = config
+            log.update_config(config)
         return log
 
     def get_log(self, topic, partition):
@@ -413,11 +429,6 @@ class SegmentLogStorage(LogMovesMixin, NewLogBatchesMixin, TruncationCheckpoints
                 if len(self.data_dirs) == 1:
                     raise  # the only dir: nothing left to serve from
                 self.mark_dir_failed(directory, str(exc))
-
-    def maybe_flush_all(self, now_ms):
-        """Run each log's time-based flush (the broker's flush scheduler)."""
-        flushed = [log.maybe_flush(now_ms) for log in self._logs.values()]
-        return sum(flushed)
 
     def flush_all(self):
         """Flush every log, then write the recovery-point checkpoints.

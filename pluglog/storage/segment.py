@@ -123,9 +123,13 @@ class LogSegment(SegmentReads):
         self.deleted = False
         if self.size == 0:
             # Create both index files now so that a missing one on reopen
-            # really means damage (and triggers a rebuild).
-            self.index.create()
-            self.time_index.create()
+            # really means damage (and triggers a rebuild). Found empty, as
+            # the empty log's, they are loaded as they are: a new partition's
+            # first append then opens and reads neither (30,000 opens when a
+            # follower's 10,000 new partitions got their first data,
+            # bench/RESULTS.md, session 14).
+            empty = self.index.create()
+            self._indexes_loaded = self.time_index.create() and empty
 
     def _file(self):
         """The .log descriptor, reopened if the LRU closed it; marks this

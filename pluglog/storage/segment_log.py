@@ -119,12 +119,14 @@ class SegmentPartitionLog(BasePartitionLog):
         self.leader_epochs = epochs
 
     def sync_side_files(self):
-        """Save and fsync the leader-epoch checkpoint if it changed: before a
+        """Save and fsync the leader-epoch checkpoint if it changed, or was
+        written without a sync (a checkpoint's preparation): before a
         recovery point of this log is checkpointed without a flush first (a
         flush at append time runs before the partition assigns the epochs of
         the batches it wrote). OSError as the checkpoint writes raise it."""
-        if self.leader_epochs.unsaved:
+        if self.leader_epochs.unsaved or self._epochs_unsynced:
             self.leader_epochs.save(sync=True)
+            self._epochs_unsynced = False
 
     def _side_files_unsaved(self):
         return self.leader_epochs.unsaved or self._epochs_unsynced

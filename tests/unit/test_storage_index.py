@@ -384,3 +384,37 @@ def test_failed_page_write_does_not_fail_the_append(tmp_path, monkeypatch):
     assert log.recovery_point == log.log_end_offset
     assert on_disk(segment.index) == in_memory(segment.index)
     log.close()
+
+
+def test_a_new_segments_first_append_reads_no_index_file(tmp_path, monkeypatch):
+    # Its index files were created empty with the empty log: nothing to load.
+    log = open_log(tmp_path)
+    reads = []
+    real = index_module._IndexFile._read_file
+    monkeypatch.setattr(
+        index_module._IndexFile,
+        "_read_file",
+        lambda self: (reads.append(self.path), real(self))[1],
+    )
+    fill(log, 3)
+    assert reads == []
+    assert in_memory(log.active_segment.index)[0] == [2, 4]
+    log.close()
+    reopened = open_log(tmp_path)
+    reopened.read(0, 1 << 20)
+    assert in_memory(reopened.active_segment.index)[0] == [2, 4]
+
+
+def test_stale_entries_in_an_empty_logs_index_are_not_taken_as_loaded(tmp_path):
+    # An empty .log whose index file is not empty (what a crash may leave)
+    # is loaded and checked as before, not assumed empty.
+    log = open_log(tmp_path)
+    path = log.active_segment.index.path
+    log.close()
+    with open(path, "wb") as handle:
+        handle.write(OFFSET_ENTRY.pack(5, 900))
+    reopened = open_log(tmp_path)
+    assert not reopened.active_segment._indexes_loaded
+    fill(reopened, 3)  # the bad entry (past the log's end) is dropped by a rebuild
+    assert in_memory(reopened.active_segment.index)[0] == [2, 4]
+    assert reopened.read(2, 1 << 20).first_offset == 2

@@ -1,0 +1,144 @@
+"""The broker's periodic checkpoint, its file writes spread over reactor turns.
+
+Every ``log.flush.offset.checkpoint.interval.ms`` the storage's logs are
+flushed (each log dir synced once, then the recovery points move and the
+checkpoint files are written), the high watermarks are checkpointed and
+each partition's producer state is snapshotted. At 10,000 partitions that
+was one turn of several seconds (the 10,000 leader-epoch files after a
+leadership change, 10,000 producer snapshots: 9.3 s of a follower's event
+loop, bench/RESULTS.md, session 14), during which nothing was served or
+replicated. Writing those files from a thread was slower still: each system
+call trades the GIL with the busy loop (session 13). Here, when at least
+:data:`SLICED_MIN_LOGS` logs have something to flush or partitions a
+snapshot to write, the work runs a few milliseconds per turn
+(:data:`SLICE_SECONDS`, then ``callLater(0)``), in three parts:
+
+1. the storage's flush preparation
+   (:class:`~pluglog.interfaces.ISlicedFlushStorage`), one log per step:
+   its index entries and leader-epoch file written without syncs;
+2. in one turn, as before: ``flush_all`` (which writes what changed since
+   and syncs every log dir before it moves a recovery point), the log-dir
+   probe, the HW checkpoint, and each partition's producer state taken
+   (:meth:`~pluglog.broker.partition_txns.PartitionTransactions.capture_snapshot`)
+   as of the log end just synced, so no snapshot names unsynced data;
+3. the snapshots written, one per step, each skipped if its partition was
+   truncated, reset, deleted or taken offline since; the older snapshots
+   are unlinked in a thread at the end.
+
+Durability is unchanged: nothing moves a recovery point before the sync
+that covers it. One checkpoint at a time (one due while another runs is
+skipped); :meth:`Checkpointer.stop` abandons a running one before a clean
+stop, which flushes and snapshots everything itself. With few logs (tests,
+small brokers) or a reactor without ``callLater``, all of it runs in the
+calling turn, as before.
+"""
+
+import time
+
+from twisted.logger import Logger
+
+from pluglog.broker.log_dirs import check_log_dirs
+from pluglog.broker.partition_txns import unlink_all
+from pluglog.interfaces import ISlicedFlushStorage
+
+log = Logger()
+
+#: at least this many logs to flush (or snapshots to write) for the
+#: checkpoint to spread its work over turns
+SLICED_MIN_LOGS = 100
+#: the work done per reactor turn when spread
+SLICE_SECONDS = 0.005
+
+
+class Checkpointer:
+    """Runs the broker's checkpoints, one at a time."""
+
+    def __init__(self, broker):
+        self.broker = broker
+        #: the running checkpoint's steps, or None
+        self._steps = None
+        self._sliced = False
+        self._call = None
+
+    @property
+    def running(self):
+        return self._steps is not None
+
+    def checkpoint(self):
+        """Start a checkpoint (skipped while one runs); it may finish in a
+        later reactor turn."""
+        if self._steps is not None:
+            return
+        broker = self.broker
+        storage = broker.storage
+        can_slice = hasattr(broker.reactor, "callLater")
+        prepare = None
+        if can_slice and ISlicedFlushStorage.providedBy(storage):
+            prepare = storage.flush_preparation(SLICED_MIN_LOGS)
+        self._sliced = prepare is not None
+        self._steps = self._run(prepare, can_slice)
+        self._step()
+
+    def _run(self, prepare, can_slice):
+        broker = self.broker
+        if prepare is not None:
+            yield from prepare
+            if broker.storage.closed:
+                return  # stopped meanwhile: the close flushed everything
+        try:
+            broker.storage.flush_all()
+        finally:
+            check_log_dirs(broker)  # a checkpoint write may have failed a dir
+        broker.replicas.checkpoint_hw()
+        captured = []
+        for part in list(broker.partitions.values()):
+            snap = part.capture_snapshot()
+            if snap is not None:
+                captured.append((part, snap))
+        if can_slice and len(captured) >= SLICED_MIN_LOGS:
+            self._sliced = True
+        # Not fsynced (pluglog.broker.partition_txns): two fsyncs per active
+        # partition each checkpoint cost a minute at 10,000. The older
+        # snapshots are unlinked in a thread (10,000 unlinks held the loop
+        # for 8 s, session 12).
+        threads = hasattr(broker.reactor, "callInThread")
+        retired = []
+        for part, snap in captured:
+            try:
+                part.write_snapshot(snap, sync=False, retired=retired)
+            except OSError as exc:
+                log.warn("producer snapshot of {p} failed: {e}", p=part.log, e=exc)
+            yield
+        if retired:
+            if threads:
+                broker.reactor.callInThread(unlink_all, retired)
+            else:
+                unlink_all(retired)
+
+    def _step(self):
+        self._call = None
+        steps = self._steps
+        if steps is None:
+            return
+        deadline = time.perf_counter() + SLICE_SECONDS if self._sliced else None
+        try:
+            for _ in steps:
+                if deadline is not None and time.perf_counter() >= deadline:
+                    self._call = self.broker.reactor.callLater(0, self._step)
+                    return
+                if deadline is None and self._sliced:
+                    deadline = time.perf_counter() + SLICE_SECONDS
+        except Exception:
+            self._steps = None
+            log.failure("checkpoint failed")
+            return
+        self._steps = None
+
+    def stop(self):
+        """Abandon a running checkpoint (a clean stop flushes everything)."""
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+        self._call = None
+        if self._steps is not None:
+            self._steps.close()
+            self._steps = None
