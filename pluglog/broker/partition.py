@@ -29,7 +29,7 @@ import itertools
 from twisted.internet import defer
 
 from pluglog.broker.partition_txns import PartitionTransactions
-from pluglog.broker.producer_state import ProducerStateTable, producer_fields
+from pluglog.broker.producer_state import DuplicateAppend, ProducerStateTable, producer_fields
 from pluglog.broker.remote_replica import RemoteReplica
 from pluglog.broker.txn_state import PartitionTxns
 from pluglog.broker.validation import validate_records
@@ -52,18 +52,6 @@ from pluglog.storage.records import validate_batches
 
 _HEADER_SIZE = 61
 _seq = itertools.count()
-
-
-class DuplicateAppend:
-    """The answer for a retried idempotent batch that is already stored."""
-
-    __slots__ = ("first_offset", "last_offset", "log_append_time", "log_start_offset")
-
-    def __init__(self, first_offset, last_offset, log_append_time, log_start_offset):
-        self.first_offset = first_offset
-        self.last_offset = last_offset
-        self.log_append_time = log_append_time
-        self.log_start_offset = log_start_offset
 
 
 class Partition(PartitionTransactions):

@@ -139,3 +139,15 @@ class ProducerStateTable:
                     h.base_offset + h.last_offset_delta,
                     -1,
                 )
+
+
+class DuplicateAppend:
+    """The answer for a retried idempotent batch that is already stored."""
+
+    __slots__ = ("first_offset", "last_offset", "log_append_time", "log_start_offset")
+
+    def __init__(self, first_offset, last_offset, log_append_time, log_start_offset):
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.log_append_time = log_append_time
+        self.log_start_offset = log_start_offset

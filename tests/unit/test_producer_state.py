@@ -59,7 +59,8 @@ def test_non_idempotent_batches_pass():
 def test_partition_rebuilds_state_from_the_log_after_a_restart(tmp_path):
     from twisted.internet.task import Clock
 
-    from pluglog.broker.partition import DuplicateAppend, Partition
+    from pluglog.broker.partition import Partition
+    from pluglog.broker.producer_state import DuplicateAppend
     from pluglog.config import TopicConfig
     from pluglog.protocol.records import Record, build_batch
     from pluglog.storage import SegmentLogStorage
