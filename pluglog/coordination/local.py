@@ -260,7 +260,10 @@ class LocalCoordinator:
     def list_reassignments(self):
         return {}
 
-    def create_partitions(self, name, total_count, validate_only=False, assignments=None):
+    def create_partitions(
+        self, name, total_count, validate_only=False, assignments=None, timeout=None
+    ):
+        # (``timeout``: each new partition has its leader, this broker, as made.)
         meta = self._topics.get(name)
         if meta is None:
             return defer.fail(UnknownTopicOrPartitionError(f"no topic {name!r}"))

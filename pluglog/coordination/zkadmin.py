@@ -232,7 +232,9 @@ class AdminMixin:
         d.addCallback(lambda _: meta)
         return d
 
-    def create_partitions(self, name, total_count, validate_only=False, assignments=None):
+    def create_partitions(
+        self, name, total_count, validate_only=False, assignments=None, timeout=None
+    ):
         meta = self._topics.get(name)
         if meta is None:
             return defer.fail(UnknownTopicOrPartitionError(f"no topic {name!r}"))
@@ -260,11 +262,13 @@ class AdminMixin:
             return added
 
         def planned(added):
-            return meta if validate_only else self._add_partitions(name, meta, total_count, added)
+            if validate_only:
+                return meta
+            return self._add_partitions(name, meta, total_count, added, timeout)
 
         return self._planned(plan).addCallback(planned)
 
-    def _add_partitions(self, name, meta, total_count, added):
+    def _add_partitions(self, name, meta, total_count, added, timeout=None):
         def write():
             raw, stat = self.client.get(z.topic_path(name))
             current, topic_id, internal, adding, removing = z.topic_from_json(z.loads(raw))
@@ -280,7 +284,9 @@ class AdminMixin:
         d = self._submit_write(write)
         # Only the new partitions: an existing one without a leader (its
         # brokers down) is no reason to hold the answer.
-        d.addCallback(lambda _: self._wait_states(name, range(meta.num_partitions, total_count)))
+        d.addCallback(
+            lambda _: self._wait_states(name, range(meta.num_partitions, total_count), timeout)
+        )
         d.addCallback(lambda _: self._topics[name])
         return d
 

@@ -131,10 +131,13 @@ class ICoordinator(Interface):
     def delete_topic(name):
         """Delete a topic; returns a Deferred."""
 
-    def create_partitions(name, total_count, validate_only=False, assignments=None):
+    def create_partitions(name, total_count, validate_only=False, assignments=None, timeout=None):
         """Grow a topic to ``total_count`` partitions; returns a Deferred.
         ``validate_only`` checks without growing; ``assignments`` (a list of
-        broker-id lists, one per new partition) replaces the computed one."""
+        broker-id lists, one per new partition) replaces the computed one;
+        ``timeout`` (seconds, a CreatePartitions' own) bounds the wait for the
+        new partitions' leaders, past which it fails with RequestTimedOutError
+        (the partitions stay), as for :meth:`create_topic`."""
 
     def alter_topic_config(name, configs):
         """Replace the topic's overridden configs; returns a Deferred."""

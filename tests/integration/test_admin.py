@@ -289,6 +289,32 @@ def test_create_topics_timeout_ms_0_creates_and_answers_request_timed_out(shared
     assert "adm-nowait-ck" in admin.list_topics(timeout=10).topics
 
 
+def test_create_partitions_timeout_ms_0_grows_and_answers_request_timed_out(shared_broker, admin):
+    """As CreateTopics: timeout_ms <= 0 waits for no leader, and each topic
+    grown answers REQUEST_TIMED_OUT, which librdkafka hides from an
+    application that asked for no wait."""
+    from pluglog import protocol as codec
+    from pluglog.client.blocking import BlockingClient
+
+    def grow(name, count, timeout_ms, validate_only=False):
+        body = {
+            "topics": [{"name": name, "count": count, "assignments": None}],
+            "timeout_ms": timeout_ms,
+            "validate_only": validate_only,
+        }
+        with BlockingClient("127.0.0.1", shared_broker.port) as client:
+            (result,) = client.request(codec.CREATE_PARTITIONS, 1, body)["results"]
+        return result["name"], result["error_code"]
+
+    _wait(admin.create_topics([NewTopic("adm-grow0", 1, 1)]))
+    assert grow("adm-grow0", 2, 0, validate_only=True) == ("adm-grow0", 0)
+    assert grow("adm-grow0", 2, 0) == ("adm-grow0", 7)
+    assert grow("adm-grow0", 3, 5000) == ("adm-grow0", 0)
+    assert len(admin.list_topics(timeout=10).topics["adm-grow0"].partitions) == 3
+    _wait(admin.create_partitions([NewPartitions("adm-grow0", 4)], operation_timeout=0))
+    assert len(admin.list_topics(timeout=10).topics["adm-grow0"].partitions) == 4
+
+
 def test_min_insync_replicas_refuses_acks_all(shared_broker, admin):
     from pluglog import protocol as codec
     from pluglog.client.blocking import BlockingClient

@@ -123,9 +123,9 @@ def test_usage_errors_on_the_command_line(tmp_path):
 
 
 def test_create_topics_past_its_timeout_answers_request_timed_out(tmp_path, zk, zk_connect):
-    """Kafka's DelayedCreatePartitions: CreateTopics answers once the new
-    partitions have leaders, or at its timeout_ms with REQUEST_TIMED_OUT for
-    a topic still without them (created all the same). The controller's
+    """Kafka's DelayedCreatePartitions: CreateTopics (and CreatePartitions)
+    answers once the new partitions have leaders, or at its timeout_ms with
+    REQUEST_TIMED_OUT for a topic still without them (created all the same). The controller's
     broker is frozen (SIGSTOP), so no leader can come before the timeout."""
     from kafka.admin import KafkaAdminClient
 
@@ -144,8 +144,20 @@ def test_create_topics_past_its_timeout_answers_request_timed_out(tmp_path, zk, 
         admin.describe_cluster()  # metadata in hand before the freeze
         # Any pluglog broker takes CreateTopics: send it to the one not frozen.
         admin._controller_id = other
+        grown = admin.create_topics(
+            {"grown": {"num_partitions": 1, "replication_factor": 1}},
+            timeout_ms=30000,
+            raise_errors=False,
+        )
+        assert [(t["name"], t["error_code"]) for t in grown["topics"]] == [("grown", 0)]
         freeze(brokers[controller])
         try:
+            # CreatePartitions takes the same wait (Kafka's createPartitions).
+            more = admin.create_partitions({"grown": 3}, timeout_ms=1500, raise_errors=False)
+            (result,) = more.results
+            assert (result.name, result.error_code) == ("grown", 7)
+            assert "2 of its partitions had no leader" in result.error_message
+            assert not zk.exists("/brokers/topics/grown/partitions/2/state")
             late = admin.create_topics(
                 {"late": {"num_partitions": 2, "replication_factor": 1}},
                 timeout_ms=1500,
@@ -165,8 +177,8 @@ def test_create_topics_past_its_timeout_answers_request_timed_out(tmp_path, zk, 
             raise_errors=False,
         )
         assert [(t["name"], t["error_code"]) for t in soon["topics"]] == [("soon", 0)]
-        for topic in ("soon", "late"):
-            for p in (0, 1):
+        for topic, count in (("soon", 2), ("late", 2), ("grown", 3)):
+            for p in range(count):
                 state = json.loads(zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")[0])
                 assert state["leader"] in (1, 2)
     finally:

@@ -208,6 +208,13 @@ def handle_create_partitions(ctx, request):
                 for t in request["topics"]
             ],
         }
+    # As CreateTopics (Kafka's ZooKeeper-mode createPartitions uses the same
+    # delayed operation): the new partitions' leaders are awaited up to the
+    # request's timeout_ms, one deadline for all its topics, then
+    # REQUEST_TIMED_OUT; timeout_ms <= 0 waits for none.
+    timeout_ms = request.get("timeout_ms", 0)
+    validate_only = request["validate_only"]
+    deadline = broker.reactor.seconds() + max(timeout_ms, 0) / 1000.0
     for topic in request["topics"]:
         name = topic["name"]
         entry = {"name": name, "error_code": NONE, "error_message": None}
@@ -222,15 +229,24 @@ def handle_create_partitions(ctx, request):
                 # The coordinator checks the brokers named: one broker accepts
                 # only itself, a cluster its live brokers (INVALID_REPLICA_ASSIGNMENT).
                 assignments = [a["broker_ids"] for a in topic["assignments"] or ()]
+                kwargs = {}
+                if not validate_only:
+                    kwargs["timeout"] = max(0.0, deadline - broker.reactor.seconds())
                 yield broker.coordinator.create_partitions(
                     name,
                     topic["count"],
-                    validate_only=request["validate_only"],
+                    validate_only=validate_only,
                     assignments=assignments or None,
+                    **kwargs,
                 )
-                if not request["validate_only"]:
+                if not validate_only:
                     # Answer once the new logs made here are durable.
                     yield broker.new_logs.wait(name)
+                    if timeout_ms <= 0:
+                        entry["error_code"] = REQUEST_TIMED_OUT
+                        entry["error_message"] = (
+                            "created; timeout_ms <= 0 does not wait for their leaders"
+                        )
         except KafkaError as exc:
             entry["error_code"], entry["error_message"] = _fail(exc)
         results.append(entry)
