@@ -10,6 +10,7 @@ import os
 import shutil
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -59,8 +60,37 @@ class Pages:
     def click(self, by, value):
         self.driver.find_element(by, value).click()
 
+    # Live pages (console.js, data-live) replace their <main> every few
+    # seconds, so an element found may be gone when its text is read: these
+    # read the text in the same wait and find the element again if so.
+
     def text(self, css):
-        return self.driver.find_element(By.CSS_SELECTOR, css).text
+        return self.wait_text(css)
+
+    def texts(self, css):
+        """The texts of every element matching ``css``, read together."""
+        return self._wait(lambda d: [e.text for e in d.find_elements(By.CSS_SELECTOR, css)])
+
+    def wait_text(self, css):
+        """Wait for an element matching ``css``; its text."""
+        return self._wait(lambda d: d.find_element(By.CSS_SELECTOR, css).text)
 
     def wait_for(self, css):
         return WebDriverWait(self.driver, 10).until(lambda d: d.find_element(By.CSS_SELECTOR, css))
+
+    def _wait(self, read):
+        return (
+            WebDriverWait(self.driver, 10, ignored_exceptions=(StaleElementReferenceException,))
+            .until(lambda d: _Found(read(d)))
+            ._value
+        )
+
+
+class _Found:
+    """A read's result, true even when the result is empty or ''."""
+
+    def __init__(self, value):
+        self._value = value
+
+    def __bool__(self):
+        return True

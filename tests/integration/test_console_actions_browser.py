@@ -55,20 +55,20 @@ def test_create_a_topic_with_confirmation(acting, browser, tmp_path):
     fill(browser, "new-topic-name", "from-the-browser")
     fill(browser, "new-topic-partitions", "2")
     pages.click(By.ID, "create-topic")
-    assert pages.wait_for("#summary").text == (
+    assert pages.wait_text("#summary") == (
         "Create topic 'from-the-browser' with 2 partition(s) and replication factor 1."
     )
     pages.shot("create-confirm")
     assert "from-the-browser" not in admin.list_topics(timeout=10).topics  # not before confirming
 
     pages.click(By.ID, "confirm")
-    outcome = pages.wait_for("#outcome").text
+    outcome = pages.wait_text("#outcome")
     assert outcome == "Done: created topic 'from-the-browser' (2 partition(s))", outcome
     pages.shot("create-done")
     topic = admin.list_topics(timeout=10).topics["from-the-browser"]
     assert len(topic.partitions) == 2
     pages.click(By.ID, "continue")
-    assert pages.wait_for("#topic-name").text == "from-the-browser"
+    assert pages.wait_text("#topic-name") == "from-the-browser"
     assert len(browser.find_elements(By.CSS_SELECTOR, "#partitions tbody tr")) == 2
 
 

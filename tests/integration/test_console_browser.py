@@ -15,6 +15,7 @@ says so. Chromium is started by :mod:`tests.integration.chromium`.
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -55,7 +56,7 @@ def test_click_through_topics_and_groups(console, browser, tmp_path):
     pages.wait_for("#topics")
     pages.shot("topics")
     pages.click(By.LINK_TEXT, data.TOPIC)
-    assert pages.wait_for("#topic-name").text == data.TOPIC
+    assert pages.wait_text("#topic-name") == data.TOPIC
     leaders = [
         row.find_elements(By.TAG_NAME, "td")[1].text
         for row in browser.find_elements(By.CSS_SELECTOR, "#partitions tbody tr")
@@ -77,7 +78,7 @@ def test_click_through_topics_and_groups(console, browser, tmp_path):
     pages.shot("partition")
 
     pages.click(By.LINK_TEXT, "2")  # the record whose key and value are HTML
-    assert pages.wait_for("#record-offset").text == "2"
+    assert pages.wait_text("#record-offset") == "2"
     assert pages.text("#record-key") == data.HTML
     value = data.RECORDS[2][1].decode()
     assert pages.text("#record-value") == value
@@ -90,7 +91,7 @@ def test_click_through_topics_and_groups(console, browser, tmp_path):
     pages.shot("message")
 
     browser.get(base + f"/console/topics/{data.TOPIC}/0/1")
-    assert pages.wait_for("#record-value").text == "second value"
+    assert pages.wait_text("#record-value") == "second value"
     assert pages.text("#record-key") == "order-2"
 
     pages.click(By.LINK_TEXT, "Consumer groups")
@@ -98,10 +99,10 @@ def test_click_through_topics_and_groups(console, browser, tmp_path):
     assert data.HTML_GROUP in pages.text("#groups")  # its id shown as text
     pages.shot("groups")
     pages.click(By.LINK_TEXT, data.GROUP)
-    assert pages.wait_for("#group-id").text == data.GROUP
+    assert pages.wait_text("#group-id") == data.GROUP
     assert pages.text("#group-state") == "Empty"
     assert pages.text("#total-lag") == str(sum(data.LAG.values()))
-    lags = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#offsets td.lag")]
+    lags = pages.texts("#offsets td.lag")
     assert lags == [str(data.LAG[0]), str(data.LAG[1])]
     pages.shot("group")
 
@@ -123,14 +124,22 @@ def test_click_through_topics_and_groups(console, browser, tmp_path):
     finally:
         consumer.close()
     want = str(sum(data.LAG.values()) - 1)
-    WebDriverWait(browser, 15).until(lambda d: d.find_element(By.ID, "total-lag").text == want)
+    want_lags = [str(data.LAG[0] - 1), str(data.LAG[1])]
+
+    def refreshed(driver):
+        lags = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#offsets td.lag")]
+        return driver.find_element(By.ID, "total-lag").text == want and lags == want_lags
+
+    # The page replaces these elements on each refresh, so one found may be
+    # gone by the time its text is read (stale): that is a retry, not a failure.
+    WebDriverWait(browser, 15, ignored_exceptions=(StaleElementReferenceException,)).until(
+        refreshed
+    )
     assert browser.execute_script("return window.consoleTestMarker") == "same document"
-    lags = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#offsets td.lag")]
-    assert lags == [str(data.LAG[0] - 1), str(data.LAG[1])]
     pages.shot("group-live")
 
     browser.get(base + "/console/topics/nope")
-    assert pages.wait_for("#error-message").text == "no topic 'nope'"
+    assert pages.wait_text("#error-message") == "no topic 'nope'"
     pages.shot("not-found")
 
     # Read-only (the default): no action forms, and an action's URL is refused.
@@ -139,7 +148,7 @@ def test_click_through_topics_and_groups(console, browser, tmp_path):
     assert pages.text("#mode") == "read-only"
     assert not browser.find_elements(By.ID, "delete-topic-form")
     browser.get(base + f"/console/actions/delete-topic?topic={data.TOPIC}")
-    assert pages.wait_for("#error-message").text.startswith(
+    assert pages.wait_text("#error-message").startswith(
         "the console is read-only (console.read.only=true)"
     )
     assert browser.find_element(By.TAG_NAME, "h1").text == "Forbidden"

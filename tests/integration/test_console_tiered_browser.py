@@ -99,7 +99,7 @@ def test_the_browser_shows_records_only_the_remote_tier_holds(moto, tmp_path):
         driver.get(f"{broker.http}/console/topics/{topic}/0?offset=0&limit=2")
         pages.wait_for("#records")
         pages.click(By.LINK_TEXT, "1")
-        assert pages.wait_for("#record-offset").text == "1"
+        assert pages.wait_text("#record-offset") == "1"
         assert pages.text("#record-key") == key(1)
         assert pages.text("#record-value") == value(1)
         pages.shot("remote-record")
