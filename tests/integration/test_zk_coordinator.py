@@ -22,6 +22,7 @@ from pluglog.errors import (
 )
 from pluglog.interfaces import ICoordinator
 from tests.broker_process import free_port
+from tests.tcp_gate import TcpGate
 from tests.zk_cluster import CoordinatorNode, ReactorThread
 
 
@@ -37,10 +38,10 @@ def cluster(rt, zk_connect, tmp_path):
     """``cluster(1, 2, 3, **settings)`` -> started nodes; all stopped afterwards."""
     made = []
 
-    def make(*ids, start=True, **settings):
+    def make(*ids, start=True, connect=None, **settings):
         nodes = []
         for broker_id in ids:
-            node = CoordinatorNode(rt, zk_connect, broker_id, tmp_path, **settings)
+            node = CoordinatorNode(rt, connect or zk_connect, broker_id, tmp_path, **settings)
             made.append(node)
             nodes.append(node.start() if start else node)
         return nodes
@@ -492,46 +493,69 @@ def test_zookeeper_restart_loses_nothing(rt, cluster, zookeeper):
 
 
 @pytest.mark.parametrize("stop", ["kill", "stop"])
-def test_watches_follow_changes_after_a_zookeeper_restart(rt, cluster, zk, zookeeper, stop):
+def test_watches_follow_changes_after_a_zookeeper_restart(
+    rt, cluster, zk, zk_connect, zookeeper, stop
+):
     """kazoo drops every watch when its connection is lost and does not set
     them again when the same session reconnects: the brokers must, or they
     follow a dead leader forever (issue 21, defect 1)."""
-    # A session long enough to outlive a ZooKeeper restart on a loaded CI
-    # machine: this test is about the same session reconnecting. 20 s was
-    # not (at load ~9 the JVM took longer to serve again and the sessions
-    # expired); the test server allows up to maxSessionTimeout=60000.
-    nodes = cluster(1, 2, zookeeper_session_timeout_ms=45000)
-    nodes[0].call("create_topic", "watched", 2, 2, {})
-    rt.wait(lambda: all(n.co.partition_state("watched", p) for n in nodes for p in (0, 1)))
-    sessions = [n.co.client.client_id[0] for n in nodes]
-    getattr(zookeeper, stop)()  # SIGKILL or SIGTERM
-    zookeeper.start()
-    # Up to the session timeout: a client whose connection the restarting
-    # server accepted before it served waits kazoo's read timeout (2/3 of
-    # the session, 30 s here) for the handshake's answer before it tries
-    # again (a broker's client stayed SUSPENDED past a 30 s wait, 1 run in 7,
-    # "socket time-out during read"); the session outlives that.
-    rt.wait(lambda: zk.connected and all(n.co.client.connected for n in nodes), timeout=60)
+    # The brokers reach ZooKeeper through a gate kept shut until the restarted
+    # server serves. ZooKeeper 3.8.0 can leave a connection accepted in the
+    # first instants after it binds its port neither answered nor closed (a
+    # probe connecting every 20 ms through restarts at load ~8 saw 0-5 such
+    # connections per restart, all within 0.1 s of the first "not running"
+    # close), and kazoo waits the whole session timeout for that handshake's
+    # answer (session_timeout / number of hosts), so the session expired
+    # (in CI): the expiry path, which other tests cover, instead of the
+    # reconnect this test is about. The zk fixture only makes the chroot.
+    gate = TcpGate(zookeeper.port)
+    chroot = zk_connect[len(zookeeper.hosts) :]
+    try:
+        # A session that outlives a slow JVM restart on a loaded machine.
+        nodes = cluster(
+            1, 2, connect=f"127.0.0.1:{gate.port}{chroot}", zookeeper_session_timeout_ms=45000
+        )
+        nodes[0].call("create_topic", "watched", 2, 2, {})
+        rt.wait(lambda: all(n.co.partition_state("watched", p) for n in nodes for p in (0, 1)))
+        sessions = [n.co.client.client_id[0] for n in nodes]
+        getattr(zookeeper, stop)()  # SIGKILL or SIGTERM
+        gate.close()
+        zookeeper.start()
+        gate.open()
+        rt.wait(lambda: all(n.co.client.connected for n in nodes), timeout=30)
+    finally:
+        gate.open()
     # The sessions survived the restart: this is the reconnect path, not a restore.
     assert [n.co.client.client_id[0] for n in nodes] == sessions
     assert not [e for n in nodes for e in n.events if e == ("session", "lost")]
-    # A change made by someone else after the restart reaches every broker.
-    raw, stat = zk.get(z.state_path("watched", 1))
-    moved = z.state_from_znode(raw, stat)
-    moved = type(moved)(
-        moved.leader, moved.leader_epoch + 1, moved.isr[:1], moved.controller_epoch, -1
-    )
-    zk.set(z.state_path("watched", 1), z.state_bytes(moved), version=stat.version)
-    zk.set(
-        z.config_path("watched"),
-        json.dumps({"version": 1, "config": {"retention.ms": "9"}}).encode(),
-    )
-    for node in nodes:
-        rt.wait(
-            lambda n=node: n.co.partition_state("watched", 1).leader_epoch == moved.leader_epoch
+    # Someone else's writes, on a client that connects once the server serves
+    # (the zk fixture's connection to the restarting server may be the one
+    # left unanswered).
+    writer = KazooClient(hosts=zk_connect)
+    writer.start(30)
+    try:
+        # A change made by someone else after the restart reaches every broker.
+        raw, stat = writer.get(z.state_path("watched", 1))
+        moved = z.state_from_znode(raw, stat)
+        moved = type(moved)(
+            moved.leader, moved.leader_epoch + 1, moved.isr[:1], moved.controller_epoch, -1
         )
-        rt.wait(lambda n=node: n.co.topics()["watched"].configs == {"retention.ms": "9"})
-        assert node.state("watched", 1).isr == moved.isr
+        writer.set(z.state_path("watched", 1), z.state_bytes(moved), version=stat.version)
+        writer.set(
+            z.config_path("watched"),
+            json.dumps({"version": 1, "config": {"retention.ms": "9"}}).encode(),
+        )
+        for node in nodes:
+            rt.wait(
+                lambda n=node: (
+                    n.co.partition_state("watched", 1).leader_epoch == moved.leader_epoch
+                )
+            )
+            rt.wait(lambda n=node: n.co.topics()["watched"].configs == {"retention.ms": "9"})
+            assert node.state("watched", 1).isr == moved.isr
+    finally:
+        writer.stop()
+        writer.close()
 
 
 def test_unclean_election_on_request_and_kafka_admin_znode(rt, cluster, zk):
