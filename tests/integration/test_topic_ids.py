@@ -138,7 +138,13 @@ def test_running_clients_notice_a_recreated_topic(broker):
         # instead of waiting for partitions that no longer exist.
         assert {p for err, p, _ in reports if err is None} <= {0, 1, 2}
         failed = {err.name() for err, _, _ in reports if err is not None}
-        assert failed <= {"_UNKNOWN_PARTITION"}, failed
+        # librdkafka fails them with _UNKNOWN_PARTITION when the removed
+        # partition leaves its broker thread, or with _DESTROY when its
+        # destructor finds records still queued (rd_kafka_toppar_destroy_final:
+        # a record requeued after the partition left, e.g. from a Produce
+        # answered UNKNOWN_TOPIC_OR_PARTITION for it); both fail at once. Seen
+        # once at load 9-15. Any other failure (a timeout, a broker error) is not.
+        assert failed <= {"_UNKNOWN_PARTITION", "_DESTROY"}, failed
         # Once it knows the new topic, everything is delivered to 0-2.
         reports.clear()
         for i in range(300, 330):
