@@ -74,14 +74,15 @@ def _string(text):
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
-def produce_request(partition, batch, correlation_id=0, compression="none"):
-    """A framed Produce v8 request: one batch of ``batch`` x 200 B for ``partition``."""
+def produce_request(partition, batch, correlation_id=0, compression="none", topic=TOPIC):
+    """A framed Produce v8 request: one batch of ``batch`` x 200 B for ``partition``
+    of ``topic``."""
     from pluglog.protocol.records import Record, build_batch
 
     records = build_batch(
         [Record(None, b"x" * 200) for _ in range(batch)], compression=CODECS[compression]
     )
-    body = struct.pack(">hhi", -1, 1, 5000) + struct.pack(">i", 1) + _string(TOPIC)
+    body = struct.pack(">hhi", -1, 1, 5000) + struct.pack(">i", 1) + _string(topic)
     body += struct.pack(">iii", 1, partition, len(records)) + records
     message = struct.pack(">hhi", 0, 8, correlation_id) + _string("cap") + body
     return struct.pack(">i", len(message)) + message
