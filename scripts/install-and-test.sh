@@ -52,4 +52,6 @@ $PY -m mypy
 # Every core: each pytest-xdist worker has its own ZooKeeper, brokers, tmp
 # dirs and slice of ports (conftest.py). --dist loadfile keeps a module's
 # tests, and so its module-scoped broker, on one worker.
-$PY -m pytest -q -n auto --dist loadfile "$@"
+# --durations: the slowest tests in every run's output, to keep the suite
+# inside its time budget.
+$PY -m pytest -q -n auto --dist loadfile --durations=25 "$@"

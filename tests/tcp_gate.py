@@ -1,4 +1,5 @@
-"""A TCP relay the tests can cut: the network between the broker and its S3 server.
+"""A TCP relay the tests can cut: the network between a broker and its S3 server,
+or between brokers and ZooKeeper.
 
 :class:`TcpGate` listens on a port of the worker's slice and relays every
 connection to a target. ``close()`` stops listening and resets every relayed
