@@ -88,6 +88,35 @@ def checkout_broker(root, data_dir):
     return broker
 
 
+def parse_checkouts(parser, specs):
+    """``--checkout LABEL=PATH`` values -> {label: absolute path} (this tree by default)."""
+    checkouts = {}
+    for spec in specs or [f"this={HERE}"]:
+        label, sep, path = spec.partition("=")
+        if not sep or not os.path.isdir(os.path.join(path, "pluglog")):
+            parser.error(f"--checkout {spec!r}: want LABEL=PATH of a pluglog checkout")
+        checkouts[label] = os.path.abspath(path)
+    return checkouts
+
+
+def report_medians(checkouts, results, runs, show):
+    """Print each checkout's medians of ``results[label, "one"|"many"]`` and many / one."""
+    print(f"load average at end: {os.getloadavg()}")
+    print(f"\nmedians of {runs} run(s)")
+    for label in checkouts:
+        medians = {
+            which: {
+                key: statistics.median(r[key] for r in results[label, which])
+                for key in results[label, which][0]
+            }
+            for which in ("one", "many")
+        }
+        for which in ("one", "many"):
+            print(f"{label:8} " + show(which, medians[which]))
+        ratio = medians["many"]["rate"] / medians["one"]["rate"]
+        print(f"{label:8} many / one: {ratio:.2f} of the throughput (target >= 0.90)")
+
+
 def worker(args):
     """``count`` producers in this process, ``each`` records each, after "go" on stdin."""
     import confluent_kafka
@@ -223,12 +252,7 @@ def main():
         return worker(args)
     if args.procs > args.producers:
         parser.error("--procs must not exceed --producers")
-    checkouts = {}
-    for spec in args.checkout or [f"this={HERE}"]:
-        label, sep, path = spec.partition("=")
-        if not sep or not os.path.isdir(os.path.join(path, "pluglog")):
-            parser.error(f"--checkout {spec!r}: want LABEL=PATH of a pluglog checkout")
-        checkouts[label] = os.path.abspath(path)
+    checkouts = parse_checkouts(parser, args.checkout)
     results = {(label, which): [] for label in checkouts for which in ("one", "many")}
     many = f"{args.producers} producers in {args.procs} processes"
     print(
@@ -266,20 +290,7 @@ def main():
         finally:
             for broker in brokers.values():
                 broker.stop()
-    print(f"load average at end: {os.getloadavg()}")
-    print(f"\nmedians of {args.runs} run(s)")
-    for label in checkouts:
-        medians = {
-            which: {
-                key: statistics.median(r[key] for r in results[label, which])
-                for key in results[label, which][0]
-            }
-            for which in ("one", "many")
-        }
-        for which in ("one", "many"):
-            print(f"{label:8} " + show(which, medians[which]))
-        ratio = medians["many"]["rate"] / medians["one"]["rate"]
-        print(f"{label:8} many / one: {ratio:.2f} of the throughput (target >= 0.90)")
+    report_medians(checkouts, results, args.runs, show)
     return 0
 
 

@@ -35,8 +35,6 @@ import json
 import os
 import selectors
 import socket
-import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -46,29 +44,15 @@ from pathlib import Path
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [HERE, os.path.join(HERE, "bench")]
 
-from many_producers import checkout_broker  # noqa: E402
-from workers_capacity import machine_busy, proc_cpu, produce_request  # noqa: E402
-
-
-def split_answers(buf):
-    """The complete answers at the start of ``buf`` (removed from it): count, last."""
-    count, last, at = 0, None, 0
-    while len(buf) - at >= 4:
-        (size,) = struct.unpack_from(">i", buf, at)
-        if len(buf) - at - 4 < size:
-            break
-        last = bytes(buf[at + 4 : at + 4 + size])
-        at += 4 + size
-        count += 1
-    del buf[:at]
-    return count, last
-
-
-def check(answer):
-    # The partition's error code: 36 bytes from the end of a v8 answer.
-    error = struct.unpack_from(">h", answer, len(answer) - 36)[0]
-    if error:
-        raise SystemExit(f"Produce answered error {error}")
+from many_producers import checkout_broker, parse_checkouts, report_medians  # noqa: E402
+from workers_capacity import (  # noqa: E402
+    check,
+    machine_busy,
+    open_window,
+    proc_cpu,
+    produce_request,
+    split_answers,
+)
 
 
 def worker(args):
@@ -144,15 +128,7 @@ def phase(broker, topic, args, connections, procs):
                 cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=HERE
             )
         )
-    for child in children:
-        if child.stdout.readline().strip() != "ready":
-            raise SystemExit("a producer process did not start")
-    t0 = time.monotonic() + args.warmup
-    t1 = t0 + args.seconds
-    for child in children:
-        child.stdin.write(f"{t0} {t1}\n")
-        child.stdin.flush()
-    time.sleep(max(0.0, t0 - time.monotonic()))
+    _, t1 = open_window(children, args.warmup, args.seconds)
     pids = [broker.proc.pid] + [c.pid for c in children]
     before = [proc_cpu(pid) for pid in pids] + [machine_busy()]
     time.sleep(max(0.0, t1 - time.monotonic()))
@@ -205,12 +181,7 @@ def main():
         return worker(args)
     if not 1 <= args.procs <= args.producers:
         parser.error("--procs must be between 1 and --producers")
-    checkouts = {}
-    for spec in args.checkout or [f"this={HERE}"]:
-        label, sep, path = spec.partition("=")
-        if not sep or not os.path.isdir(os.path.join(path, "pluglog")):
-            parser.error(f"--checkout {spec!r}: want LABEL=PATH of a pluglog checkout")
-        checkouts[label] = os.path.abspath(path)
+    checkouts = parse_checkouts(parser, args.checkout)
     print(
         f"raw Produce v8 clients, batch {args.batch} x 200 B, depth {args.depth} per "
         f"connection, {args.partitions} partition(s); one connection against "
@@ -236,20 +207,7 @@ def main():
         finally:
             for broker in brokers.values():
                 broker.stop()
-    print(f"load average at end: {os.getloadavg()}")
-    print(f"\nmedians of {args.runs} run(s)")
-    for label in checkouts:
-        medians = {
-            which: {
-                key: statistics.median(r[key] for r in results[label, which])
-                for key in results[label, which][0]
-            }
-            for which in ("one", "many")
-        }
-        for which in ("one", "many"):
-            print(f"{label:8} " + show(which, medians[which]))
-        ratio = medians["many"]["rate"] / medians["one"]["rate"]
-        print(f"{label:8} many / one: {ratio:.2f} of the throughput (target >= 0.90)")
+    report_medians(checkouts, results, args.runs, show)
     return 0
 
 

@@ -88,6 +88,44 @@ def produce_request(partition, batch, correlation_id=0, compression="none", topi
     return struct.pack(">i", len(message)) + message
 
 
+def split_answers(buf):
+    """The complete answers at the start of ``buf`` (removed from it): count, last."""
+    count, last, at = 0, None, 0
+    while len(buf) - at >= 4:
+        (size,) = struct.unpack_from(">i", buf, at)
+        if len(buf) - at - 4 < size:
+            break
+        last = bytes(buf[at + 4 : at + 4 + size])
+        at += 4 + size
+        count += 1
+    del buf[:at]
+    return count, last
+
+
+def check(answer):
+    """SystemExit if a Produce v8 answer's partition error code is set."""
+    # The partition's error code: 36 bytes from the end of a v8 answer.
+    error = struct.unpack_from(">h", answer, len(answer) - 36)[0]
+    if error:
+        raise SystemExit(f"Produce answered error {error}")
+
+
+def open_window(clients, warmup, seconds):
+    """Once every client process printed "ready", tell them the measured
+    window (``warmup`` seconds from now, ``seconds`` long) and sleep until it
+    opens; returns its (start, end) on the monotonic clock."""
+    for proc in clients:
+        if proc.stdout.readline().strip() != "ready":
+            raise SystemExit("a client did not start")
+    t0 = time.monotonic() + warmup
+    t1 = t0 + seconds
+    for proc in clients:
+        proc.stdin.write(f"{t0} {t1}\n")
+        proc.stdin.flush()
+    time.sleep(max(0.0, t0 - time.monotonic()))
+    return t0, t1
+
+
 def client(args):
     """One pipelined raw-socket producer; prints the answers counted in the window."""
     sock = socket.create_connection(("127.0.0.1", args.port))
@@ -96,22 +134,7 @@ def client(args):
     buf = bytearray()
 
     def answers():
-        """Complete answers in ``buf`` (consumed); the last one's bytes."""
-        count, last, at = 0, None, 0
-        while len(buf) - at >= 4:
-            (size,) = struct.unpack_from(">i", buf, at)
-            if len(buf) - at - 4 < size:
-                break
-            last = bytes(buf[at + 4 : at + 4 + size])
-            at += 4 + size
-            count += 1
-        del buf[:at]
-        return count, last
-
-    def check(answer):
-        error = struct.unpack_from(">h", answer, len(answer) - 36)[0]
-        if error:
-            raise SystemExit(f"Produce answered error {error}")
+        return split_answers(buf)
 
     # warm-up: one stop-and-wait round trip proves the partition is served here
     sock.sendall(request)
@@ -227,15 +250,7 @@ def measure(root, zk, workers, args):
                         cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=HERE
                     )
                 )
-        for proc in clients:
-            if proc.stdout.readline().strip() != "ready":
-                raise SystemExit("a client did not start")
-        t0 = time.monotonic() + args.warmup
-        t1 = t0 + args.seconds
-        for proc in clients:
-            proc.stdin.write(f"{t0} {t1}\n")
-            proc.stdin.flush()
-        time.sleep(max(0.0, t0 - time.monotonic()))
+        t0, t1 = open_window(clients, args.warmup, args.seconds)
         watched = pids + ([supervisor] if supervisor else []) + [c.pid for c in clients]
         before = {pid: proc_cpu(pid) for pid in watched}
         busy0, w0 = machine_busy(), time.monotonic()
