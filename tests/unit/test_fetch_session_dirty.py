@@ -180,6 +180,27 @@ class ConsumerSessionTests(Base):
             {code for code, _hw, _start, _size in gone.values()}, {UNKNOWN_TOPIC_OR_PARTITION}
         )
 
+    def test_a_topic_created_again_is_watched_in_its_new_partitions(self):
+        sid = self.open_session()
+        session = self.broker.fetch_sessions.sessions[sid]
+        old = self.part(3)
+        self.assertIn(session, old.fetch_sessions)
+        # Dropped and created again between two fetches: new Partitions at
+        # the same keys (the session is keyed by name, v11).
+        self.broker.delete_topic(TOPIC)
+        self.broker.create_topic(TOPIC, COUNT)
+        self.broker.reactor.advance(1)
+        new = self.part(3)
+        self.assertIsNot(new, old)
+        self.answer(self.next(sid))
+        # The drop marked the session; its next fetch finds the new
+        # Partition and watches it, and the old one no longer.
+        self.assertEqual(old.fetch_sessions, {})
+        self.assertIn(session, new.fetch_sessions)
+        self.assertEqual(self.answer(self.next(sid)), {})
+        self.produce(3)
+        self.assertEqual(self.answer(self.next(sid)), {3: (0, 1, 0, self.size)})
+
     def test_long_poll_waits_on_the_session_and_wakes_on_any_partition(self):
         sid = self.open_session()
         d = self.fetch(self.next(sid, max_wait_ms=500))

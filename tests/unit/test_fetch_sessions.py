@@ -240,3 +240,71 @@ def test_no_rotation_when_the_answer_was_far_from_its_limit():
     read(ctx, {("t", 0): answer(0, records=b"xxxxxx")})  # over half of fetch.max.bytes
     ctx = cache.context(request(sid, 3, {}), 11, 3)
     assert [w["partition"] for w in ctx.request["topics"][0]["partitions"]] == [1, 2, 0]
+
+
+class _Watched:
+    """A stand-in Partition a session entry watches (its ``fetch_sessions``)."""
+
+    def __init__(self):
+        self.fetch_sessions = {}
+
+
+def test_session_order_follows_the_rotation_rule_over_random_fetches():
+    """The order a session reads its dirty partitions in, against a list
+    model of the rule: new partitions join at the end, forgotten ones leave,
+    and after an answer near its byte limit the partitions that returned
+    records move to the end, keeping their order (FetchSession.rotate);
+    a subset of dirty partitions is read in the same order."""
+    rng = random.Random(7)
+    parts = {}
+
+    def lookup(_key, name, index):
+        return parts.setdefault((name, index), _Watched())
+
+    cache = FetchSessionCache(10, lookup=lookup)
+    model = [("t", i) for i in range(12)]
+    offsets = dict.fromkeys(model, 0)
+    ctx = cache.context(request(0, 0, {"t": [want(i) for i in range(12)]}), 11, 0)
+    sid, _ = read(ctx, {})
+    session = cache.sessions[sid]
+    rotations = 0
+    for epoch in range(1, 200):
+        changed, forgotten = {}, []
+        if rng.random() < 0.2:
+            new = ("t", max(i for _t, i in model + list(offsets)) + 1)
+            model.append(new)
+            offsets[new] = 0
+            changed[new] = 0
+        if rng.random() < 0.15 and len(model) > 4:
+            gone = rng.choice(model)
+            model.remove(gone)
+            forgotten.append(gone)
+        for key in rng.sample(model, 2):
+            if key not in changed and rng.random() < 0.5:
+                offsets[key] += 1
+                changed[key] = offsets[key]
+        for key in rng.sample(model, 3):
+            session.mark(key)  # a change its Partition reported
+        topics = {"t": [want(k[1], offset=o) for k, o in changed.items()]} if changed else {}
+        body = request(sid, epoch, topics, [("t", [k[1] for k in forgotten])] if forgotten else ())
+        ctx = cache.context(dict(body, max_bytes=8), 11, epoch)
+        asked = [("t", w["partition"]) for t in ctx.request["topics"] for w in t["partitions"]]
+        assert asked == [k for k in model if k in ctx.seen], epoch
+        answers = {}
+        for key in asked:
+            roll = rng.random()
+            if roll < 0.3:
+                answers[key] = answer(key[1], hw=100, records=b"xx")
+            elif roll < 0.6:
+                # At the end: settled, no longer dirty (a subset next time).
+                answers[key] = answer(key[1], hw=offsets[key])
+        read(ctx, answers)
+        served = [k for k in asked if k in answers and answers[k]["records"]]
+        if served and len(served) < len(model) and 2 * len(served) * 2 >= 8:
+            rotations += 1
+            model = [k for k in model if k not in served] + served
+    assert rotations > 20
+    # And the whole session, once a sweep marks everything, in the same order.
+    session.mark_all()
+    everything = [("t", w["partition"]) for t in session.topics for w in t["partitions"]]
+    assert everything == model
