@@ -140,15 +140,18 @@ def _read_all(broker, request, first_pass=True, version=0, clock=None, memo=None
         out = []
         partitions = broker.partitions
         for want in topic["partitions"]:
-            if (
-                skips
-                and total
-                and want["empty_until"] >= max(0, min(want["partition_max_bytes"], remaining))
-                and (not now or _fetched_again(want, replica_id, now))
-            ):
-                # The answer the read below would give again (remember_empty).
-                out.append(want["empty_answer"])
-                continue
+            if skips and total:
+                # (until >= max(0, min(partition_max_bytes, remaining)),
+                # without the calls: this runs for thousands of partitions)
+                until = want["empty_until"]
+                if (
+                    (until >= remaining or until >= want["partition_max_bytes"])
+                    and until >= 0
+                    and (not now or _fetched_again(want, replica_id, now))
+                ):
+                    # The answer the read below would give again (remember_empty).
+                    out.append(want["empty_answer"])
+                    continue
             index = want["partition"]
             part = partitions.get((name, index))
             # The usual case, a leader in the requested epoch, tested inline
