@@ -57,7 +57,7 @@ class RemoteReplica:
         the leader's log end, fetches again from the offset of the last
         update and nothing changed on the partition since (no append, HW,
         ISR or leadership move: each marks the follower's fetch session,
-        pluglog.server.handlers.fetch's ``remember_empty``), the follower
+        pluglog.server.handlers.fetch_follower), the follower
         in the ISR: only the fetch time moves. The caught-up branches need
         an offset at the log end of that update, which no append moved
         since; the ISR and high-watermark inputs are unchanged. False, and

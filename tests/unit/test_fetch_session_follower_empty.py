@@ -1,5 +1,5 @@
-"""A follower's session remembers empty answers too (pluglog.server.handlers.fetch,
-``_follower_memo`` and ``_fetched_again``): a partition behind the log end
+"""A follower's session remembers empty answers too (pluglog.server.handlers.fetch
+and fetch_follower): a partition behind the log end
 whose read returned nothing for lack of room in the answer is answered, in
 the session's later fetches, without a read and with only the follower's
 fetch time updated, while nothing changed. Held to byte equality with the
@@ -10,41 +10,35 @@ ISR shrinking and growing as Kafka's lag rule says."""
 
 import collections
 import random
-import struct
 from types import SimpleNamespace
 from unittest import mock
 
 import pytest
-from twisted.internet import defer
-from twisted.internet.task import Clock
 
-from pluglog import protocol as codec
-from pluglog.broker.core import Broker
 from pluglog.broker.partition import Partition
 from pluglog.broker.remote_replica import RemoteReplica
-from pluglog.config import BrokerConfig
-from pluglog.plugins import make_plugin_manager
-from pluglog.registry import Registry
 from pluglog.server.handlers import fetch as fetch_handler
 from pluglog.server.handlers.common import RequestContext
 from pluglog.storage.segment_log import SegmentPartitionLog
+from tests.unit.test_fetch_session_empty import (
+    PARTITIONS,
+    _append,
+    _Consumer,
+    _frame,
+    _read_all,
+    _reading_everything,
+)
+from tests.unit.test_fetch_session_empty import _broker as _plain_broker
 from tests.unit.test_server_fastlane import batch
 
 pytestmark = pytest.mark.unit
 
-PARTITIONS = 24
 EPOCH = 3
 LAG_MS = 4000
-_HEADER = struct.Struct(">qi")
 
 
 def _broker(path):
-    clock = Clock()
-    clock.advance(1_700_000_000.5)
-    config = BrokerConfig(data_dir=str(path), storage="segments", advertised_port=9092)
-    broker = Broker(config, Registry(make_plugin_manager(autoload=False)), clock)
-    broker.start()
-    broker.create_topic("t", PARTITIONS)
+    broker = _plain_broker(path)
     now = broker.now_ms()
     for index in range(PARTITIONS):
         part = broker.partitions[("t", index)]
@@ -54,38 +48,19 @@ def _broker(path):
     return broker
 
 
-def _next_offset(records, offset):
-    """The fetch offset after the whole batches in ``records``."""
-    data = records if isinstance(records, bytes | bytearray) else records.read()
-    pos = 0
-    while pos + 12 <= len(data):
-        base, length = _HEADER.unpack_from(data, pos)
-        if pos + 12 + length > len(data):
-            break
-        offset = base + struct.unpack_from(">i", data, pos + 23)[0] + 1
-        pos += 12 + length
-    return offset
-
-
-class _Follower:
+class _Follower(_Consumer):
     """Broker ``replica_id``'s fetches of topic ``t`` (as LeaderFetcher's),
     in a session or (``sessionless``) listing every partition each time."""
 
     def __init__(self, broker, replica_id, version, sessionless=False):
-        self.broker = broker
+        super().__init__(broker)
         self.replica_id = replica_id
         self.version = version
         self.sessionless = sessionless
         self.ctx = RequestContext(broker, SimpleNamespace(api_version=version), "peer")
-        self.offsets = dict.fromkeys(range(PARTITIONS), 0)
-        self.changed = set(self.offsets)
-        self.session_id = 0
-        self.epoch = 0
-        self.results = []
 
     def fetch(self, max_bytes, parked=None):
-        """One Fetch; ``parked``: park it (MinBytes out of reach) and call
-        this before the broker's clock runs out its MaxWaitMs. Returns the
+        """One Fetch (``parked`` as :meth:`_Consumer.fetch`); returns the
         encoded answer, session id zeroed."""
         listed = set(self.offsets) if self.sessionless else self.changed
         wants = [
@@ -111,30 +86,14 @@ class _Follower:
             "forgotten_topics_data": [],
             "rack_id": "",
         }
-        answer = fetch_handler.handle_fetch(self.ctx, body)
-        if parked is not None:
-            assert isinstance(answer, defer.Deferred)
-            parked()
-            self.broker.reactor.advance(0.1)
-            answer.addCallback(self.results.append)
-            answer = self.results.pop()
-        assert answer["error_code"] == 0
+        answer = self.send(body, parked)
         if not self.sessionless:
             self.session_id, self.epoch = answer["session_id"], self.epoch + 1
-        self.changed = set()
         for topic in answer["responses"]:
             for part in topic["partitions"]:
                 assert part["error_code"] == 0, part
-                index = part["partition_index"]
-                if part["records"]:
-                    nxt = _next_offset(part["records"], self.offsets[index])
-                    if nxt != self.offsets[index]:
-                        self.offsets[index] = nxt
-                        self.changed.add(index)
-        body = dict(answer, session_id=0)
-        parts = codec.encode_response(codec.FETCH, self.version, 1, body)
-        buffers = (bytes, bytearray, memoryview)
-        return b"".join(bytes(p) if isinstance(p, buffers) else p.read() for p in parts)
+        self.advance(answer)
+        return _frame(answer, self.version)
 
 
 def _state(broker):
@@ -170,14 +129,6 @@ def _shrink_isr(broker):
             part.isr_changed(tuple(b for b in part.isr if b not in lagging))
 
 
-def _reading_everything(broker, request, first_pass=True, version=0, clock=None, memo=None):
-    """The general path: every partition read, nothing remembered."""
-    return _read_all(broker, request, first_pass, version, clock, memo=None)
-
-
-_read_all = fetch_handler._read_all
-
-
 def _counting():
     """Counts of log reads and update_follower calls while patched."""
     counts = collections.Counter()
@@ -196,12 +147,6 @@ def _counting():
         mock.patch.object(Partition, "update_follower", counted_update),
     )
     return counts, patches
-
-
-def _append(brokers, index, values):
-    for broker in brokers:
-        part = broker.partitions[("t", index)]
-        part.append(batch(values), broker.now_ms())
 
 
 @pytest.mark.parametrize("version", [11, 12])
