@@ -2,7 +2,7 @@
 
     python3 bench/replication_partitions_bench.py [--n 1000000] [--partitions 1,10000]
         [--runs 3] [--phases catch-up,live] [--profile DIR] [--restart]
-        [--compare DIR]
+        [--compare DIR] [--py-spy DIR]
 
 One real ZooKeeper (tests/zookeeper.py) and, per topic size, a cluster of two
 ``twistd pluglog`` brokers (tests/cluster.py) with a topic of RF=2 whose
@@ -36,7 +36,9 @@ saw its end up to a poll late, session 15).
 ``--compare DIR`` runs a second cluster per size with the code of DIR (a
 checkout with its C extensions built, e.g. main as "before") next to this
 checkout's ("after"); each run measures both, the order alternating
-between runs, and the medians are printed per code.
+between runs, and the medians are printed per code. ``--py-spy DIR``
+records both brokers with py-spy over each catch-up (raw format, one file
+per broker, size, code and run), without cProfile's cost per call.
 
 ``--restart`` finally stops the 10,000-partition cluster's follower
 (SIGTERM) and starts it again: time until it listens, until Metadata shows
@@ -51,6 +53,7 @@ import argparse
 import os
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -229,9 +232,10 @@ def produce(bootstrap, n):
 class Setup:
     """One size's cluster."""
 
-    def __init__(self, root, zk, partitions, profile_dir, code=None, label=""):
+    def __init__(self, root, zk, partitions, profile_dir, code=None, label="", spy_dir=None):
         self.partitions = partitions
         self.profile_dir = profile_dir
+        self.spy_dir = spy_dir
         self.label = label
         BenchCluster.profiled = profile_dir is not None
         name = f"p{partitions}{label}"
@@ -290,11 +294,29 @@ class Setup:
             raise
         lead = self.logs.sizes(1)  # before the clock starts: 0.2 s at 10,000
         self.profile(True, f"catch-up{run}")
+        spies = []
+        if self.spy_dir is not None:
+            for node in (1, 2):
+                name = f"p{self.partitions}{self.label}-broker{node}-catch-up{run}.txt"
+                path = os.path.join(self.spy_dir, name)
+                # --nonblocking: the follower is stopped (SIGSTOP) when it attaches.
+                command = ["py-spy", "record", "--nonblocking", "--format", "raw", "-r", "200"]
+                spies.append(
+                    subprocess.Popen(
+                        [*command, "--pid", str(self.pid(node)), "-o", path],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
+            time.sleep(1)  # py-spy attaches
         cpu0 = self.cpu()
         start = time.monotonic()
         os.kill(self.pid(2), signal.SIGCONT)
         done = self.logs.wait_equal(lead)
         cpu1 = self.cpu()
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(60)
         self.profile(False, f"catch-up{run}")
         return n / (done - start), cpu0, cpu1, None, done - start
 
@@ -386,9 +408,12 @@ def main():
     parser.add_argument(
         "--compare", metavar="DIR", default=None, help="also run DIR's code (before)"
     )
+    parser.add_argument("--py-spy", metavar="DIR", default=None)
     args = parser.parse_args()
     sizes = [int(p) for p in args.partitions.split(",")]
     phases = args.phases.split(",")
+    if args.py_spy:
+        os.makedirs(args.py_spy, exist_ok=True)
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
         os.environ["PLUGLOG_BENCH_PROFILE"] = str(Path(args.profile, "target").resolve())
@@ -406,7 +431,7 @@ def main():
             for partitions in sizes:
                 for code, where in codes.items():
                     setups[(code, partitions)] = Setup(
-                        root, zk, partitions, args.profile, where, code
+                        root, zk, partitions, args.profile, where, code, args.py_spy
                     )
             for setup in setups.values():
                 setup.wait_leaders()
