@@ -2,7 +2,7 @@
 
     python3 bench/replication_partitions_bench.py [--n 1000000] [--partitions 1,10000]
         [--runs 3] [--phases catch-up,live] [--profile DIR] [--restart]
-        [--compare DIR] [--py-spy DIR]
+        [--compare DIR | --code DIR] [--py-spy DIR]
 
 One real ZooKeeper (tests/zookeeper.py) and, per topic size, a cluster of two
 ``twistd pluglog`` brokers (tests/cluster.py) with a topic of RF=2 whose
@@ -36,7 +36,11 @@ saw its end up to a poll late, session 15).
 ``--compare DIR`` runs a second cluster per size with the code of DIR (a
 checkout with its C extensions built, e.g. main as "before") next to this
 checkout's ("after"); each run measures both, the order alternating
-between runs, and the medians are printed per code. ``--py-spy DIR``
+between runs, and the medians are printed per code. An idle cluster of
+10,000 partitions is not idle (its checkpoints every 60 s took up to 3.8 s
+of CPU within one phase of the other, session 15), so at that size
+separate runs with ``--code DIR`` (brokers running DIR's code only) in
+alternating order are the cleaner comparison. ``--py-spy DIR``
 records both brokers with py-spy over each catch-up (raw format, one file
 per broker, size, code and run), without cProfile's cost per call.
 
@@ -408,6 +412,9 @@ def main():
     parser.add_argument(
         "--compare", metavar="DIR", default=None, help="also run DIR's code (before)"
     )
+    parser.add_argument(
+        "--code", metavar="DIR", default=None, help="run the brokers with DIR's code only"
+    )
     parser.add_argument("--py-spy", metavar="DIR", default=None)
     args = parser.parse_args()
     sizes = [int(p) for p in args.partitions.split(",")]
@@ -420,6 +427,8 @@ def main():
     results = {}
     # code label -> the checkout its brokers run (None: this one)
     codes = {"": None}
+    if args.code:
+        codes = {"": os.path.abspath(args.code)}
     if args.compare:
         codes = {"after": None, "before": os.path.abspath(args.compare)}
     print(f"load average at start: {load_average()}", flush=True)
