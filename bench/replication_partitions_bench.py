@@ -1,7 +1,8 @@
 """A follower replicating 1 against 10,000 partitions, live, on 2 brokers (issue 24).
 
     python3 bench/replication_partitions_bench.py [--n 1000000] [--partitions 1,10000]
-        [--runs 3] [--profile DIR] [--restart]
+        [--runs 3] [--phases catch-up,live] [--profile DIR] [--restart]
+        [--compare DIR | --code DIR] [--py-spy DIR]
 
 One real ZooKeeper (tests/zookeeper.py) and, per topic size, a cluster of two
 ``twistd pluglog`` brokers (tests/cluster.py) with a topic of RF=2 whose
@@ -25,7 +26,23 @@ leader by confluent-kafka (acks=1, the random partitioner):
 follower appends the leader's batches unchanged, so equal sizes are equal
 logs); the ZooKeeper session and ``replica.lag.time.max.ms`` are long
 enough that the pause shrinks no ISR. CPU per replicated message of each
-broker comes from /proc (utime + stime over the phase).
+broker comes from /proc (utime + stime over the phase), and this
+process's own share of a core over the phase is printed beside it: each
+poll looks only at the partitions from the first one still behind on (a
+poll of every partition's directory took 0.2 s of CPU at 10,000, which
+kept one of the machine's two cores busy through the whole catch-up and
+saw its end up to a poll late, session 15).
+
+``--compare DIR`` runs a second cluster per size with the code of DIR (a
+checkout with its C extensions built, e.g. main as "before") next to this
+checkout's ("after"); each run measures both, the order alternating
+between runs, and the medians are printed per code. An idle cluster of
+10,000 partitions is not idle (its checkpoints every 60 s took up to 3.8 s
+of CPU within one phase of the other, session 15), so at that size
+separate runs with ``--code DIR`` (brokers running DIR's code only) in
+alternating order are the cleaner comparison. ``--py-spy DIR``
+records both brokers with py-spy over each catch-up (raw format, one file
+per broker, size, code and run), without cProfile's cost per call.
 
 ``--restart`` finally stops the 10,000-partition cluster's follower
 (SIGTERM) and starts it again: time until it listens, until Metadata shows
@@ -40,6 +57,7 @@ import argparse
 import os
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -105,11 +123,15 @@ class ProfiledBroker(BrokerProcess):
 
 class BenchCluster(Cluster):
     profiled = False
+    #: the checkout whose code the brokers run (None: this one)
+    code = None
 
     def _process(self, node, port):
         broker = super()._process(node, port)
         if self.profiled:
             broker.__class__ = ProfiledBroker
+        if self.code is not None:
+            broker.root = self.code
         return broker
 
 
@@ -146,17 +168,21 @@ class Logs:
             for node in (1, 2)
         }
 
-    def total(self, node):
+    @staticmethod
+    def _size(directory):
         out = 0
-        for directory in self.paths[node]:
-            try:
-                with os.scandir(directory) as entries:
-                    for entry in entries:
-                        if entry.name.endswith(".log"):
-                            out += entry.stat().st_size
-            except FileNotFoundError:
-                pass
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if entry.name.endswith(".log"):
+                        out += entry.stat().st_size
+        except FileNotFoundError:
+            pass
         return out
+
+    def sizes(self, node):
+        """Each partition's log size on ``node``."""
+        return [self._size(directory) for directory in self.paths[node]]
 
     def with_data(self, node):
         """How many partitions hold any record."""
@@ -166,19 +192,37 @@ class Logs:
                 count += any(e.name.endswith(".log") and e.stat().st_size for e in entries)
         return count
 
-    def wait_equal(self, timeout=600):
-        """Wait until the follower's logs are as long as the leader's; returns
-        the monotonic time it saw that."""
+    def wait_equal(self, lead=None, timeout=600):
+        """Wait until the follower's log of every partition is as long as the
+        leader's (``lead``: the leader's sizes, taken now when None); returns
+        the monotonic time it saw that.
+
+        A follower's log only grows, so a partition seen caught up stays so:
+        each poll goes on from the first partition still behind and stops at
+        the next one behind, and the whole wait looks at each partition about
+        once (a poll of all 10,000 directories took 0.2 s of CPU)."""
         deadline = time.monotonic() + timeout
-        lead = self.total(1)
-        while time.monotonic() < deadline:
-            if self.total(2) >= lead:
-                now = time.monotonic()
-                if self.total(1) == lead:
-                    return now
-                lead = self.total(1)
-            time.sleep(0.005)
-        raise SystemExit(f"follower did not catch up in {timeout} s: {self.total(2)} of {lead}")
+        follower = self.paths[2]
+        if lead is None:
+            lead = self.sizes(1)
+        while True:
+            behind = 0
+            while time.monotonic() < deadline:
+                while behind < len(lead) and self._size(follower[behind]) >= lead[behind]:
+                    behind += 1
+                if behind == len(lead):
+                    break
+                time.sleep(0.005)
+            else:
+                raise SystemExit(
+                    f"follower did not catch up in {timeout} s: partition {behind} at "
+                    f"{self._size(follower[behind])} of {lead[behind]} bytes"
+                )
+            now = time.monotonic()
+            again = self.sizes(1)
+            if again == lead:
+                return now
+            lead = again  # the leader grew meanwhile: wait for that too
 
 
 def produce(bootstrap, n):
@@ -192,13 +236,15 @@ def produce(bootstrap, n):
 class Setup:
     """One size's cluster."""
 
-    def __init__(self, root, zk, partitions, profile_dir):
+    def __init__(self, root, zk, partitions, profile_dir, code=None, label="", spy_dir=None):
         self.partitions = partitions
         self.profile_dir = profile_dir
+        self.spy_dir = spy_dir
+        self.label = label
         BenchCluster.profiled = profile_dir is not None
-        self.cluster = BenchCluster(
-            root / f"p{partitions}", zk.connect_string(f"/p{partitions}"), 2, SETTINGS
-        )
+        name = f"p{partitions}{label}"
+        self.cluster = BenchCluster(root / name, zk.connect_string(f"/{name}"), 2, SETTINGS)
+        self.cluster.code = code
         self.cluster.start()
         try:
             started = time.monotonic()
@@ -224,7 +270,8 @@ class Setup:
         return self.cluster.brokers[node].proc.pid
 
     def cpu(self):
-        return proc_cpu(self.pid(1)), proc_cpu(self.pid(2))
+        """CPU seconds of the leader, the follower and this process."""
+        return proc_cpu(self.pid(1)), proc_cpu(self.pid(2)), proc_cpu(os.getpid())
 
     def profile(self, on, tag):
         if self.profile_dir is None:
@@ -233,7 +280,8 @@ class Setup:
             if on:
                 os.kill(self.pid(node), signal.SIGUSR1)
             else:
-                path = Path(self.profile_dir) / f"p{self.partitions}-broker{node}-{tag}.prof"
+                name = f"p{self.partitions}{self.label}-broker{node}-{tag}.prof"
+                path = Path(self.profile_dir) / name
                 Path(self.profile_dir, "target").write_text(str(path))
                 os.kill(self.pid(node), signal.SIGUSR2)
                 deadline = time.monotonic() + 30
@@ -248,14 +296,33 @@ class Setup:
         except BaseException:
             os.kill(self.pid(2), signal.SIGCONT)
             raise
+        lead = self.logs.sizes(1)  # before the clock starts: 0.2 s at 10,000
         self.profile(True, f"catch-up{run}")
+        spies = []
+        if self.spy_dir is not None:
+            for node in (1, 2):
+                name = f"p{self.partitions}{self.label}-broker{node}-catch-up{run}.txt"
+                path = os.path.join(self.spy_dir, name)
+                # --nonblocking: the follower is stopped (SIGSTOP) when it attaches.
+                command = ["py-spy", "record", "--nonblocking", "--format", "raw", "-r", "200"]
+                spies.append(
+                    subprocess.Popen(
+                        [*command, "--pid", str(self.pid(node)), "-o", path],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
+            time.sleep(1)  # py-spy attaches
         cpu0 = self.cpu()
         start = time.monotonic()
         os.kill(self.pid(2), signal.SIGCONT)
-        done = self.logs.wait_equal()
+        done = self.logs.wait_equal(lead)
         cpu1 = self.cpu()
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(60)
         self.profile(False, f"catch-up{run}")
-        return n / (done - start), cpu0, cpu1, None
+        return n / (done - start), cpu0, cpu1, None, done - start
 
     def live(self, n, run):
         self.profile(True, f"live{run}")
@@ -264,7 +331,7 @@ class Setup:
         done = self.logs.wait_equal()
         cpu1 = self.cpu()
         self.profile(False, f"live{run}")
-        return n / (done - start), cpu0, cpu1, n / elapsed
+        return n / (done - start), cpu0, cpu1, n / elapsed, done - start
 
     def restart_follower(self):
         """Stop broker 2 cleanly and start it again with every partition on disk."""
@@ -286,23 +353,52 @@ class Setup:
         return listening, rejoined, proc_status(self.pid(2)), proc_status(self.pid(1))
 
 
-def report(args, sizes, phases, results):
+def report(args, sizes, phases, results, codes):
     print(
         f"\nmedians of {args.runs} run(s), {args.n:,} records of {SIZE} B, load {load_average()}"
     )
+    for code in codes:
+        for phase in phases:
+            base = None
+            for partitions in sizes:
+                runs = results[(code, partitions, phase)]
+                rate = statistics.median(r[0] for r in runs)
+                lead = statistics.median(r[1] for r in runs)
+                follow = statistics.median(r[2] for r in runs)
+                base = base or rate
+                print(
+                    f"{code:6} {partitions:>6} partitions {phase:8} {rate:>10,.0f} msgs/s "
+                    f"({rate / base:.2f}x one partition); µs/msg leader {lead:.2f}, "
+                    f"follower {follow:.2f}"
+                )
+
+
+def measure(args, setups, code, partitions, phases, run, results):
+    """One run's phases on one cluster; the others idle meanwhile."""
+    setup = setups[(code, partitions)]
+    others = [s for key, s in setups.items() if key != (code, partitions)]
     for phase in phases:
-        base = None
-        for partitions in sizes:
-            runs = results[(partitions, phase)]
-            rate = statistics.median(r[0] for r in runs)
-            lead = statistics.median(r[1] for r in runs)
-            follow = statistics.median(r[2] for r in runs)
-            base = base or rate
-            print(
-                f"{partitions:>6} partitions {phase:8} {rate:>10,.0f} msgs/s "
-                f"({rate / base:.2f}x one partition); µs/msg leader {lead:.2f}, "
-                f"follower {follow:.2f}"
-            )
+        idle0 = sum(sum(s.cpu()[:2]) for s in others)
+        if phase == "catch-up":
+            rate, cpu0, cpu1, produced, took = setup.catch_up(args.n, run + 1)
+        else:
+            rate, cpu0, cpu1, produced, took = setup.live(args.n, run + 1)
+        idle = sum(sum(s.cpu()[:2]) for s in others) - idle0
+        filled = setup.logs.with_data(1)
+        lead = 1e6 * (cpu1[0] - cpu0[0]) / args.n
+        follow = 1e6 * (cpu1[1] - cpu0[1]) / args.n
+        mine = (cpu1[2] - cpu0[2]) / took
+        results.setdefault((code, partitions, phase), []).append((rate, lead, follow))
+        extra = f", producer {produced:,.0f} msgs/s" if produced else ""
+        print(
+            f"run {run + 1} {code:6} {partitions:>6} partitions {phase:8} "
+            f"{rate:>10,.0f} msgs/s replicated{extra}; µs/msg leader "
+            f"{lead:.2f}, follower {follow:.2f}; leader {(cpu1[0] - cpu0[0]) / took:.0%}, "
+            f"follower {(cpu1[1] - cpu0[1]) / took:.0%}, this process {mine:.0%} of a core; "
+            f"{filled} partitions hold records; other clusters {idle:.2f} s CPU; "
+            f"load {load_average()}",
+            flush=True,
+        )
 
 
 def main():
@@ -313,13 +409,28 @@ def main():
     parser.add_argument("--phases", default="catch-up,live")
     parser.add_argument("--profile", metavar="DIR", default=None)
     parser.add_argument("--restart", action="store_true")
+    parser.add_argument(
+        "--compare", metavar="DIR", default=None, help="also run DIR's code (before)"
+    )
+    parser.add_argument(
+        "--code", metavar="DIR", default=None, help="run the brokers with DIR's code only"
+    )
+    parser.add_argument("--py-spy", metavar="DIR", default=None)
     args = parser.parse_args()
     sizes = [int(p) for p in args.partitions.split(",")]
     phases = args.phases.split(",")
+    if args.py_spy:
+        os.makedirs(args.py_spy, exist_ok=True)
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
         os.environ["PLUGLOG_BENCH_PROFILE"] = str(Path(args.profile, "target").resolve())
     results = {}
+    # code label -> the checkout its brokers run (None: this one)
+    codes = {"": None}
+    if args.code:
+        codes = {"": os.path.abspath(args.code)}
+    if args.compare:
+        codes = {"after": None, "before": os.path.abspath(args.compare)}
     print(f"load average at start: {load_average()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="pluglog-rep-partitions-") as tmp:
         root = Path(tmp)
@@ -327,37 +438,21 @@ def main():
         setups = {}
         try:
             for partitions in sizes:
-                setups[partitions] = Setup(root, zk, partitions, args.profile)
+                for code, where in codes.items():
+                    setups[(code, partitions)] = Setup(
+                        root, zk, partitions, args.profile, where, code, args.py_spy
+                    )
             for setup in setups.values():
                 setup.wait_leaders()
             for run in range(args.runs):
                 order = sizes if run % 2 == 0 else list(reversed(sizes))
+                labels = list(codes) if run % 2 == 0 else list(reversed(codes))
                 for partitions in order:
-                    setup = setups[partitions]
-                    others = [s for p, s in setups.items() if p != partitions]
-                    for phase in phases:
-                        idle0 = sum(sum(s.cpu()) for s in others)
-                        if phase == "catch-up":
-                            rate, cpu0, cpu1, produced = setup.catch_up(args.n, run + 1)
-                        else:
-                            rate, cpu0, cpu1, produced = setup.live(args.n, run + 1)
-                        idle = sum(sum(s.cpu()) for s in others) - idle0
-                        filled = setup.logs.with_data(1)
-                        lead = 1e6 * (cpu1[0] - cpu0[0]) / args.n
-                        follow = 1e6 * (cpu1[1] - cpu0[1]) / args.n
-                        results.setdefault((partitions, phase), []).append((rate, lead, follow))
-                        extra = f", producer {produced:,.0f} msgs/s" if produced else ""
-                        print(
-                            f"run {run + 1} {partitions:>6} partitions {phase:8} "
-                            f"{rate:>10,.0f} msgs/s replicated{extra}; µs/msg leader "
-                            f"{lead:.2f}, follower {follow:.2f}; {filled} partitions hold "
-                            f"records; other cluster {idle:.2f} s CPU; "
-                            f"load {load_average()}",
-                            flush=True,
-                        )
-            report(args, sizes, phases, results)
+                    for code in labels:
+                        measure(args, setups, code, partitions, phases, run, results)
+            report(args, sizes, phases, results, codes)
             if args.restart:
-                biggest = setups[max(sizes)]
+                biggest = setups[(next(iter(codes)), max(sizes))]
                 try:
                     listening, rejoined, follower, leader = biggest.restart_follower()
                 except AssertionError as exc:

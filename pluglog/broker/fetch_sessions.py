@@ -190,8 +190,9 @@ class _Incremental:
 
     @property
     def memo(self):
-        """As :attr:`_Full.memo`."""
-        return self if self.session.replica_id < 0 else None
+        """As :attr:`_Full.memo`, a follower's too (the handler makes and
+        uses those only where the follower state allows it)."""
+        return self
 
     @staticmethod
     def remember_empty(entry, part, until, answer):

@@ -51,3 +51,23 @@ class RemoteReplica:
             if clock.fetch_ms > self.last_fetch_ms:
                 self.last_fetch_ms = clock.fetch_ms
                 self.last_caught_up_ms = max(self.last_caught_up_ms, clock.fetch_ms)
+
+    def fetched_again(self, fetch_offset, now_ms):
+        """Partition.update_follower's whole effect when the follower, behind
+        the leader's log end, fetches again from the offset of the last
+        update and nothing changed on the partition since (no append, HW,
+        ISR or leadership move: each marks the follower's fetch session,
+        pluglog.server.handlers.fetch_follower), the follower
+        in the ISR: only the fetch time moves. The caught-up branches need
+        an offset at the log end of that update, which no append moved
+        since; the ISR and high-watermark inputs are unchanged. False, and
+        nothing changed, when this state says otherwise (then the caller
+        runs update_follower)."""
+        if (
+            self.leo != fetch_offset
+            or fetch_offset >= self.last_fetch_leader_leo
+            or self.clock is not None
+        ):
+            return False
+        self.last_fetch_ms = now_ms
+        return True

@@ -42,10 +42,10 @@ def _broker(path):
     return broker
 
 
-def _frame(body):
+def _frame(body, version=VERSION):
     """The response bytes the encoder writes (file ranges read), session id zeroed."""
     body = dict(body, session_id=0)
-    parts = codec.encode_response(codec.FETCH, VERSION, 1, body)
+    parts = codec.encode_response(codec.FETCH, version, 1, body)
     buffers = (bytes, bytearray, memoryview)
     return b"".join(bytes(p) if isinstance(p, buffers) else p.read() for p in parts)
 
@@ -104,6 +104,15 @@ class _Consumer:
             else [],
             "rack_id": "",
         }
+        answer = self.send(body, parked)
+        self.session_id, self.epoch = answer["session_id"], self.epoch + 1
+        for p in forget:
+            self.offsets.pop(p)
+        self.advance(answer)
+        return _frame(answer)
+
+    def send(self, body, parked=None):
+        """The answer to ``body`` (parked as :meth:`fetch` says)."""
         answer = fetch_handler.handle_fetch(self.ctx, body)
         if parked is not None:
             assert isinstance(answer, defer.Deferred)
@@ -112,10 +121,11 @@ class _Consumer:
             answer.addCallback(self.results.append)
             answer = self.results.pop()
         assert answer["error_code"] == 0
-        self.session_id, self.epoch = answer["session_id"], self.epoch + 1
+        return answer
+
+    def advance(self, answer):
+        """Fetch after the whole batches ``answer`` returned; list those next."""
         self.changed = set()
-        for p in forget:
-            self.offsets.pop(p)
         for topic in answer["responses"]:
             for part in topic["partitions"]:
                 index = part["partition_index"]
@@ -124,7 +134,6 @@ class _Consumer:
                     if nxt != self.offsets[index]:
                         self.offsets[index] = nxt
                         self.changed.add(index)
-        return _frame(answer)
 
 
 def _reading_everything(broker, request, first_pass=True, version=0, clock=None, memo=None):

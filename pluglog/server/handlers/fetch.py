@@ -36,6 +36,12 @@ from pluglog.server.handlers.common import (
     per_partition,
     resolve_topic_ids,
 )
+from pluglog.server.handlers.fetch_follower import (
+    diverging,
+    fetched_again,
+    follower_memo,
+    leader_throttle,
+)
 from pluglog.server.handlers.leaders import current_leader, leader_endpoints
 
 
@@ -50,26 +56,6 @@ def _partition_data(index, code, hw=-1, log_start=-1, records=b"", lso=None, abo
         "preferred_read_replica": -1,
         "records": records,
     }
-
-
-def _diverging(part, want, offset):
-    """KIP-320's check of a v12+ fetch's ``last_fetched_epoch``, as Kafka's
-    ``Partition.readRecords``: the leader's end offset of that epoch (from its
-    leader-epoch cache); when the leader has no such epoch or it ends before
-    the fetch offset, the fetcher's log diverged: answer ``{epoch,
-    end_offset}`` and no records. None when the logs agree. An epoch older
-    than every cache entry (a cache started after its batches were written)
-    is not a divergence here, where Kafka, whose cache covers the whole log,
-    would answer OFFSET_OUT_OF_RANGE."""
-    fetched = want.get("last_fetched_epoch", -1)
-    if fetched < 0 or offset < part.log.log_start_offset:
-        return None  # below the log start: OFFSET_OUT_OF_RANGE whatever the epochs
-    epoch, end = part.epochs.end_offset_for(fetched, part.log.log_end_offset)
-    if epoch < 0 or end < 0:
-        return None
-    if epoch < fetched or end < offset:
-        return {"epoch": epoch, "end_offset": end}
-    return None
 
 
 def _unknown_ids(topic):
@@ -119,9 +105,11 @@ def _read_all(broker, request, first_pass=True, version=0, clock=None, memo=None
     # Fetch from followers (KIP-392) is for consumers' v11+ fetches only.
     from_any_replica = replica_id < 0 and version >= 11
     client_rack = request.get("rack_id") or "" if from_any_replica else ""
-    # Not for followers (their reads update the leader's state) nor with a
-    # rack (the replica selector's choice is not a change a session sees).
-    if replica_id >= 0 or client_rack:
+    # Not with a rack (the replica selector's choice is not a change a
+    # session sees). A follower's memos are made where update_follower ran
+    # in this pass and used where its whole effect is the fetch time
+    # (pluglog.server.handlers.fetch_follower).
+    if client_rack:
         memo = None
     skips = memo is not None and memo.skips
     remaining = max_bytes
@@ -138,14 +126,18 @@ def _read_all(broker, request, first_pass=True, version=0, clock=None, memo=None
         out = []
         partitions = broker.partitions
         for want in topic["partitions"]:
-            if (
-                skips
-                and total
-                and want["empty_until"] >= max(0, min(want["partition_max_bytes"], remaining))
-            ):
-                # The answer the read below would give again (remember_empty).
-                out.append(want["empty_answer"])
-                continue
+            if skips and total:
+                # (until >= max(0, min(partition_max_bytes, remaining)),
+                # without the calls: this runs for thousands of partitions)
+                until = want["empty_until"]
+                if (
+                    (until >= remaining or until >= want["partition_max_bytes"])
+                    and until >= 0
+                    and (not now or fetched_again(want, replica_id, now))
+                ):
+                    # The answer the read below would give again (remember_empty).
+                    out.append(want["empty_answer"])
+                    continue
             index = want["partition"]
             part = partitions.get((name, index))
             # The usual case, a leader in the requested epoch, tested inline
@@ -175,14 +167,14 @@ def _read_all(broker, request, first_pass=True, version=0, clock=None, memo=None
             plog = part.log
             offset = want["fetch_offset"]
             if version >= 12 and want.get("last_fetched_epoch", -1) >= 0:
-                diverging = _diverging(part, want, offset)
-                if diverging is not None:
+                diverged = diverging(part, want, offset)
+                if diverged is not None:
                     if clock is not None and now:
                         part.follower_left_session(replica_id, clock)
                     entry = _partition_data(
                         index, NONE, part.high_watermark, plog.log_start_offset
                     )
-                    entry["diverging_epoch"] = diverging
+                    entry["diverging_epoch"] = diverged
                     out.append(entry)
                     continue
             if client_rack and on_leader:
@@ -207,7 +199,7 @@ def _read_all(broker, request, first_pass=True, version=0, clock=None, memo=None
                     out.append(_partition_data(index, NOT_LEADER_OR_FOLLOWER))
                     continue
                 end, max_offset = plog.log_end_offset, None
-                throttle = _leader_throttle(broker, part, replica_id)
+                throttle = leader_throttle(broker, part, replica_id)
                 if throttle is not None and throttle.exceeded(broker.now_ms()):
                     # Over the reassignment throttle: nothing this time round.
                     out.append(_partition_data(index, NONE, part.high_watermark, -1))
@@ -238,7 +230,13 @@ def _read_all(broker, request, first_pass=True, version=0, clock=None, memo=None
                     index, code, part.high_watermark, plog.log_start_offset, lso=lso
                 )
                 out.append(entry)
-                if memo is not None and code == NONE and limit <= 0 and offset != end:
+                if (
+                    memo is not None
+                    and code == NONE
+                    and limit <= 0
+                    and offset != end
+                    and (replica_id < 0 or follower_memo(part, replica_id, now, throttle))
+                ):
                     memo.remember_empty(want, part, 0, entry)
                 continue
             try:
@@ -256,7 +254,12 @@ def _read_all(broker, request, first_pass=True, version=0, clock=None, memo=None
                 out.append(_partition_data(index, error_code(exc), part.high_watermark))
                 continue
             size = result.size
-            if not size and total and memo is not None:
+            if (
+                not size
+                and total
+                and memo is not None
+                and (replica_id < 0 or follower_memo(part, replica_id, now, throttle))
+            ):
                 entry = _partition_data(
                     index, NONE, part.high_watermark, plog.log_start_offset, b"", lso
                 )
@@ -283,19 +286,6 @@ def _read_all(broker, request, first_pass=True, version=0, clock=None, memo=None
     if clock is not None and now:
         clock.fetch_ms = now
     return topics, total
-
-
-def _leader_throttle(broker, part, replica_id):
-    """The leader's throttle if it applies to this replica's fetch (Kafka's
-    leader-side rule: a listed partition, a replica out of the ISR), else None."""
-    throttle = broker.replicas.leader_throttle
-    if (
-        throttle.limited
-        and replica_id not in part.isr
-        and part.config.throttled("leader", part.index, broker.node_id)
-    ):
-        return throttle
-    return None
 
 
 def _response(session, topics, total, broker=None, ctx=None):
