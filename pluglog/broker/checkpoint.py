@@ -16,11 +16,20 @@ snapshot to write, the work runs a few milliseconds per turn
 1. the storage's flush preparation
    (:class:`~pluglog.interfaces.ISlicedFlushStorage`), one log per step:
    its index entries and leader-epoch file written without syncs;
-2. in one turn, as before: ``flush_all`` (which writes what changed since
-   and syncs every log dir before it moves a recovery point), the log-dir
-   probe, the HW checkpoint, and each partition's producer state taken
-   (:meth:`~pluglog.broker.partition_txns.PartitionTransactions.capture_snapshot`)
-   as of the log end just synced, so no snapshot names unsynced data;
+2. the flush. Where the storage can sync in a thread
+   (:class:`~pluglog.interfaces.IBackgroundFlushStorage`,
+   :mod:`pluglog.storage.background_flush`): in one turn every log writes
+   what changed and hands it over, and each partition's producer state is
+   taken (:meth:`~pluglog.broker.partition_txns.PartitionTransactions.capture_snapshot`)
+   as of those log ends; a pool thread syncs each log dir's file system
+   while the loop serves; then, back on the loop, the recovery points move
+   to the log ends handed over and the checkpoint files are written. A
+   ``fdatasync`` of a busy log in the loop's turn held every client for
+   130 ms or more (bench/RESULTS.md, session 16). Otherwise, in one turn
+   as before: ``flush_all`` (which writes what changed since and syncs
+   every log dir before it moves a recovery point) and the producer states
+   taken as of the log ends just synced. Either way no snapshot names
+   unsynced data; then the log-dir probe and the HW checkpoint;
 3. the snapshots written, one per step, each skipped if its partition was
    truncated, reset, deleted or taken offline since; the older snapshots
    are unlinked in a thread at the end.
@@ -35,11 +44,14 @@ calling turn, as before.
 
 import time
 
+from twisted.internet import defer
+from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from pluglog.broker.log_dirs import check_log_dirs
 from pluglog.broker.partition_txns import unlink_all
-from pluglog.interfaces import ISlicedFlushStorage
+from pluglog.interfaces import IBackgroundFlushStorage, ISlicedFlushStorage
 
 log = Logger()
 
@@ -59,6 +71,8 @@ class Checkpointer:
         self._steps = None
         self._sliced = False
         self._call = None
+        #: the background flush whose sync is in flight, or None
+        self._background = None
 
     @property
     def running(self):
@@ -85,16 +99,32 @@ class Checkpointer:
             yield from prepare
             if broker.storage.closed:
                 return  # stopped meanwhile: the close flushed everything
+        background = self._begin_background()
+        outcome = [{}]
+        if background is not None:
+            # Producer states as of the log ends the sync will cover, so no
+            # snapshot names data it did not sync.
+            captured = self._capture_snapshots()
+            if background.captured:
+                reactor = broker.reactor
+                pending = deferToThreadPool(reactor, reactor.getThreadPool(), background.sync)
+                outcome = []
+                pending.addBoth(outcome.append)
+                self._background = background
+                yield pending
+                self._background = None
+                if isinstance(outcome[0], Failure):
+                    log.failure("checkpoint sync failed", outcome[0])
         try:
-            broker.storage.flush_all()
+            if background is None or not background.finish(outcome[0]):
+                broker.storage.flush_all()
+            else:
+                broker.storage.write_checkpoints()
         finally:
             check_log_dirs(broker)  # a checkpoint write may have failed a dir
         broker.replicas.checkpoint_hw()
-        captured = []
-        for part in list(broker.partitions.values()):
-            snap = part.capture_snapshot()
-            if snap is not None:
-                captured.append((part, snap))
+        if background is None:
+            captured = self._capture_snapshots()
         if can_slice and len(captured) >= SLICED_MIN_LOGS:
             self._sliced = True
         # Not fsynced (pluglog.broker.partition_txns): two fsyncs per active
@@ -115,6 +145,30 @@ class Checkpointer:
             else:
                 unlink_all(retired)
 
+    def _begin_background(self):
+        """The storage's background flush (its sync in a pool thread), or
+        None: the storage or the reactor cannot (``flush_all`` then)."""
+        broker = self.broker
+        storage = broker.storage
+        if not (
+            IBackgroundFlushStorage.providedBy(storage)
+            and hasattr(broker.reactor, "getThreadPool")
+        ):
+            return None
+        return storage.begin_background_flush()
+
+    def _capture_snapshots(self):
+        captured = []
+        for part in list(self.broker.partitions.values()):
+            snap = part.capture_snapshot()
+            if snap is not None:
+                captured.append((part, snap))
+        return captured
+
+    def _resume(self, result):
+        self._step()
+        return result
+
     def _step(self):
         self._call = None
         steps = self._steps
@@ -122,7 +176,10 @@ class Checkpointer:
             return
         deadline = time.perf_counter() + SLICE_SECONDS if self._sliced else None
         try:
-            for _ in steps:
+            for step in steps:
+                if isinstance(step, defer.Deferred) and not step.called:
+                    step.addBoth(self._resume)  # the generator resumes then
+                    return
                 if deadline is not None and time.perf_counter() >= deadline:
                     self._call = self.broker.reactor.callLater(0, self._step)
                     return
@@ -139,6 +196,11 @@ class Checkpointer:
         if self._call is not None and self._call.active():
             self._call.cancel()
         self._call = None
+        if self._background is not None:
+            # The sync in flight is left to finish; its logs take back
+            # what they handed over, and the stop's close flushes it.
+            self._background.abandon()
+            self._background = None
         if self._steps is not None:
             self._steps.close()
             self._steps = None

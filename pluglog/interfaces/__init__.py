@@ -22,6 +22,7 @@ from pluglog.interfaces.components import (
     ISink,
 )
 from pluglog.interfaces.storage import (
+    IBackgroundFlushStorage,
     ICompactableLog,
     ICompactingStorage,
     IDirectoryLog,
@@ -45,6 +46,7 @@ from pluglog.interfaces.storage import (
 __all__ = [
     "IAuthenticator",
     "IAuthorizer",
+    "IBackgroundFlushStorage",
     "ICompactableLog",
     "ICompactingStorage",
     "ICoordinator",

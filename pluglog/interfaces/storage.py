@@ -389,6 +389,27 @@ class ISlicedFlushStorage(ILogStorage):
         truncations, deletions, flushes)."""
 
 
+class IBackgroundFlushStorage(ILogStorage):
+    """A storage whose checkpoint flush can sync in a thread: the broker's
+    checkpoint (pluglog.broker.checkpoint) calls ``begin_background_flush``
+    on the reactor, the result's ``sync()`` in a pool thread, then its
+    ``finish(result)`` on the reactor, and ``write_checkpoints()`` (or
+    ``flush_all()`` when ``finish`` returns False)."""
+
+    def begin_background_flush():
+        """None when the storage cannot sync off the reactor (the broker then
+        calls ``flush_all``); else an object with ``sync()`` (any thread:
+        syncs everything written so far and returns what failed),
+        ``finish(result)`` (the reactor: recovery points move to where they
+        were when this was called, where the sync succeeded; False when
+        ``flush_all`` must flush the rest) and ``abandon()`` (a stop: the
+        logs take back what they handed over). Appends, truncations,
+        deletions and flushes may run between the calls."""
+
+    def write_checkpoints():
+        """Write the recovery-point and log-start-offset checkpoint files."""
+
+
 class IRemoteLogStorage(Interface):
     """The remote tier's object store (KIP-405's RemoteStorageManager).
 

@@ -41,6 +41,7 @@ from twisted.logger import Logger
 from pluglog.errors import OffsetOutOfRangeError
 from pluglog.fileutil import unlink_files
 from pluglog.storage.api import append_info
+from pluglog.storage.log_durability import FSYNC_ALWAYS, FSYNC_INTERVAL, FSYNC_NEVER, LogDurability
 from pluglog.storage.records import prepare_append, prepare_replicated
 from pluglog.storage.results import ReadResult, SegmentInfo
 from pluglog.storage.segment import MAX_RELATIVE_OFFSET
@@ -48,12 +49,7 @@ from pluglog.storage.segment import MAX_RELATIVE_OFFSET
 _log = Logger()
 
 
-FSYNC_NEVER = "never"
-FSYNC_INTERVAL = "interval"
-FSYNC_ALWAYS = "always"
-
-
-class BasePartitionLog:
+class BasePartitionLog(LogDurability):
     """The segment-agnostic part of a partition log (shared with memory.py).
 
     Subclasses provide ``_new_segment(base_offset, now_ms)`` and may override
@@ -89,6 +85,9 @@ class BasePartitionLog:
         self._last_flush_ms = None
         self._dirty = []
         self._directory_dirty = False
+        #: truncations so far: a background flush's mark taken before one
+        #: no longer says what the log holds (:meth:`finish_flush`)
+        self._truncations = 0
         self._pending_deletes = {}
         self.closed = False
 
@@ -317,6 +316,7 @@ class BasePartitionLog:
         self.log_start_offset = offset
         self._dirty = []
         self._directory_dirty = True
+        self._truncations += 1
         self.recovery_point = offset
 
     def truncate_to(self, offset):
@@ -335,6 +335,7 @@ class BasePartitionLog:
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self._dirty = [s for s in self._dirty if not s.deleted]
         self._directory_dirty = True
+        self._truncations += 1
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         if self.on_truncation is not None:
             self.on_truncation(self)
@@ -367,104 +368,3 @@ class BasePartitionLog:
             segment.delete_files()
         else:
             segment.delete_files(lambda paths: in_thread(unlink_files, paths))
-
-    # -- durability ---------------------------------------------------------
-
-    def maybe_flush(self, now_ms):
-        """Flush if the ``interval`` policy's flush.ms has passed (broker timer)."""
-        if self.fsync != FSYNC_INTERVAL or not self._unflushed_records:
-            return False
-        if self._last_flush_ms is not None and now_ms - self._last_flush_ms < self.config.flush_ms:
-            return False
-        self.flush()
-        self._last_flush_ms = now_ms
-        return True
-
-    def flush(self):
-        """fsync what was written and move the recovery point to the log end."""
-        self._write_out(sync=True)
-        self._flushed()
-
-    def has_unflushed(self):
-        """Anything for :meth:`flush` to sync (written segments, a changed
-        directory or side file)?"""
-        return bool(self._dirty) or self._directory_dirty or self._side_files_unsaved()
-
-    def _side_files_unsaved(self):
-        return False
-
-    def write_unsynced(self):
-        """The first half of a batched flush (the storage's ``flush_all``):
-        everything :meth:`flush` writes, without its syncs. The caller then
-        syncs the whole file system once and calls :meth:`synced_by_caller`;
-        nothing may be appended in between (both run in one reactor turn)."""
-        self._write_out(sync=False)
-
-    def synced_by_caller(self):
-        """The second half: the caller's file-system sync covered it all."""
-        for segment in self._dirty:
-            segment.mark_synced()
-        self._side_files_synced()
-        self._flushed()
-
-    def _side_files_synced(self):
-        pass
-
-    def _write_out(self, sync):
-        for segment in self._dirty:
-            if not segment.deleted:
-                if sync:
-                    segment.flush()
-                else:
-                    segment.flush(sync=False)
-        # Side files (the leader-epoch checkpoint) before the directory sync
-        # that makes their renames durable, and before the recovery point moves.
-        self._save_side_files(sync)
-        if sync and self._directory_dirty:
-            self._sync_directory()
-            self._directory_dirty = False
-
-    def _flushed(self):
-        self._dirty = []
-        self._directory_dirty = False
-        self._unflushed_records = 0
-        self.recovery_point = self.log_end_offset
-
-    def _save_side_files(self, sync):
-        pass
-
-    def _sync_directory(self):
-        pass
-
-    def close(self):
-        if self.closed:
-            return
-        self.flush()
-        self._close_files(sync=True)
-
-    def write_for_close(self):
-        """The first half of a batched close (:mod:`pluglog.storage.batchsync`):
-        write everything :meth:`close` syncs (segment data, index entries,
-        side files) without syncing. The caller syncs the file system once,
-        then calls :meth:`close_synced`, in the same reactor turn."""
-        self._write_out(sync=False)
-        for segment in self.segments:
-            segment.write_for_close()
-
-    def close_synced(self):
-        """The second half: the caller's sync covered it; close without syncs."""
-        self.synced_by_caller()
-        self._close_files(sync=False)
-
-    def _close_files(self, sync):
-        for segment, call in list(self._pending_deletes.items()):
-            if call.active():
-                call.cancel()
-            segment.delete_files()
-        self._pending_deletes.clear()
-        for segment in self.segments:
-            if sync:
-                segment.close()
-            else:
-                segment.close(sync=False)
-        self.closed = True

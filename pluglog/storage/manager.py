@@ -46,8 +46,9 @@ from zope.interface import implementer
 
 from pluglog.config import TopicConfig
 from pluglog.errors import KafkaStorageError
-from pluglog.fileutil import fsync_directory, syncfs, syncfs_available
+from pluglog.fileutil import fsync_directory
 from pluglog.interfaces import (
+    IBackgroundFlushStorage,
     ICompactingStorage,
     ILogDirMoves,
     INewLogBatches,
@@ -55,6 +56,7 @@ from pluglog.interfaces import (
     IScheduledFlushStorage,
     ISlicedFlushStorage,
 )
+from pluglog.storage.background_flush import CheckpointFlushes
 from pluglog.storage.batchsync import NewLogBatchesMixin, close_logs, sync_logs
 from pluglog.storage.checkpoints import (  # noqa: F401 (imported from here too)
     CHECKPOINT_VERSION,
@@ -81,10 +83,6 @@ from pluglog.storage.segment_log import SegmentPartitionLog
 _log = Logger()
 
 
-def _has_unflushed(log):
-    return log.has_unflushed()
-
-
 @implementer(
     ICompactingStorage,
     IReplicatingStorage,
@@ -92,9 +90,10 @@ def _has_unflushed(log):
     INewLogBatches,
     IScheduledFlushStorage,
     ISlicedFlushStorage,
+    IBackgroundFlushStorage,
 )
 class SegmentLogStorage(
-    LogMovesMixin, NewLogBatchesMixin, TruncationCheckpoints, ScheduledFlushes
+    LogMovesMixin, NewLogBatchesMixin, TruncationCheckpoints, ScheduledFlushes, CheckpointFlushes
 ):
     """ILogStorage over segment files in one or more log dirs."""
 
@@ -429,51 +428,6 @@ class SegmentLogStorage(
                 if len(self.data_dirs) == 1:
                     raise  # the only dir: nothing left to serve from
                 self.mark_dir_failed(directory, str(exc))
-
-    def flush_all(self):
-        """Flush every log, then write the recovery-point checkpoints.
-
-        Where ``syncfs`` reports errors (Linux 5.8+), a log dir's logs are
-        written out (index entries, leader-epoch files) and the file system
-        is synced once, instead of an fdatasync per log and an fsync per
-        changed directory: the same durability (syncfs is documented as
-        fsync of every file of the file system, renames included) for one
-        system call, where an fdatasync per log held a 10,000-partition
-        follower's event loop for 50 s of a catch-up (bench/RESULTS.md,
-        session 12). The recovery points move only after the sync returned.
-        If it fails, the dir's logs are flushed one by one, so the failing
-        file is named as before. Only when at least ``syncfs_min_logs`` logs
-        of the dir have something to flush: syncfs also writes back every
-        other program's dirty pages on that file system, a cost the broker
-        does not bound, while a few fdatasyncs cost only its own data."""
-        by_dir = {}
-        for key, log in self._logs.items():
-            by_dir.setdefault(self._dir_of.get(key), []).append(log)
-        for directory, logs in by_dir.items():
-            if (
-                self.batched_flush
-                and directory is not None
-                and syncfs_available()
-                and all(hasattr(log, "write_unsynced") for log in logs)
-                and sum(map(_has_unflushed, logs)) >= self.syncfs_min_logs
-            ):
-                try:
-                    for log in logs:
-                        log.write_unsynced()
-                    syncfs(directory)
-                except (OSError, KafkaStorageError) as exc:
-                    _log.warn(
-                        "syncfs of {dir} failed ({exc}): flushing log by log",
-                        dir=directory,
-                        exc=exc,
-                    )
-                else:
-                    for log in logs:
-                        log.synced_by_caller()
-                    continue
-            for log in logs:
-                log.flush()
-        self.write_checkpoints()
 
     def close(self):
         if self.closed:

@@ -83,6 +83,8 @@ class SegmentPartitionLog(BasePartitionLog):
         #: log of a dir at start-up): what they covered stays unflushed
         self._defer_sync = defer_sync
         self._epochs_unsynced = False
+        #: leader-epoch file writes left unsynced (a background flush's token)
+        self._epoch_writes = 0
         self.open_segments = open_segments
         self._first_dirty = 0  # compact()'s own; the broker's cleaner keeps a checkpoint
         try:
@@ -143,12 +145,22 @@ class SegmentPartitionLog(BasePartitionLog):
             # Written but not synced (a batched flush whose syncfs may yet
             # fail): the flush log by log that then follows must fsync it.
             self._epochs_unsynced = not sync
+            if not sync:
+                self._epoch_writes += 1
         except OSError as exc:
             raise KafkaStorageError(f"cannot write {epochs.path}: {exc}") from exc
         self._directory_dirty = True  # the rename: durable with the directory sync
 
     def _side_files_synced(self):
         self._epochs_unsynced = False
+
+    def _side_files_token(self):
+        return self._epoch_writes
+
+    def _side_files_synced_since(self, token):
+        # Not written again since the capture: the sync covered the file.
+        if token == self._epoch_writes:
+            self._epochs_unsynced = False
 
     def append_aborted_txn(self, producer_id, first_offset, last_offset, last_stable_offset):
         """ITransactionIndexLog: into the ``.txnindex`` of the segment

@@ -9,7 +9,7 @@ import pytest
 from pluglog.broker.partition import Partition
 from pluglog.config import TopicConfig
 from pluglog.fileutil import syncfs_available
-from pluglog.storage import manager as storage_manager
+from pluglog.storage import batchsync
 from pluglog.storage.epochs import FILE_NAME
 from pluglog.storage.manager import SegmentLogStorage
 from tests.unit.test_storage_segments import make_batch
@@ -151,7 +151,7 @@ def test_the_batched_checkpoint_flush_syncs_the_file_system_once(tmp_path, monke
     for part in parts:
         _lead(part, 3)
     calls = []
-    monkeypatch.setattr(storage_manager, "syncfs", calls.append)
+    monkeypatch.setattr(batchsync, "syncfs", calls.append)
     monkeypatch.setattr(os, "fdatasync", lambda fd: pytest.fail("fdatasync in a batched flush"))
     store.flush_all()
     assert calls == [str(tmp_path)]
@@ -174,8 +174,8 @@ def test_few_logs_to_flush_are_flushed_log_by_log(tmp_path, monkeypatch):
     _lead(parts[0], 4)
     _lead(parts[1], 4)
     calls = []
-    monkeypatch.setattr(storage_manager, "syncfs", calls.append)
-    monkeypatch.setattr(storage_manager, "syncfs_available", lambda: True)
+    monkeypatch.setattr(batchsync, "syncfs", calls.append)
+    monkeypatch.setattr(batchsync, "syncfs_available", lambda: True)
     store.flush_all()
     assert calls == []
     assert [p.log.recovery_point for p in parts] == [8, 8, 4]
@@ -194,8 +194,8 @@ def test_a_failed_syncfs_falls_back_to_flushing_log_by_log(tmp_path, monkeypatch
 
     synced = []
     real = os.fdatasync
-    monkeypatch.setattr(storage_manager, "syncfs", fail)
-    monkeypatch.setattr(storage_manager, "syncfs_available", lambda: True)
+    monkeypatch.setattr(batchsync, "syncfs", fail)
+    monkeypatch.setattr(batchsync, "syncfs_available", lambda: True)
     monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(fd), real(fd))[1])
     store.flush_all()
     assert synced  # the log's own fdatasync ran

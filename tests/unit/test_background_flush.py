@@ -1,0 +1,347 @@
+"""The checkpoint flush with its sync in a thread (pluglog.storage.background_flush).
+
+The real segment storage over real files; syncfs itself is replaced by a
+recorder (or a failure), and fsync / fdatasync calls are recorded by path,
+so each test sees what was synced and when. The rule under test: a
+recovery point moves only to a log end that was written before the sync
+began, and anything written, rolled or truncated meanwhile stays for the
+next flush to sync.
+"""
+
+import errno
+import os
+import random
+
+import pytest
+from twisted.internet.task import Clock
+from twisted.python.failure import Failure
+
+from pluglog.config import TopicConfig
+from pluglog.storage import background_flush, batchsync
+from pluglog.storage.checkpoints import read_checkpoint
+from pluglog.storage.filenames import RECOVERY_POINT_CHECKPOINT
+from pluglog.storage.manager import SegmentLogStorage
+from tests.unit.test_group_coordinator import make_broker, result_of
+from tests.unit.test_storage_segments import make_batch
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def syncs(monkeypatch):
+    """Paths fsynced / fdatasynced, and the dirs syncfs was asked for."""
+    seen = {"fsync": [], "syncfs": []}
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
+
+    def record(real):
+        def call(fd):
+            seen["fsync"].append(os.readlink(f"/proc/self/fd/{fd}"))
+            return real(fd)
+
+        return call
+
+    monkeypatch.setattr(os, "fsync", record(real_fsync))
+    monkeypatch.setattr(os, "fdatasync", record(real_fdatasync))
+    for module in (background_flush, batchsync):
+        monkeypatch.setattr(module, "syncfs_available", lambda: True)
+        monkeypatch.setattr(module, "syncfs", seen["syncfs"].append)
+    return seen
+
+
+def failing_syncfs(path):
+    raise OSError(errno.EIO, f"syncfs of {path}: Input/output error")
+
+
+def store_of(data_dir, logs):
+    store = SegmentLogStorage(str(data_dir))
+    for partition in range(logs):
+        log = store.open_log("t", partition, TopicConfig())
+        append(log, 3)
+    return store
+
+
+def append(log, records=1):
+    for n in range(records):
+        log.append(make_batch(1, value=b"record %d" % n), 1000)
+
+
+def segment_files(paths):
+    return [p for p in paths if p.endswith(".log")]
+
+
+def test_recovery_points_move_to_the_log_ends_of_the_capture(tmp_path, syncs):
+    store = store_of(tmp_path, 3)
+    logs = [store.get_log("t", p) for p in range(3)]
+    syncs["fsync"].clear()
+    flush = store.begin_background_flush()
+    assert len(flush) == 3
+    assert syncs["fsync"] == []  # the capture writes, it does not sync
+    append(logs[0], 2)  # after the capture, before the sync
+    logs[1].roll(2000)
+    append(logs[1])
+    failed = flush.sync()
+    assert failed == {} and syncs["syncfs"] == [str(tmp_path)]
+    append(logs[2])  # after the sync began
+    assert flush.finish(failed)
+    assert [log.recovery_point for log in logs] == [3, 3, 3]
+    assert [log.log_end_offset for log in logs] == [5, 4, 4]
+    # What came after the capture is still to flush, the new segment's
+    # directory entry included.
+    assert all(log.has_unflushed() for log in logs)
+    assert logs[1]._directory_dirty
+    store.flush_all()  # few logs: log by log
+    assert [log.recovery_point for log in logs] == [5, 4, 4]
+    synced = segment_files(syncs["fsync"])
+    assert os.path.join(logs[1].directory, "00000000000000000003.log") in synced
+    assert not any(log.has_unflushed() for log in logs)
+    store.close()
+
+
+def test_a_truncation_meanwhile_leaves_the_recovery_point_where_it_was(tmp_path, syncs):
+    store = store_of(tmp_path, 1)
+    log = store.get_log("t", 0)
+    log.flush()
+    append(log, 3)  # offsets 3-5
+    flush = store.begin_background_flush()
+    log.truncate_to(4)
+    append(log, 3)  # offsets 4-6, not what the capture wrote
+    assert flush.finish(flush.sync())
+    assert log.recovery_point == 3
+    assert log.has_unflushed()
+    syncs["fsync"].clear()
+    store.flush_all()
+    assert log.recovery_point == 7
+    assert segment_files(syncs["fsync"]) == [
+        os.path.join(log.directory, "00000000000000000000.log")
+    ]
+    store.close()
+
+
+def test_a_failed_sync_gives_everything_back_to_the_flush_log_by_log(tmp_path, syncs, monkeypatch):
+    store = store_of(tmp_path, 2)
+    logs = [store.get_log("t", p) for p in range(2)]
+    flush = store.begin_background_flush()
+    monkeypatch.setattr(background_flush, "syncfs", failing_syncfs)
+    failed = flush.sync()
+    assert list(failed) == [str(tmp_path)]
+    assert not flush.finish(failed)  # the caller runs flush_all
+    assert [log.recovery_point for log in logs] == [0, 0]
+    assert all(log.has_unflushed() for log in logs)
+    assert all(log._unflushed_records == 3 for log in logs)
+    store.flush_all()
+    assert sorted(segment_files(syncs["fsync"])) == sorted(
+        os.path.join(log.directory, "00000000000000000000.log") for log in logs
+    )
+    assert [log.recovery_point for log in logs] == [3, 3]
+    store.close()
+
+
+def test_an_abandoned_flush_is_synced_by_the_close(tmp_path, syncs):
+    store = store_of(tmp_path, 2)
+    logs = [store.get_log("t", p) for p in range(2)]
+    flush = store.begin_background_flush()
+    flush.abandon()  # a stop while the sync runs
+    assert all(log.has_unflushed() for log in logs)
+    store.close()  # two logs: closed log by log, each fdatasynced
+    assert set(segment_files(syncs["fsync"])) == {
+        os.path.join(log.directory, "00000000000000000000.log") for log in logs
+    }
+    reopened = SegmentLogStorage(str(tmp_path))
+    assert reopened.opened_clean
+    assert [reopened.get_log("t", p).recovery_point for p in range(2)] == [3, 3]
+    reopened.close()
+
+
+def test_a_log_deleted_or_closed_meanwhile_is_left_alone(tmp_path, syncs):
+    store = store_of(tmp_path, 2)
+    flush = store.begin_background_flush()
+    store.delete_log("t", 1)
+    assert flush.finish(flush.sync())
+    assert store.get_log("t", 0).recovery_point == 3
+    store.close()
+
+
+def test_without_syncfs_there_is_no_background_flush(tmp_path, monkeypatch):
+    store = store_of(tmp_path, 1)
+    monkeypatch.setattr(background_flush, "syncfs_available", lambda: False)
+    assert store.begin_background_flush() is None
+    store.batched_flush = False
+    monkeypatch.undo()
+    assert store.begin_background_flush() is None
+    store.close()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_work_around_the_sync_never_moves_a_recovery_point_past_it(tmp_path, syncs, seed):
+    rng = random.Random(seed)
+    store = store_of(tmp_path, 4)
+    logs = [store.get_log("t", p) for p in range(4)]
+    now = [2000]
+
+    def work(log, steps):
+        """Appends, rolls, truncations and inline flushes; True if it truncated."""
+        truncated = False
+        for _ in range(steps):
+            op = rng.random()
+            if op < 0.5:
+                append(log, rng.randint(1, 3))
+            elif op < 0.7:
+                now[0] += 1000
+                log.roll(now[0])
+                append(log)
+            elif op < 0.85 and log.log_end_offset > log.log_start_offset:
+                log.truncate_to(rng.randint(log.log_start_offset, log.log_end_offset - 1))
+                truncated = True
+            else:
+                log.flush()
+        return truncated
+
+    for _round in range(6):
+        for log in logs:
+            work(log, rng.randint(0, 3))
+        flush = store.begin_background_flush()
+        ends = {log: log.log_end_offset for log in logs}
+        truncated = {log: work(log, rng.randint(0, 3)) for log in logs}
+        at_sync = {log: log.log_end_offset for log in logs}
+        failed = flush.sync()
+        for log in logs:
+            truncated[log] |= work(log, rng.randint(0, 3))
+        before = {log: log.recovery_point for log in logs}
+        assert flush.finish(failed)
+        for log in logs:
+            rp = log.recovery_point
+            assert rp <= log.log_end_offset
+            if truncated[log]:
+                assert rp == before[log]
+            else:
+                assert rp == max(before[log], ends[log])
+                assert ends[log] <= at_sync[log]
+            # Every segment with data above the recovery point is the next
+            # flush's: it is listed dirty (a flush syncs what is listed).
+            for segment in log.segments:
+                if segment.next_offset > max(rp, segment.base_offset):
+                    assert segment in log._dirty
+                    assert segment._unsynced  # fdatasynced even with its file closed
+    store.flush_all()
+    for log in logs:
+        assert log.recovery_point == log.log_end_offset
+        assert not log.has_unflushed()
+    store.close()
+
+
+# -- the broker's checkpoint (pluglog.broker.checkpoint) ----------------------
+
+
+class HeldPool:
+    """A thread pool whose jobs run at once, or, while ``hold``, when the
+    test says (:meth:`run`): the test decides what the reactor does while a
+    sync is in flight."""
+
+    def __init__(self):
+        self.hold = False
+        self.jobs = []
+
+    def callInThreadWithCallback(self, on_result, function, *args, **kwargs):  # noqa: N802
+        job = (on_result, function, args, kwargs)
+        if self.hold:
+            self.jobs.append(job)
+        else:
+            self._call(job)
+
+    def run(self):
+        jobs, self.jobs = self.jobs, []
+        for job in jobs:
+            self._call(job)
+
+    @staticmethod
+    def _call(job):
+        on_result, function, args, kwargs = job
+        try:
+            result = function(*args, **kwargs)
+        except Exception:
+            on_result(False, Failure())
+        else:
+            on_result(True, result)
+
+
+class ThreadedClock(Clock):
+    def __init__(self):
+        super().__init__()
+        self.pool = HeldPool()
+
+    def getThreadPool(self):  # noqa: N802 - the reactor's name
+        return self.pool
+
+    def callFromThread(self, function, *args, **kwargs):  # noqa: N802
+        function(*args, **kwargs)
+
+
+def threaded_broker(tmp_path, partitions=3):
+    clock = ThreadedClock()
+    clock.advance(1_000)
+    broker = make_broker(tmp_path, clock, storage="segments", fsync="interval")
+    result_of(broker.create_topic("t", partitions, 1))
+    clock.advance(0)
+    parts = [broker.partition("t", i) for i in range(partitions)]
+    for part in parts:
+        part.append(make_batch(1), broker.now_ms(), acks=1)
+    return broker, clock, parts
+
+
+def checkpointed(broker, key):
+    path = os.path.join(broker.storage.data_dirs[0], RECOVERY_POINT_CHECKPOINT)
+    return read_checkpoint(path).get(key)
+
+
+def test_the_checkpoint_syncs_in_the_pool_and_the_loop_serves_meanwhile(tmp_path, syncs):
+    broker, clock, parts = threaded_broker(tmp_path)
+    clock.pool.hold = True
+    syncs["fsync"].clear()
+    broker.checkpoint()
+    assert broker.checkpointer.running and len(clock.pool.jobs) == 1
+    assert syncs["syncfs"] == [] and segment_files(syncs["fsync"]) == []
+    for part in parts:
+        assert part.log.recovery_point == 0
+        part.append(make_batch(1), broker.now_ms(), acks=1)  # served meanwhile
+    clock.pool.run()  # the sync, then the rest of the checkpoint
+    assert not broker.checkpointer.running
+    assert syncs["syncfs"] == [broker.storage.data_dirs[0]]
+    assert segment_files(syncs["fsync"]) == []
+    for part in parts:
+        # The log end when the sync was handed over, not the one now.
+        assert part.log.recovery_point == 1 and part.log.log_end_offset == 2
+        assert checkpointed(broker, ("t", part.log.partition)) == 1
+        assert part.log.has_unflushed()
+    clock.pool.hold = False
+    broker.checkpoint()
+    assert [part.log.recovery_point for part in parts] == [2, 2, 2]
+    assert checkpointed(broker, ("t", 0)) == 2
+    result_of(broker.stop())
+
+
+def test_a_stop_while_the_sync_runs_leaves_the_flush_to_the_close(tmp_path, syncs):
+    broker, clock, parts = threaded_broker(tmp_path)
+    clock.pool.hold = True
+    broker.checkpoint()
+    broker.checkpointer.stop()
+    assert not broker.checkpointer.running
+    assert all(part.log.has_unflushed() for part in parts)
+    clock.pool.run()  # the sync ends after the stop: nothing moves
+    assert [part.log.recovery_point for part in parts] == [0, 0, 0]
+    broker.storage.flush_all()
+    assert [part.log.recovery_point for part in parts] == [1, 1, 1]
+    result_of(broker.stop())
+
+
+def test_a_failed_sync_is_followed_by_the_flush_log_by_log(tmp_path, syncs, monkeypatch):
+    broker, clock, parts = threaded_broker(tmp_path)
+    monkeypatch.setattr(background_flush, "syncfs", failing_syncfs)
+    syncs["fsync"].clear()
+    broker.checkpoint()
+    assert not broker.checkpointer.running
+    assert set(segment_files(syncs["fsync"])) == {
+        os.path.join(part.log.directory, "00000000000000000000.log") for part in parts
+    }
+    assert [part.log.recovery_point for part in parts] == [1, 1, 1]
+    assert checkpointed(broker, ("t", 0)) == 1
+    result_of(broker.stop())
