@@ -10,8 +10,9 @@ leader epoch, ``answer``), read (bounds, empty reads, ``max_offset``,
 ``min_one_batch``), batch headers, timestamps, rolling and segment infos,
 DeleteRecords, retention's segment deletion, truncation, recovery after a
 close and after an abandoned (killed) storage, and, when declared,
-compaction (``ICompactableLog``), follower appends (``IReplicatedLog``) and
-interval flushes (``IFlushableLog``).
+compaction (``ICompactableLog``), follower appends (``IReplicatedLog``),
+interval flushes (``IFlushableLog``) and the checkpoint's flush with its
+sync in a thread (``IBackgroundFlushStorage``).
 """
 
 import pytest
@@ -20,6 +21,7 @@ from zope.interface.verify import verifyObject
 from pluglog.config import TopicConfig
 from pluglog.errors import CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError
 from pluglog.interfaces import (
+    IBackgroundFlushStorage,
     ICompactableLog,
     ICompactingStorage,
     IFileRange,
@@ -347,3 +349,40 @@ class StorageContract:
         assert log.maybe_flush(NOW + 1) in (True, False)
         log.flush()
         assert log.recovery_point == log.log_end_offset
+
+    def test_background_flush_covers_what_was_written_before_it(self, storage_factory):
+        storage = storage_factory()
+        if not IBackgroundFlushStorage.providedBy(storage):
+            storage.close()
+            pytest.skip("the storage does not declare IBackgroundFlushStorage")
+        try:
+            log = storage.open_log("t", 0, SMALL)
+            self.fill(log, batches=2)
+            flush = storage.begin_background_flush()
+            assert verifyObject(IBackgroundFlushStorage, storage)
+            if flush is None:  # this machine cannot: the broker calls flush_all
+                storage.flush_all()
+                assert log.recovery_point == log.log_end_offset
+                return
+            end = log.log_end_offset
+            self.fill(log, batches=1)  # after the hand-over: not covered
+            if flush.finish(flush.sync()):
+                assert log.recovery_point == end
+                storage.write_checkpoints()
+            else:
+                storage.flush_all()
+            assert log.recovery_point <= log.log_end_offset
+            before = read_all(log)
+            abandoned = storage.begin_background_flush()
+            if abandoned is not None:
+                abandoned.abandon()  # a stop while it syncs: the close flushes
+        finally:
+            storage.close()
+        storage = storage_factory()
+        try:
+            log = storage.open_log("t", 0, SMALL)
+            if self.durable:
+                assert read_all(log) == before
+                assert log.recovery_point == log.log_end_offset
+        finally:
+            storage.close()
