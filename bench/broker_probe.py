@@ -102,7 +102,7 @@ class Probe:
 
 
 def summary(values_ns):
-    """count, total, p50/p99/p99.9/max (ms) and how many over 1 and 10 ms."""
+    """count, total, p50/p99/p99.9/max (ms) and how many over 1, 10 and 100 ms."""
     if not values_ns:
         return {"count": 0}
     ordered = sorted(values_ns)
@@ -120,6 +120,7 @@ def summary(values_ns):
         "max": round(ordered[-1] / 1e6, 3),
         "over_1ms": sum(1 for v in ordered if v > 1_000_000),
         "over_10ms": sum(1 for v in ordered if v > 10_000_000),
+        "over_100ms": sum(1 for v in ordered if v > 100_000_000),
     }
 
 

@@ -18,14 +18,15 @@ snapshot to write, the work runs a few milliseconds per turn
    its index entries and leader-epoch file written without syncs;
 2. the flush. Where the storage can sync in a thread
    (:class:`~pluglog.interfaces.IBackgroundFlushStorage`,
-   :mod:`pluglog.storage.background_flush`): in one turn every log writes
-   what changed and hands it over, and each partition's producer state is
-   taken (:meth:`~pluglog.broker.partition_txns.PartitionTransactions.capture_snapshot`)
-   as of those log ends; a pool thread syncs each log dir's file system
-   while the loop serves; then, back on the loop, the recovery points move
-   to the log ends handed over and the checkpoint files are written. A
-   ``fdatasync`` of a busy log in the loop's turn held every client for
-   130 ms or more (bench/RESULTS.md, session 16). Otherwise, in one turn
+   :mod:`pluglog.storage.background_flush`): a log per step, every log
+   writes what changed and hands it over, and each partition's producer
+   state is taken (:meth:`~pluglog.broker.partition_txns.PartitionTransactions.capture_snapshot`)
+   before the sync begins; a pool thread syncs each log dir's file system
+   while the loop serves; then, back on the loop, a log per step, the
+   recovery points move to the log ends handed over, and the checkpoint
+   files are written. A ``fdatasync`` of a busy log in the loop's turn
+   held every client for 130 ms or more, and ``flush_all`` at 10,000
+   partitions 616-636 ms (bench/RESULTS.md, session 16). Otherwise, in one turn
    as before: ``flush_all`` (which writes what changed since and syncs
    every log dir before it moves a recovery point) and the producer states
    taken as of the log ends just synced. Either way no snapshot names
@@ -100,23 +101,25 @@ class Checkpointer:
             if broker.storage.closed:
                 return  # stopped meanwhile: the close flushed everything
         background = self._begin_background()
-        outcome = [{}]
         if background is not None:
-            # Producer states as of the log ends the sync will cover, so no
-            # snapshot names data it did not sync.
+            self._background = background
+            yield from background.capture()
+            # Producer states before the sync begins: no snapshot names
+            # data it does not cover.
             captured = self._capture_snapshots()
+            outcome = [{}]
             if background.captured:
                 reactor = broker.reactor
                 pending = deferToThreadPool(reactor, reactor.getThreadPool(), background.sync)
                 outcome = []
                 pending.addBoth(outcome.append)
-                self._background = background
                 yield pending
-                self._background = None
                 if isinstance(outcome[0], Failure):
                     log.failure("checkpoint sync failed", outcome[0])
+            yield from background.finish(outcome[0])
+            self._background = None
         try:
-            if background is None or not background.finish(outcome[0]):
+            if background is None or not background.complete:
                 broker.storage.flush_all()
             else:
                 broker.storage.write_checkpoints()

@@ -392,19 +392,22 @@ class ISlicedFlushStorage(ILogStorage):
 class IBackgroundFlushStorage(ILogStorage):
     """A storage whose checkpoint flush can sync in a thread: the broker's
     checkpoint (pluglog.broker.checkpoint) calls ``begin_background_flush``
-    on the reactor, the result's ``sync()`` in a pool thread, then its
-    ``finish(result)`` on the reactor, and ``write_checkpoints()`` (or
-    ``flush_all()`` when ``finish`` returns False)."""
+    on the reactor, runs the result's ``capture()`` steps there, its
+    ``sync()`` in a pool thread, its ``finish(result)`` steps on the
+    reactor, then ``write_checkpoints()`` (or ``flush_all()`` when
+    ``complete`` is False)."""
 
     def begin_background_flush():
         """None when the storage cannot sync off the reactor (the broker then
-        calls ``flush_all``); else an object with ``sync()`` (any thread:
-        syncs everything written so far and returns what failed),
-        ``finish(result)`` (the reactor: recovery points move to where they
-        were when this was called, where the sync succeeded; False when
-        ``flush_all`` must flush the rest) and ``abandon()`` (a stop: the
-        logs take back what they handed over). Appends, truncations,
-        deletions and flushes may run between the calls."""
+        calls ``flush_all``); else an object with ``capture()`` (the reactor:
+        an iterator, each step a log writing what it has and handing it
+        over), ``sync()`` (any thread: syncs everything written so far,
+        returns what failed), ``finish(result)`` (the reactor: an iterator,
+        each step a log's recovery point moving to its log end at the
+        capture, where the sync succeeded), ``complete`` (after finish:
+        False when ``flush_all`` must flush the rest) and ``abandon()`` (a
+        stop: the logs take back what they handed over). Appends,
+        truncations, deletions and flushes may run between any two steps."""
 
     def write_checkpoints():
         """Write the recovery-point and log-start-offset checkpoint files."""

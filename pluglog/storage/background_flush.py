@@ -5,23 +5,24 @@ log and checkpoints the recovery points. :meth:`CheckpointFlushes.flush_all`
 does it in the calling (reactor) turn: where ``syncfs`` reports errors
 (Linux 5.8+) and a log dir has at least ``syncfs_min_logs`` logs to flush,
 their writes go out unsynced and the file system is synced once; otherwise
-an ``fdatasync`` per log. Either way the sync waits for the disk to take
-every dirty page: measured under a producer at half the latency bench's
-peak, the checkpoint's two ``fdatasync`` calls held the event loop 130 ms
-each, and a 75 s level's acknowledgement p99.9 went from 4-6 ms to 57-342
-ms (bench/RESULTS.md, session 16). Kafka flushes from its scheduler
-threads, never from a request handler.
+an ``fdatasync`` per log. Either way the loop waits for the disk to take
+every dirty page: under a producer at half the latency bench's peak the
+checkpoint's ``fdatasync`` calls held it 130-160 ms (the worst
+acknowledgement 220-266 ms), and at 10,000 partitions ``flush_all``'s turn
+was 616-636 ms (bench/RESULTS.md, session 16). Kafka flushes from its
+scheduler threads, never from a request handler.
 
 :meth:`CheckpointFlushes.begin_background_flush` splits it in three:
 
-1. on the reactor, each log with anything to flush writes it without
-   syncing and hands it over (``capture_flush``: the dirty segments, the
-   changed directory, the unflushed count and the log end at that moment);
+1. on the reactor, a log per step, each log with anything to flush writes
+   it without syncing and hands it over (``capture_flush``: the dirty
+   segments, the changed directory, the unflushed count and the log end at
+   that moment);
 2. in a pool thread, :meth:`BackgroundFlush.sync` syncs each log dir's file
    system once (one system call, the GIL released throughout; a thread
    doing many small file calls was slower than the loop, session 13);
-3. on the reactor, :meth:`BackgroundFlush.finish` gives each log its mark
-   back (``finish_flush``): the recovery point moves to the captured log
+3. on the reactor, a log per step, :meth:`BackgroundFlush.finish` gives
+   each log its mark back (``finish_flush``): the recovery point moves to the captured log
    end, never past it, and not at all if the log was truncated meanwhile;
    what was appended meanwhile stays the next flush's. A dir whose sync
    failed gets its marks back unsynced and the caller runs ``flush_all``,
@@ -36,6 +37,8 @@ calls ``flush_all``. The mixin of
 ``write_checkpoints``).
 """
 
+from collections import deque
+
 from twisted.logger import Logger
 
 from pluglog.errors import KafkaStorageError
@@ -46,22 +49,52 @@ _log = Logger()
 
 
 class BackgroundFlush:
-    """One checkpoint flush in flight: the marks of the logs it covers."""
+    """One checkpoint flush: the logs it hands over, and their marks.
 
-    def __init__(self, storage, captured, failed):
+    :meth:`capture` and :meth:`finish` return iterators of one log per
+    step, for the caller to run a few milliseconds per reactor turn (each
+    log's capture and return stand alone; 10,000 of them in one go held the
+    loop 50-60 ms each way); :meth:`sync` runs between the two, in a thread.
+    """
+
+    def __init__(self, storage, logs):
         self.storage = storage
+        #: [(key, log, log dir)] with anything to flush when this began
+        self._logs = logs
         #: {log dir: [(log, FlushMark)]}
-        self.captured = captured
+        self.captured = {}
         #: dirs where a capture failed (the caller's flush_all names the file)
-        self.failed = failed
-        self._done = False
+        self.failed = set()
+        #: after :meth:`finish`'s steps: True when nothing is left for flush_all
+        self.complete = False
+        #: the marks still to give back, once finish began (or abandon)
+        self._pending = None
 
     def __len__(self):
         return sum(map(len, self.captured.values()))
 
+    def capture(self):
+        """On the reactor, one log per step: the log writes what it has and
+        hands it over (``capture_flush``). A log deleted, closed or flushed
+        since this began is skipped."""
+        live = self.storage._logs
+        for key, log, directory in self._logs:
+            if self._pending is not None:
+                return  # abandoned
+            if live.get(key) is not log or log.closed or not log.has_unflushed():
+                continue
+            try:
+                mark = log.capture_flush()
+            except (OSError, KafkaStorageError) as exc:
+                _log.warn("writing {log} out failed: {exc}", log=log, exc=exc)
+                self.failed.add(directory)
+                continue
+            self.captured.setdefault(directory, []).append((log, mark))
+            yield
+
     def sync(self):
-        """Any thread: sync each captured log dir's file system once.
-        Returns {dir: OSError} for those that failed."""
+        """Any thread, after :meth:`capture`: sync each captured log dir's
+        file system once. Returns {dir: OSError} for those that failed."""
         failed = {}
         for directory in self.captured:
             try:
@@ -72,27 +105,45 @@ class BackgroundFlush:
 
     def finish(self, failed):
         """On the reactor, after :meth:`sync` returned ``failed`` (or raised:
-        pass anything that is not a dict, and every dir counts as failed).
-        Returns True when every log's flush is done; False when the caller
+        pass anything that is not a dict, and every dir counts as failed):
+        an iterator giving one log its mark back per step
+        (``finish_flush``); then :attr:`complete` says whether the caller
         must run ``flush_all`` for the rest."""
-        if self._done:
-            return True
-        self._done = True
-        if not isinstance(failed, dict):
-            failed = dict.fromkeys(self.captured)
-        for directory, exc in failed.items():
-            _log.warn(
-                "syncfs of {dir} failed ({exc}): flushing log by log", dir=directory, exc=exc
+        if self._pending is None:
+            if not isinstance(failed, dict):
+                failed = dict.fromkeys(self.captured)
+            for directory, exc in failed.items():
+                _log.warn(
+                    "syncfs of {dir} failed ({exc}): flushing log by log",
+                    dir=directory,
+                    exc=exc,
+                )
+            self._pending = deque(
+                (log, mark, directory not in failed)
+                for directory, marks in self.captured.items()
+                for log, mark in marks
             )
-        for directory, marks in self.captured.items():
-            synced = directory not in failed
-            for log, mark in marks:
-                log.finish_flush(mark, synced)
-        return not failed and not self.failed
+            self.complete = not failed and not self.failed
+        return self._give_back()
+
+    def _give_back(self):
+        pending = self._pending
+        while pending:
+            log, mark, synced = pending.popleft()
+            log.finish_flush(mark, synced)
+            yield
 
     def abandon(self):
-        """The flush will not finish (a stop): every log takes its part back."""
-        self.finish(None)
+        """The flush will not finish (a stop): every log not given its mark
+        back yet takes back what it handed over, unsynced."""
+        if self._pending is None:
+            self._pending = deque()
+            for marks in self.captured.values():
+                self._pending.extend((log, mark, False) for log, mark in marks)
+        pending = self._pending
+        while pending:
+            log, mark, _synced = pending.popleft()
+            log.finish_flush(mark, False)
 
 
 class CheckpointFlushes:
@@ -102,7 +153,7 @@ class CheckpointFlushes:
         """IBackgroundFlushStorage: None where syncs cannot leave the
         reactor (no ``syncfs``, ``batched_flush`` off, a log that cannot
         hand over); else a :class:`BackgroundFlush` of every log with
-        anything to flush, its writes done. All of it, unlike
+        anything to flush, to :meth:`~BackgroundFlush.capture`. All of it, unlike
         ``flush_all``'s ``syncfs_min_logs``: the sync's cost (other
         programs' dirty pages too) is no longer the event loop's."""
         if not (self.batched_flush and syncfs_available()):
@@ -110,20 +161,18 @@ class CheckpointFlushes:
         logs = list(self._logs.items())
         if not all(hasattr(log, "capture_flush") for _key, log in logs):
             return None
-        captured = {}
-        failed = set()
-        for key, log in logs:
-            directory = self._dir_of.get(key)
-            if directory is None or directory in self._failed or not log.has_unflushed():
-                continue
-            try:
-                mark = log.capture_flush()
-            except (OSError, KafkaStorageError) as exc:
-                _log.warn("writing {log} out failed: {exc}", log=log, exc=exc)
-                failed.add(directory)
-                continue
-            captured.setdefault(directory, []).append((log, mark))
-        return BackgroundFlush(self, captured, failed)
+        dir_of = self._dir_of
+        failed = self._failed
+        return BackgroundFlush(
+            self,
+            [
+                (key, log, dir_of[key])
+                for key, log in logs
+                if dir_of.get(key) is not None
+                and dir_of[key] not in failed
+                and log.has_unflushed()
+            ],
+        )
 
     def flush_all(self):
         """Flush every log, then write the recovery-point checkpoints.

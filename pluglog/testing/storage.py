@@ -364,9 +364,13 @@ class StorageContract:
                 storage.flush_all()
                 assert log.recovery_point == log.log_end_offset
                 return
+            for _ in flush.capture():
+                pass
             end = log.log_end_offset
             self.fill(log, batches=1)  # after the hand-over: not covered
-            if flush.finish(flush.sync()):
+            for _ in flush.finish(flush.sync()):
+                pass
+            if flush.complete:
                 assert log.recovery_point == end
                 storage.write_checkpoints()
             else:
@@ -375,6 +379,8 @@ class StorageContract:
             before = read_all(log)
             abandoned = storage.begin_background_flush()
             if abandoned is not None:
+                for _ in abandoned.capture():
+                    pass
                 abandoned.abandon()  # a stop while it syncs: the close flushes
         finally:
             storage.close()

@@ -16,6 +16,7 @@ import pytest
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
+from pluglog.broker import checkpoint
 from pluglog.config import TopicConfig
 from pluglog.storage import background_flush, batchsync
 from pluglog.storage.checkpoints import read_checkpoint
@@ -60,6 +61,20 @@ def store_of(data_dir, logs):
     return store
 
 
+def begin(store):
+    """A background flush with every log handed over."""
+    flush = store.begin_background_flush()
+    for _ in flush.capture():
+        pass
+    return flush
+
+
+def finish(flush, result):
+    for _ in flush.finish(result):
+        pass
+    return flush.complete
+
+
 def append(log, records=1):
     for n in range(records):
         log.append(make_batch(1, value=b"record %d" % n), 1000)
@@ -73,7 +88,7 @@ def test_recovery_points_move_to_the_log_ends_of_the_capture(tmp_path, syncs):
     store = store_of(tmp_path, 3)
     logs = [store.get_log("t", p) for p in range(3)]
     syncs["fsync"].clear()
-    flush = store.begin_background_flush()
+    flush = begin(store)
     assert len(flush) == 3
     assert syncs["fsync"] == []  # the capture writes, it does not sync
     append(logs[0], 2)  # after the capture, before the sync
@@ -82,7 +97,7 @@ def test_recovery_points_move_to_the_log_ends_of_the_capture(tmp_path, syncs):
     failed = flush.sync()
     assert failed == {} and syncs["syncfs"] == [str(tmp_path)]
     append(logs[2])  # after the sync began
-    assert flush.finish(failed)
+    assert finish(flush, failed)
     assert [log.recovery_point for log in logs] == [3, 3, 3]
     assert [log.log_end_offset for log in logs] == [5, 4, 4]
     # What came after the capture is still to flush, the new segment's
@@ -102,10 +117,10 @@ def test_a_truncation_meanwhile_leaves_the_recovery_point_where_it_was(tmp_path,
     log = store.get_log("t", 0)
     log.flush()
     append(log, 3)  # offsets 3-5
-    flush = store.begin_background_flush()
+    flush = begin(store)
     log.truncate_to(4)
     append(log, 3)  # offsets 4-6, not what the capture wrote
-    assert flush.finish(flush.sync())
+    assert finish(flush, flush.sync())
     assert log.recovery_point == 3
     assert log.has_unflushed()
     syncs["fsync"].clear()
@@ -120,11 +135,11 @@ def test_a_truncation_meanwhile_leaves_the_recovery_point_where_it_was(tmp_path,
 def test_a_failed_sync_gives_everything_back_to_the_flush_log_by_log(tmp_path, syncs, monkeypatch):
     store = store_of(tmp_path, 2)
     logs = [store.get_log("t", p) for p in range(2)]
-    flush = store.begin_background_flush()
+    flush = begin(store)
     monkeypatch.setattr(background_flush, "syncfs", failing_syncfs)
     failed = flush.sync()
     assert list(failed) == [str(tmp_path)]
-    assert not flush.finish(failed)  # the caller runs flush_all
+    assert not finish(flush, failed)  # the caller runs flush_all
     assert [log.recovery_point for log in logs] == [0, 0]
     assert all(log.has_unflushed() for log in logs)
     assert all(log._unflushed_records == 3 for log in logs)
@@ -139,7 +154,7 @@ def test_a_failed_sync_gives_everything_back_to_the_flush_log_by_log(tmp_path, s
 def test_an_abandoned_flush_is_synced_by_the_close(tmp_path, syncs):
     store = store_of(tmp_path, 2)
     logs = [store.get_log("t", p) for p in range(2)]
-    flush = store.begin_background_flush()
+    flush = begin(store)
     flush.abandon()  # a stop while the sync runs
     assert all(log.has_unflushed() for log in logs)
     store.close()  # two logs: closed log by log, each fdatasynced
@@ -154,9 +169,9 @@ def test_an_abandoned_flush_is_synced_by_the_close(tmp_path, syncs):
 
 def test_a_log_deleted_or_closed_meanwhile_is_left_alone(tmp_path, syncs):
     store = store_of(tmp_path, 2)
-    flush = store.begin_background_flush()
+    flush = begin(store)
     store.delete_log("t", 1)
-    assert flush.finish(flush.sync())
+    assert finish(flush, flush.sync())
     assert store.get_log("t", 0).recovery_point == 3
     store.close()
 
@@ -168,6 +183,39 @@ def test_without_syncfs_there_is_no_background_flush(tmp_path, monkeypatch):
     store.batched_flush = False
     monkeypatch.undo()
     assert store.begin_background_flush() is None
+    store.close()
+
+
+def test_a_stop_during_the_capture_or_the_return_gives_every_mark_back(tmp_path, syncs):
+    store = store_of(tmp_path, 4)
+    logs = [store.get_log("t", p) for p in range(4)]
+    flush = store.begin_background_flush()
+    steps = flush.capture()
+    next(steps)
+    next(steps)
+    assert len(flush) == 2
+    flush.abandon()  # two handed over, two not yet
+    assert list(steps) == []
+    assert all(log.has_unflushed() and log._unflushed_records == 3 for log in logs)
+    flush = begin(store)
+    assert len(flush) == 4
+    steps = flush.finish(flush.sync())
+    next(steps)  # one log's recovery point moved
+    flush.abandon()
+    assert list(steps) == []
+    assert sorted(log.recovery_point for log in logs) == [0, 0, 0, 3]
+    assert sum(log.has_unflushed() for log in logs) == 3
+    store.flush_all()
+    assert [log.recovery_point for log in logs] == [3, 3, 3, 3]
+    store.close()
+
+
+def test_a_log_deleted_before_its_capture_is_skipped(tmp_path, syncs):
+    store = store_of(tmp_path, 3)
+    flush = store.begin_background_flush()
+    store.delete_log("t", 2)
+    assert sum(1 for _ in flush.capture()) == 2
+    assert finish(flush, flush.sync())
     store.close()
 
 
@@ -199,7 +247,7 @@ def test_random_work_around_the_sync_never_moves_a_recovery_point_past_it(tmp_pa
     for _round in range(6):
         for log in logs:
             work(log, rng.randint(0, 3))
-        flush = store.begin_background_flush()
+        flush = begin(store)
         ends = {log: log.log_end_offset for log in logs}
         truncated = {log: work(log, rng.randint(0, 3)) for log in logs}
         at_sync = {log: log.log_end_offset for log in logs}
@@ -207,7 +255,7 @@ def test_random_work_around_the_sync_never_moves_a_recovery_point_past_it(tmp_pa
         for log in logs:
             truncated[log] |= work(log, rng.randint(0, 3))
         before = {log: log.recovery_point for log in logs}
-        assert flush.finish(failed)
+        assert finish(flush, failed)
         for log in logs:
             rp = log.recovery_point
             assert rp <= log.log_end_offset
@@ -344,4 +392,44 @@ def test_a_failed_sync_is_followed_by_the_flush_log_by_log(tmp_path, syncs, monk
     }
     assert [part.log.recovery_point for part in parts] == [1, 1, 1]
     assert checkpointed(broker, ("t", 0)) == 1
+    result_of(broker.stop())
+
+
+def one_turn(broker):
+    """The checkpoint's pending callLater(0) alone (Clock.advance would also
+    run the calls it schedules, all in one go)."""
+    call = broker.checkpointer._call
+    assert call is not None and call.active()
+    call.cancel()
+    broker.checkpointer._step()
+
+
+def test_with_many_logs_the_hand_over_and_the_return_spread_over_turns(
+    tmp_path, syncs, monkeypatch
+):
+    monkeypatch.setattr(checkpoint, "SLICED_MIN_LOGS", 2)
+    monkeypatch.setattr(checkpoint, "SLICE_SECONDS", 0.0)  # a step per turn
+    broker, clock, parts = threaded_broker(tmp_path, partitions=4)
+    clock.pool.hold = True
+    broker.checkpoint()
+    turns = 0
+    while not clock.pool.jobs:
+        # Each turn hands one more log over; the others still take appends.
+        for part in parts:
+            part.append(make_batch(1), broker.now_ms(), acks=1)
+        one_turn(broker)
+        turns += 1
+        assert turns < 100
+    assert turns >= len(parts)
+    clock.pool.run()
+    returned = 1
+    while broker.checkpointer.running:
+        one_turn(broker)
+        returned += 1
+        assert returned < 100
+    assert returned >= len(parts)
+    for part in parts:
+        # Each log's recovery point is its own log end when it was handed over.
+        assert 1 < part.log.recovery_point < part.log.log_end_offset
+        assert checkpointed(broker, ("t", part.log.partition)) == part.log.recovery_point
     result_of(broker.stop())
