@@ -154,3 +154,16 @@ def read(path, pid, timeout=5.0):
         except (OSError, ValueError):
             time.sleep(0.05)
     return None
+
+
+def probe_brokers(probe_path):
+    """Start every BrokerProcess of this (bench) process through the probe,
+    which writes to ``probe_path`` (``%(pid)s`` is the broker's pid)."""
+    import tests.broker_process
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    tests.broker_process.TWISTD = (
+        f"import sys; sys.path.insert(0, {here!r}); import broker_probe; "
+        f"broker_probe.install({probe_path!r}); "
+        "from twisted.scripts.twistd import run; run()"
+    )

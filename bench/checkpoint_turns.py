@@ -31,9 +31,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [ROOT, HERE]
 
+import broker_probe  # noqa: E402
 from partitions_bench import create, proc_cpu, produce  # noqa: E402
 
-import tests.broker_process  # noqa: E402
 from tests.broker_process import BrokerProcess  # noqa: E402
 
 
@@ -109,11 +109,7 @@ def main():
         codes["other"] = os.path.abspath(args.compare)
     with tempfile.TemporaryDirectory(prefix="pluglog-ckpt-", dir=args.work) as tmp:
         probe_path = os.path.join(tmp, "probe-%(pid)s.json")
-        tests.broker_process.TWISTD = (
-            f"import sys; sys.path.insert(0, {HERE!r}); import broker_probe; "
-            f"broker_probe.install({probe_path!r}); "
-            "from twisted.scripts.twistd import run; run()"
-        )
+        broker_probe.probe_brokers(probe_path)
         for run in range(args.runs):
             names = list(codes) if run % 2 == 0 else list(codes)[::-1]
             for name in names:

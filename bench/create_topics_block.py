@@ -33,6 +33,7 @@ from pathlib import Path
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+import broker_probe  # noqa: E402
 import confluent_kafka  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
@@ -190,11 +191,7 @@ def main():
 
 def runs(args, tmp, zk):
     probe_path = os.path.join(tmp, "probe-%(pid)s.json")
-    tests.broker_process.TWISTD = (
-        f"import sys; sys.path.insert(0, {HERE!r}); import broker_probe; "
-        f"broker_probe.install({probe_path!r}); "
-        "from twisted.scripts.twistd import run; run()"
-    )
+    broker_probe.probe_brokers(probe_path)
     for run in range(args.runs):
         before = load_average()
         out = one_run(Path(tmp) / f"run{run}", args.partitions, probe_path, zk)

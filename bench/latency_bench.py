@@ -69,7 +69,6 @@ sys.path[:0] = [ROOT, HERE]
 import broker_probe  # noqa: E402
 import paper_bench  # noqa: E402
 
-import tests.broker_process  # noqa: E402
 from tests.broker_process import BrokerProcess  # noqa: E402
 from tests.chaos import create_topic  # noqa: E402
 from tests.cluster import Cluster  # noqa: E402
@@ -308,11 +307,7 @@ def main():
     probe_path = None
     if args.probe:
         probe_path = os.path.join(args.work, "probe-%(pid)s.json")
-        tests.broker_process.TWISTD = (
-            f"import sys; sys.path.insert(0, {HERE!r}); import broker_probe; "
-            f"broker_probe.install({probe_path!r}); "
-            "from twisted.scripts.twistd import run; run()"
-        )
+        broker_probe.probe_brokers(probe_path)
     results = {}
     print(HEADER, flush=True)
     with tempfile.TemporaryDirectory(prefix="pluglog-latency-", dir=args.work) as tmp:

@@ -8,7 +8,6 @@ began, and anything written, rolled or truncated meanwhile stays for the
 next flush to sync.
 """
 
-import errno
 import os
 import random
 
@@ -22,6 +21,7 @@ from pluglog.storage import background_flush, batchsync
 from pluglog.storage.checkpoints import read_checkpoint
 from pluglog.storage.filenames import RECOVERY_POINT_CHECKPOINT
 from pluglog.storage.manager import SegmentLogStorage
+from tests.unit.test_batched_durability import failing_syncfs, record_syncs
 from tests.unit.test_group_coordinator import make_broker, result_of
 from tests.unit.test_storage_segments import make_batch
 
@@ -31,26 +31,7 @@ pytestmark = pytest.mark.unit
 @pytest.fixture
 def syncs(monkeypatch):
     """Paths fsynced / fdatasynced, and the dirs syncfs was asked for."""
-    seen = {"fsync": [], "syncfs": []}
-    real_fsync, real_fdatasync = os.fsync, os.fdatasync
-
-    def record(real):
-        def call(fd):
-            seen["fsync"].append(os.readlink(f"/proc/self/fd/{fd}"))
-            return real(fd)
-
-        return call
-
-    monkeypatch.setattr(os, "fsync", record(real_fsync))
-    monkeypatch.setattr(os, "fdatasync", record(real_fdatasync))
-    for module in (background_flush, batchsync):
-        monkeypatch.setattr(module, "syncfs_available", lambda: True)
-        monkeypatch.setattr(module, "syncfs", seen["syncfs"].append)
-    return seen
-
-
-def failing_syncfs(path):
-    raise OSError(errno.EIO, f"syncfs of {path}: Input/output error")
+    return record_syncs(monkeypatch, background_flush, batchsync)
 
 
 def store_of(data_dir, logs):

@@ -28,6 +28,12 @@ TOPIC_ID = "0123456789abcdef0123456789abcdef"
 @pytest.fixture
 def syncs(monkeypatch):
     """Paths fsynced / fdatasynced, and the dirs syncfs was asked for."""
+    return record_syncs(monkeypatch, batchsync)
+
+
+def record_syncs(monkeypatch, *modules):
+    """Record fsync / fdatasync calls by path, and replace the ``syncfs`` of
+    ``modules`` (as available) by a recorder of the dirs asked for."""
     seen = {"fsync": [], "syncfs": []}
     real_fsync, real_fdatasync = os.fsync, os.fdatasync
 
@@ -40,8 +46,9 @@ def syncs(monkeypatch):
 
     monkeypatch.setattr(os, "fsync", record(real_fsync))
     monkeypatch.setattr(os, "fdatasync", record(real_fdatasync))
-    monkeypatch.setattr(batchsync, "syncfs_available", lambda: True)
-    monkeypatch.setattr(batchsync, "syncfs", seen["syncfs"].append)
+    for module in modules:
+        monkeypatch.setattr(module, "syncfs_available", lambda: True)
+        monkeypatch.setattr(module, "syncfs", seen["syncfs"].append)
     return seen
 
 
