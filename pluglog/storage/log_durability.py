@@ -33,6 +33,9 @@ class FlushMark(NamedTuple):
 class LogDurability:
     """Flush, batched flush and close of a partition log (mixin)."""
 
+    #: what :meth:`capture_flush` handed to a background sync still in flight
+    _handed_over: Any = None
+
     def maybe_flush(self, now_ms):
         """Flush if the ``interval`` policy's flush.ms has passed (broker timer)."""
         if self.fsync != FSYNC_INTERVAL or not self._unflushed_records:
@@ -92,6 +95,7 @@ class LogDurability:
         self._dirty = []
         self._directory_dirty = False
         self._unflushed_records = 0
+        self._handed_over = mark
         return mark
 
     def finish_flush(self, mark, synced):
@@ -100,6 +104,8 @@ class LogDurability:
         log's to flush again). The recovery point moves to the log end of
         the capture only: appends since then are not covered; a truncation
         since then voids the mark (what it names may have been rewritten)."""
+        if self._handed_over is mark:
+            self._handed_over = None
         if self.closed:
             return
         if not synced or mark.truncations != self._truncations:
@@ -136,10 +142,18 @@ class LogDurability:
                     segment.flush()
                 else:
                     segment.flush(sync=False)
+        handed = self._handed_over
+        if sync and handed is not None:
+            # A flush while a background sync is in flight moves the recovery
+            # point to the log end: what was handed over must be synced too
+            # (a rolled segment is no longer listed dirty here).
+            for segment, _size in handed.segments:
+                if not segment.deleted and segment not in self._dirty:
+                    segment.flush()
         # Side files (the leader-epoch checkpoint) before the directory sync
         # that makes their renames durable, and before the recovery point moves.
         self._save_side_files(sync)
-        if sync and self._directory_dirty:
+        if sync and (self._directory_dirty or handed is not None and handed.directory):
             self._sync_directory()
             self._directory_dirty = False
 

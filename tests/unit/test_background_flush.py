@@ -113,6 +113,23 @@ def test_a_truncation_meanwhile_leaves_the_recovery_point_where_it_was(tmp_path,
     store.close()
 
 
+def test_a_flush_while_the_sync_is_in_flight_syncs_what_was_handed_over(tmp_path, syncs):
+    store = store_of(tmp_path, 1)
+    log = store.get_log("t", 0)
+    flush = begin(store)
+    log.roll(2000)  # the handed-over segment is no longer the active one
+    append(log, 2)
+    syncs["fsync"].clear()
+    log.flush()  # e.g. flush.messages, before the background sync ran
+    first = os.path.join(log.directory, "00000000000000000000.log")
+    assert first in syncs["fsync"]
+    assert log.directory in syncs["fsync"]  # the new segment's entry
+    assert log.recovery_point == log.log_end_offset == 5
+    assert finish(flush, flush.sync())
+    assert log.recovery_point == 5
+    store.close()
+
+
 def test_a_failed_sync_gives_everything_back_to_the_flush_log_by_log(tmp_path, syncs, monkeypatch):
     store = store_of(tmp_path, 2)
     logs = [store.get_log("t", p) for p in range(2)]
@@ -222,7 +239,12 @@ def test_random_work_around_the_sync_never_moves_a_recovery_point_past_it(tmp_pa
                 log.truncate_to(rng.randint(log.log_start_offset, log.log_end_offset - 1))
                 truncated = True
             else:
+                handed = log._handed_over
                 log.flush()
+                # A flush moves the recovery point to the log end: what was
+                # handed over to a sync still in flight is synced too.
+                if handed is not None:
+                    assert not any(seg._unsynced for seg, _ in handed.segments if not seg.deleted)
         return truncated
 
     for _round in range(6):
