@@ -18,7 +18,8 @@ snapshot to write, the work runs a few milliseconds per turn
    its index entries and leader-epoch file written without syncs;
 2. the flush. Where the storage can sync in a thread
    (:class:`~pluglog.interfaces.IBackgroundFlushStorage`,
-   :mod:`pluglog.storage.background_flush`): a log per step, every log
+   :mod:`pluglog.storage.background_flush`; a log dir with at least
+   ``syncfs_min_logs`` logs to flush): a log per step, every such log
    writes what changed and hands it over, and each partition's producer
    state is taken (:meth:`~pluglog.broker.partition_txns.PartitionTransactions.capture_snapshot`)
    before the sync begins; a pool thread syncs each log dir's file system

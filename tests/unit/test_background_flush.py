@@ -36,6 +36,7 @@ def syncs(monkeypatch):
 
 def store_of(data_dir, logs):
     store = SegmentLogStorage(str(data_dir))
+    store.syncfs_min_logs = 1  # every dir with a log to flush takes part
     for partition in range(logs):
         log = store.open_log("t", partition, TopicConfig())
         append(log, 3)
@@ -85,6 +86,7 @@ def test_recovery_points_move_to_the_log_ends_of_the_capture(tmp_path, syncs):
     # directory entry included.
     assert all(log.has_unflushed() for log in logs)
     assert logs[1]._directory_dirty
+    store.syncfs_min_logs = 100
     store.flush_all()  # few logs: log by log
     assert [log.recovery_point for log in logs] == [5, 4, 4]
     synced = segment_files(syncs["fsync"])
@@ -105,6 +107,7 @@ def test_a_truncation_meanwhile_leaves_the_recovery_point_where_it_was(tmp_path,
     assert log.recovery_point == 3
     assert log.has_unflushed()
     syncs["fsync"].clear()
+    store.syncfs_min_logs = 100  # few logs: log by log
     store.flush_all()
     assert log.recovery_point == 7
     assert segment_files(syncs["fsync"]) == [
@@ -141,6 +144,7 @@ def test_a_failed_sync_gives_everything_back_to_the_flush_log_by_log(tmp_path, s
     assert [log.recovery_point for log in logs] == [0, 0]
     assert all(log.has_unflushed() for log in logs)
     assert all(log._unflushed_records == 3 for log in logs)
+    store.syncfs_min_logs = 100  # few logs: log by log
     store.flush_all()
     assert sorted(segment_files(syncs["fsync"])) == sorted(
         os.path.join(log.directory, "00000000000000000000.log") for log in logs
@@ -155,6 +159,7 @@ def test_an_abandoned_flush_is_synced_by_the_close(tmp_path, syncs):
     flush = begin(store)
     flush.abandon()  # a stop while the sync runs
     assert all(log.has_unflushed() for log in logs)
+    store.syncfs_min_logs = 100
     store.close()  # two logs: closed log by log, each fdatasynced
     assert set(segment_files(syncs["fsync"])) == {
         os.path.join(log.directory, "00000000000000000000.log") for log in logs
@@ -171,6 +176,16 @@ def test_a_log_deleted_or_closed_meanwhile_is_left_alone(tmp_path, syncs):
     store.delete_log("t", 1)
     assert finish(flush, flush.sync())
     assert store.get_log("t", 0).recovery_point == 3
+    store.close()
+
+
+def test_below_the_syncfs_minimum_the_checkpoint_flushes_on_the_loop(tmp_path, syncs):
+    # syncfs writes back every program's dirty pages: not for a few logs.
+    store = store_of(tmp_path, 2)
+    store.syncfs_min_logs = 3
+    assert store.begin_background_flush() is None
+    store.syncfs_min_logs = 2
+    assert len(begin(store)) == 2
     store.close()
 
 
@@ -331,6 +346,7 @@ def threaded_broker(tmp_path, partitions=3):
     clock = ThreadedClock()
     clock.advance(1_000)
     broker = make_broker(tmp_path, clock, storage="segments", fsync="interval")
+    broker.storage.syncfs_min_logs = 1
     result_of(broker.create_topic("t", partitions, 1))
     clock.advance(0)
     parts = [broker.partition("t", i) for i in range(partitions)]
@@ -348,6 +364,7 @@ def test_the_checkpoint_syncs_in_the_pool_and_the_loop_serves_meanwhile(tmp_path
     broker, clock, parts = threaded_broker(tmp_path)
     clock.pool.hold = True
     syncs["fsync"].clear()
+    syncs["syncfs"].clear()  # the topic creation's
     broker.checkpoint()
     assert broker.checkpointer.running and len(clock.pool.jobs) == 1
     assert syncs["syncfs"] == [] and segment_files(syncs["fsync"]) == []
@@ -387,6 +404,7 @@ def test_a_stop_while_the_sync_runs_leaves_the_flush_to_the_close(tmp_path, sync
 def test_a_failed_sync_is_followed_by_the_flush_log_by_log(tmp_path, syncs, monkeypatch):
     broker, clock, parts = threaded_broker(tmp_path)
     monkeypatch.setattr(background_flush, "syncfs", failing_syncfs)
+    monkeypatch.setattr(batchsync, "syncfs", failing_syncfs)
     syncs["fsync"].clear()
     broker.checkpoint()
     assert not broker.checkpointer.running
