@@ -129,12 +129,19 @@ def transform_round(bootstrap, deadline, kill=None):
 
 
 def _drained(consumer, partitions):
-    """Every input partition read to its end (not merely a quiet moment: a
-    cluster may still be electing or loading the group's offsets)."""
-    for tp, position in zip(partitions, consumer.position(partitions), strict=True):
+    """Every input partition's offsets committed up to its end (not merely a
+    quiet moment: a cluster may still be electing or loading the group's
+    offsets).
+
+    The group's committed offsets, not ``position()``: librdkafka gives a
+    partition no position (-1001) until this consumer returns a message from
+    it, so a round that starts after a partition was finished would never see
+    it drained and would run to the deadline."""
+    committed = consumer.committed(partitions, timeout=5)
+    for tp, done in zip(partitions, committed, strict=True):
         _low, high = consumer.get_watermark_offsets(tp, timeout=5, cached=False)
         # A negative end is "unknown" (a leader moving), never "read to it".
-        if position.offset < 0 or high < 0 or position.offset < high:
+        if done.offset < 0 or high < 0 or done.offset < high:
             return False
     return True
 

@@ -96,6 +96,7 @@ def test_exactly_once_through_coordinator_and_leader_kills(cluster):
     drained = False
     while not drained and time.monotonic() < deadline:
         _commits, drained = transform_round(c.bootstrap, deadline)
+    assert drained, "the input was not drained before the deadline"
     committed = read_output(c.bootstrap, "read_committed")
     expected = {f"out-{i}" for i in range(records)}
     assert set(committed) == expected, f"missing {len(expected - set(committed))}"
