@@ -320,6 +320,21 @@ class FollowerSessionTests(Base):
         self.broker.reactor.advance(1)
         self.assertEqual(self.lagging(), {i: [1] for i in range(COUNT)})
 
+    def test_a_sessionless_fetch_by_the_follower_keeps_its_session_clock(self):
+        # Follower 1 also fetches outside its session (epoch -1, as a tool
+        # naming its replica id could), at the log end. That fetch unclocks
+        # partition 4 while the session still omits it; the session's sweep
+        # (every SWEEP_MS, under the lag time) reads it and clocks it again,
+        # so it must not fall out of sync (with no sweep it does).
+        sid = self.open_session(replica_id=1)
+        self.answer(body(0, -1, dict.fromkeys(range(COUNT), 0), replica_id=2))
+        self.answer(body(0, -1, {4: 0}, replica_id=1))
+        for _ in range(8):  # 40 s of idle session fetches, over the 30 s lag time
+            self.broker.reactor.advance(5)
+            self.answer(self.next(sid, replica_id=1))
+            self.answer(body(0, -1, dict.fromkeys(range(COUNT), 0), replica_id=2))
+        self.assertEqual(self.lagging(), {})
+
     def test_a_follower_behind_an_append_lags_from_its_last_fetch(self):
         # Kafka's rule: behind the leader's end, the follower was caught up
         # as of its previous fetch if that fetch reached the end then.
