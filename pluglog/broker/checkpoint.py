@@ -18,12 +18,14 @@ snapshot to write, the work runs a few milliseconds per turn
    its index entries and leader-epoch file written without syncs;
 2. the flush. Where the storage can sync in a thread
    (:class:`~pluglog.interfaces.IBackgroundFlushStorage`,
-   :mod:`pluglog.storage.background_flush`; a log dir with at least
-   ``syncfs_min_logs`` logs to flush): a log per step, every such log
-   writes what changed and hands it over, and each partition's producer
-   state is taken (:meth:`~pluglog.broker.partition_txns.PartitionTransactions.capture_snapshot`)
-   before the sync begins; a pool thread syncs each log dir's file system
-   while the loop serves; then, back on the loop, a log per step, the
+   :mod:`pluglog.storage.background_flush`): a log per step, every log
+   with something to flush writes what changed and hands it over, and each
+   partition's producer state is taken
+   (:meth:`~pluglog.broker.partition_txns.PartitionTransactions.capture_snapshot`)
+   before the sync begins; a pool thread syncs what was handed over (each
+   log dir's file system, or its files one by one where the dir has fewer
+   than ``syncfs_min_logs`` logs to flush) while the loop serves; then,
+   back on the loop, a log per step, the
    recovery points move to the log ends handed over, and the checkpoint
    files are written. A ``fdatasync`` of a busy log in the loop's turn
    held every client for 130 ms or more, and ``flush_all`` at 10,000

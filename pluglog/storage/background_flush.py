@@ -1,4 +1,4 @@
-"""The checkpoint flush, with its file-system syncs in a thread.
+"""The checkpoint flush, with its syncs in a thread.
 
 Every ``log.flush.offset.checkpoint.interval.ms`` the broker flushes every
 log and checkpoints the recovery points. :meth:`CheckpointFlushes.flush_all`
@@ -17,24 +17,29 @@ scheduler threads, never from a request handler.
 1. on the reactor, a log per step, each log with anything to flush writes
    it without syncing and hands it over (``capture_flush``: the dirty
    segments, the changed directory, the unflushed count and the log end at
-   that moment);
-2. in a pool thread, :meth:`BackgroundFlush.sync` syncs each log dir's file
-   system once (one system call, the GIL released throughout; a thread
-   doing many small file calls was slower than the loop, session 13);
+   that moment, and, in a dir synced file by file, the paths to sync);
+2. in a pool thread, :meth:`BackgroundFlush.sync`: a log dir with at least
+   ``syncfs_min_logs`` logs handed over has its file system synced once
+   (one system call, the GIL released throughout; a thread doing many
+   small file calls was slower than the loop at 10,000 logs, session 13);
+   a dir with fewer has each handed-over file synced by path (an
+   ``fdatasync`` per segment, an ``fsync`` per side file and directory, as
+   ``flush`` would: ``syncfs`` writes back every program's dirty pages on
+   the file system, a cost the broker does not bound);
 3. on the reactor, a log per step, :meth:`BackgroundFlush.finish` gives
    each log its mark back (``finish_flush``): the recovery point moves to the captured log
    end, never past it, and not at all if the log was truncated meanwhile;
    what was appended meanwhile stays the next flush's. A dir whose sync
    failed gets its marks back unsynced and the caller runs ``flush_all``,
-   which flushes log by log and names the failing file, as before.
+   which flushes log by log and names the failing file, as before; a log
+   whose file went meanwhile (deleted) gets its mark back unsynced.
 
 Durability is unchanged: a recovery point moves only after a sync that
-began after everything below it was written. Where ``syncfs`` is missing
-(or ``batched_flush`` is off) there is no background flush and the broker
-calls ``flush_all``. The mixin of
-:class:`pluglog.storage.manager.SegmentLogStorage` (its ``_logs``,
-``_dir_of``, ``_failed``, ``batched_flush``, ``syncfs_min_logs``,
-``write_checkpoints``).
+began after everything below it was written. With ``batched_flush`` off
+there is no background flush and the broker calls ``flush_all``. The
+mixin of :class:`pluglog.storage.manager.SegmentLogStorage` (its
+``_logs``, ``_dir_of``, ``_failed``, ``batched_flush``,
+``syncfs_min_logs``, ``write_checkpoints``).
 """
 
 from collections import deque
@@ -44,6 +49,7 @@ from twisted.logger import Logger
 from pluglog.errors import KafkaStorageError
 from pluglog.fileutil import syncfs, syncfs_available
 from pluglog.storage.batchsync import sync_logs
+from pluglog.storage.log_durability import sync_files
 
 _log = Logger()
 
@@ -57,12 +63,14 @@ class BackgroundFlush:
     loop 50-60 ms each way); :meth:`sync` runs between the two, in a thread.
     """
 
-    def __init__(self, storage, logs, leftover=False):
+    def __init__(self, storage, logs, syncfs_dirs=()):
         self.storage = storage
-        #: logs of other dirs have something to flush: flush_all's, after
-        self.leftover = leftover
         #: [(key, log, log dir)] with anything to flush when this began
         self._logs = logs
+        #: the log dirs synced with one syncfs; the others file by file
+        self.syncfs_dirs = frozenset(syncfs_dirs)
+        #: ids of the marks whose files went before the sync (set by it)
+        self._vanished = set()
         #: {log dir: [(log, FlushMark)]}
         self.captured = {}
         #: dirs where a capture failed (the caller's flush_all names the file)
@@ -86,7 +94,7 @@ class BackgroundFlush:
             if live.get(key) is not log or log.closed or not log.has_unflushed():
                 continue
             try:
-                mark = log.capture_flush()
+                mark = log.capture_flush(files=directory not in self.syncfs_dirs)
             except (OSError, KafkaStorageError) as exc:
                 _log.warn("writing {log} out failed: {exc}", log=log, exc=exc)
                 self.failed.add(directory)
@@ -96,11 +104,22 @@ class BackgroundFlush:
 
     def sync(self):
         """Any thread, after :meth:`capture`: sync each captured log dir's
-        file system once. Returns {dir: OSError} for those that failed."""
+        file system once, or each handed-over file of a dir synced file by
+        file. Returns {dir: OSError} for the dirs that failed."""
         failed = {}
-        for directory in self.captured:
+        vanished = self._vanished
+        for directory, marks in self.captured.items():
             try:
-                syncfs(directory)
+                if directory in self.syncfs_dirs:
+                    syncfs(directory)
+                    continue
+                for _log, mark in marks:
+                    try:
+                        sync_files(mark.files)
+                    except FileNotFoundError:
+                        # Deleted since the capture: that log is left as
+                        # unsynced (its next flush, if it has one, syncs).
+                        vanished.add(id(mark))
             except OSError as exc:
                 failed[directory] = exc
         return failed
@@ -116,16 +135,17 @@ class BackgroundFlush:
                 failed = dict.fromkeys(self.captured)
             for directory, exc in failed.items():
                 _log.warn(
-                    "syncfs of {dir} failed ({exc}): flushing log by log",
+                    "the checkpoint's sync of {dir} failed ({exc}): flushing log by log",
                     dir=directory,
                     exc=exc,
                 )
+            vanished = self._vanished
             self._pending = deque(
-                (log, mark, directory not in failed)
+                (log, mark, directory not in failed and id(mark) not in vanished)
                 for directory, marks in self.captured.items()
                 for log, mark in marks
             )
-            self.complete = not failed and not self.failed and not self.leftover
+            self.complete = not failed and not self.failed
         return self._give_back()
 
     def _give_back(self):
@@ -153,18 +173,15 @@ class CheckpointFlushes:
 
     def begin_background_flush(self):
         """IBackgroundFlushStorage: None where syncs cannot leave the
-        reactor (no ``syncfs``, ``batched_flush`` off, a log that cannot
-        hand over) or no log dir has ``syncfs_min_logs`` logs to flush;
-        else a :class:`BackgroundFlush` of the logs of the dirs that have,
-        to :meth:`~BackgroundFlush.capture` (``flush_all`` flushes the
-        others' log by log afterwards). Not below that minimum: ``syncfs``
-        writes back every program's dirty pages on the file system, and in
-        the test suite (many brokers and ZooKeepers on one disk) one per
-        checkpoint of every small broker slowed a transaction failover
-        test from 46 s to 248 s (session 16); a few fdatasyncs cost only
-        the broker's own data, but on the loop (an fdatasync per log in a
-        thread, by path, is the next step)."""
-        if not (self.batched_flush and syncfs_available()):
+        reactor (``batched_flush`` off, a log that cannot hand over) or no
+        log has anything to flush; else a :class:`BackgroundFlush` of every
+        log with something to flush, to :meth:`~BackgroundFlush.capture`.
+        Its sync is one ``syncfs`` for a log dir with at least
+        ``syncfs_min_logs`` such logs (where syncfs reports errors), else a
+        sync of each handed-over file by path: syncfs writes back every
+        program's dirty pages on the file system, a cost the broker does
+        not bound, while a few fdatasyncs cost only its own data."""
+        if not self.batched_flush:
             return None
         logs = list(self._logs.items())
         if not all(hasattr(log, "capture_flush") for _key, log in logs):
@@ -176,17 +193,15 @@ class CheckpointFlushes:
             for key, log in logs
             if dir_of.get(key) is not None and dir_of[key] not in failed and log.has_unflushed()
         ]
+        if not pending:
+            return None
         counts = {}
         for _key, _log, directory in pending:
             counts[directory] = counts.get(directory, 0) + 1
-        batched = {d for d, count in counts.items() if count >= self.syncfs_min_logs}
-        if not batched:
-            return None
-        return BackgroundFlush(
-            self,
-            [entry for entry in pending if entry[2] in batched],
-            leftover=len(batched) < len(counts),
-        )
+        syncfs_dirs = ()
+        if syncfs_available():
+            syncfs_dirs = {d for d, count in counts.items() if count >= self.syncfs_min_logs}
+        return BackgroundFlush(self, pending, syncfs_dirs)
 
     def flush_all(self):
         """Flush every log, then write the recovery-point checkpoints.

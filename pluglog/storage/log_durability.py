@@ -7,11 +7,12 @@ syncs what was written and moves the recovery point to the log end; the
 storage can also batch many logs' flushes into one file-system sync, in the
 same turn (``write_unsynced`` + ``synced_by_caller``) or with the sync in
 a thread (``capture_flush`` + ``finish_flush``,
-:mod:`pluglog.storage.background_flush`): then the recovery point moves
-only to the log end at the capture, and only if no truncation happened
-since.
+:mod:`pluglog.storage.background_flush`: the thread syncs the file system,
+or the files the capture names): then the recovery point moves only to the
+log end at the capture, and only if no truncation happened since.
 """
 
+import os
 from typing import Any, NamedTuple
 
 FSYNC_NEVER = "never"
@@ -28,6 +29,9 @@ class FlushMark(NamedTuple):
     directory: bool  # the directory had changed
     records: int  # unflushed records
     side_files: Any  # the subclass's token (leader-epoch file saves)
+    #: what the sync must cover if it syncs file by file, not the file
+    #: system: ``(path, data_only)`` (fdatasync, else fsync), in order
+    files: tuple = ()
 
 
 class LogDurability:
@@ -76,12 +80,13 @@ class LogDurability:
     def _side_files_synced(self):
         pass
 
-    def capture_flush(self):
+    def capture_flush(self, files=False):
         """A background flush's first step (:mod:`pluglog.storage.background_flush`),
         on the reactor: write what :meth:`flush` syncs, without syncing, and
         hand it over: the log forgets it (its dirty segments, changed
         directory and unflushed count), so what changes from now on is the
-        next flush's. The caller then syncs the file system (any thread) and
+        next flush's. The caller then syncs the file system, or with
+        ``files`` the mark's ``files`` (any thread, :func:`sync_files`), and
         gives the returned mark back to :meth:`finish_flush`."""
         self._write_out(sync=False)
         mark = FlushMark(
@@ -91,6 +96,7 @@ class LogDurability:
             self._directory_dirty,
             self._unflushed_records,
             self._side_files_token(),
+            self._sync_targets() if files else (),
         )
         self._dirty = []
         self._directory_dirty = False
@@ -118,6 +124,25 @@ class LogDurability:
                 segment.mark_synced()
         self._side_files_synced_since(mark.side_files)
         self.recovery_point = max(self.recovery_point, mark.end)
+
+    def _sync_targets(self):
+        """The files :meth:`flush` would sync now, after its writes: each
+        dirty segment's, the side files', then the directory (last: it makes
+        the side files' renames and new segments' names durable)."""
+        targets = []
+        for segment in self._dirty:
+            if not segment.deleted:
+                targets.extend(segment.sync_targets())
+        targets.extend(self._side_file_targets())
+        if self._directory_dirty and self._directory_path() is not None:
+            targets.append((self._directory_path(), False))
+        return tuple(targets)
+
+    def _side_file_targets(self):
+        return ()
+
+    def _directory_path(self):
+        return None
 
     def _take_back(self, mark):
         dirty = self._dirty
@@ -201,3 +226,20 @@ class LogDurability:
             else:
                 segment.close(sync=False)
         self.closed = True
+
+
+def sync_files(targets):
+    """Any thread: sync each ``(path, data_only)`` of a :class:`FlushMark`'s
+    ``files`` (fdatasync or fsync, through a descriptor of its own: the
+    log's may be closed by the open-file budget meanwhile). OSError as the
+    calls raise it; FileNotFoundError when a file went since the capture (a
+    deleted segment or log)."""
+    for path, data_only in targets:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if data_only:
+                os.fdatasync(fd)
+            else:
+                os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -434,6 +434,17 @@ class LogSegment(SegmentReads):
         except OSError as exc:
             raise KafkaStorageError(f"fsync of {self.log_path} failed: {exc}") from exc
 
+    def sync_targets(self):
+        """What :meth:`flush` would sync now, as ``(path, data_only)``s, for
+        a sync by path in a thread (:func:`pluglog.storage.log_durability.sync_files`):
+        the .log (fdatasync) and an unsynced transaction index (fsync)."""
+        targets = []
+        if self._unsynced or self._fd is not None:
+            targets.append((self.log_path, True))
+        if self.txn_index.unsynced:
+            targets.append((self.txn_index.path, False))
+        return targets
+
     def write_for_close(self):
         """What :meth:`close` writes, without its syncs (a batched close:
         the caller syncs the file system, then calls ``close(sync=False)``)."""

@@ -154,6 +154,16 @@ class SegmentPartitionLog(BasePartitionLog):
     def _side_files_synced(self):
         self._epochs_unsynced = False
 
+    def _side_file_targets(self):
+        # Written unsynced (by the capture's writes or an earlier batch).
+        epochs = self.leader_epochs
+        if self._epochs_unsynced and epochs.path is not None and epochs.found:
+            return ((epochs.path, False),)
+        return ()
+
+    def _directory_path(self):
+        return self.directory
+
     def _side_files_token(self):
         return self._epoch_writes
 

@@ -121,6 +121,11 @@ class TxnIndex:
         else:
             self.delete()
 
+    @property
+    def unsynced(self):
+        """Entries written that :meth:`flush` would fsync."""
+        return self._unsynced and self._fd is not None
+
     def mark_synced(self):
         self._unsynced = False
 

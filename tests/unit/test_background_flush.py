@@ -5,7 +5,9 @@ recorder (or a failure), and fsync / fdatasync calls are recorded by path,
 so each test sees what was synced and when. The rule under test: a
 recovery point moves only to a log end that was written before the sync
 began, and anything written, rolled or truncated meanwhile stays for the
-next flush to sync.
+next flush to sync. Most tests run in both of the sync's ways (``mode``):
+one syncfs of the log dir, and each handed-over file synced by path (a dir
+with fewer than ``syncfs_min_logs`` logs to flush).
 """
 
 import os
@@ -34,9 +36,16 @@ def syncs(monkeypatch):
     return record_syncs(monkeypatch, background_flush, batchsync)
 
 
-def store_of(data_dir, logs):
+@pytest.fixture(params=["syncfs", "files"])
+def mode(request):
+    """How the background sync covers a dir: one syncfs, or file by file."""
+    return request.param
+
+
+def store_of(data_dir, logs, mode="syncfs"):
     store = SegmentLogStorage(str(data_dir))
-    store.syncfs_min_logs = 1  # every dir with a log to flush takes part
+    # syncfs for any dir with a log to flush, or for none (file by file)
+    store.syncfs_min_logs = 1 if mode == "syncfs" else 1000
     for partition in range(logs):
         log = store.open_log("t", partition, TopicConfig())
         append(log, 3)
@@ -66,8 +75,26 @@ def segment_files(paths):
     return [p for p in paths if p.endswith(".log")]
 
 
-def test_recovery_points_move_to_the_log_ends_of_the_capture(tmp_path, syncs):
-    store = store_of(tmp_path, 3)
+def first_segments(logs):
+    return {os.path.join(log.directory, "00000000000000000000.log") for log in logs}
+
+
+def synced_by(flush, syncs, logs, mode, data_dir):
+    """Run ``flush``'s sync; assert it synced the way ``mode`` says, each
+    handed-over log's first segment included when file by file."""
+    syncs["fsync"].clear()
+    failed = flush.sync()
+    if mode == "syncfs":
+        assert syncs["syncfs"][-1:] == [str(data_dir)]
+        assert segment_files(syncs["fsync"]) == []
+    else:
+        assert syncs["syncfs"] == []
+        assert first_segments(logs) <= set(syncs["fsync"])
+    return failed
+
+
+def test_recovery_points_move_to_the_log_ends_of_the_capture(tmp_path, syncs, mode):
+    store = store_of(tmp_path, 3, mode)
     logs = [store.get_log("t", p) for p in range(3)]
     syncs["fsync"].clear()
     flush = begin(store)
@@ -76,8 +103,11 @@ def test_recovery_points_move_to_the_log_ends_of_the_capture(tmp_path, syncs):
     append(logs[0], 2)  # after the capture, before the sync
     logs[1].roll(2000)
     append(logs[1])
-    failed = flush.sync()
-    assert failed == {} and syncs["syncfs"] == [str(tmp_path)]
+    failed = synced_by(flush, syncs, logs, mode, tmp_path)
+    assert failed == {}
+    if mode == "files":
+        # The capture's, not the segment rolled in after it.
+        assert not any(p.endswith("3.log") for p in syncs["fsync"])
     append(logs[2])  # after the sync began
     assert finish(flush, failed)
     assert [log.recovery_point for log in logs] == [3, 3, 3]
@@ -95,8 +125,8 @@ def test_recovery_points_move_to_the_log_ends_of_the_capture(tmp_path, syncs):
     store.close()
 
 
-def test_a_truncation_meanwhile_leaves_the_recovery_point_where_it_was(tmp_path, syncs):
-    store = store_of(tmp_path, 1)
+def test_a_truncation_meanwhile_leaves_the_recovery_point_where_it_was(tmp_path, syncs, mode):
+    store = store_of(tmp_path, 1, mode)
     log = store.get_log("t", 0)
     log.flush()
     append(log, 3)  # offsets 3-5
@@ -116,8 +146,8 @@ def test_a_truncation_meanwhile_leaves_the_recovery_point_where_it_was(tmp_path,
     store.close()
 
 
-def test_a_flush_while_the_sync_is_in_flight_syncs_what_was_handed_over(tmp_path, syncs):
-    store = store_of(tmp_path, 1)
+def test_a_flush_while_the_sync_is_in_flight_syncs_what_was_handed_over(tmp_path, syncs, mode):
+    store = store_of(tmp_path, 1, mode)
     log = store.get_log("t", 0)
     flush = begin(store)
     log.roll(2000)  # the handed-over segment is no longer the active one
@@ -133,11 +163,18 @@ def test_a_flush_while_the_sync_is_in_flight_syncs_what_was_handed_over(tmp_path
     store.close()
 
 
-def test_a_failed_sync_gives_everything_back_to_the_flush_log_by_log(tmp_path, syncs, monkeypatch):
-    store = store_of(tmp_path, 2)
+def failing_files(targets):
+    raise OSError(5, f"fdatasync of {targets[0][0]}: Input/output error")
+
+
+def test_a_failed_sync_gives_everything_back_to_the_flush_log_by_log(
+    tmp_path, syncs, monkeypatch, mode
+):
+    store = store_of(tmp_path, 2, mode)
     logs = [store.get_log("t", p) for p in range(2)]
     flush = begin(store)
     monkeypatch.setattr(background_flush, "syncfs", failing_syncfs)
+    monkeypatch.setattr(background_flush, "sync_files", failing_files)
     failed = flush.sync()
     assert list(failed) == [str(tmp_path)]
     assert not finish(flush, failed)  # the caller runs flush_all
@@ -146,15 +183,13 @@ def test_a_failed_sync_gives_everything_back_to_the_flush_log_by_log(tmp_path, s
     assert all(log._unflushed_records == 3 for log in logs)
     store.syncfs_min_logs = 100  # few logs: log by log
     store.flush_all()
-    assert sorted(segment_files(syncs["fsync"])) == sorted(
-        os.path.join(log.directory, "00000000000000000000.log") for log in logs
-    )
+    assert sorted(segment_files(syncs["fsync"])) == sorted(first_segments(logs))
     assert [log.recovery_point for log in logs] == [3, 3]
     store.close()
 
 
-def test_an_abandoned_flush_is_synced_by_the_close(tmp_path, syncs):
-    store = store_of(tmp_path, 2)
+def test_an_abandoned_flush_is_synced_by_the_close(tmp_path, syncs, mode):
+    store = store_of(tmp_path, 2, mode)
     logs = [store.get_log("t", p) for p in range(2)]
     flush = begin(store)
     flush.abandon()  # a stop while the sync runs
@@ -170,8 +205,8 @@ def test_an_abandoned_flush_is_synced_by_the_close(tmp_path, syncs):
     reopened.close()
 
 
-def test_a_log_deleted_or_closed_meanwhile_is_left_alone(tmp_path, syncs):
-    store = store_of(tmp_path, 2)
+def test_a_log_deleted_or_closed_meanwhile_is_left_alone(tmp_path, syncs, mode):
+    store = store_of(tmp_path, 2, mode)
     flush = begin(store)
     store.delete_log("t", 1)
     assert finish(flush, flush.sync())
@@ -179,28 +214,56 @@ def test_a_log_deleted_or_closed_meanwhile_is_left_alone(tmp_path, syncs):
     store.close()
 
 
-def test_below_the_syncfs_minimum_the_checkpoint_flushes_on_the_loop(tmp_path, syncs):
+def test_below_the_syncfs_minimum_each_file_is_synced_by_path(tmp_path, syncs):
     # syncfs writes back every program's dirty pages: not for a few logs.
     store = store_of(tmp_path, 2)
     store.syncfs_min_logs = 3
-    assert store.begin_background_flush() is None
+    flush = begin(store)
+    assert len(flush) == 2 and not flush.syncfs_dirs
     store.syncfs_min_logs = 2
-    assert len(begin(store)) == 2
+    flush.abandon()
+    assert begin(store).syncfs_dirs == {str(tmp_path)}
     store.close()
 
 
-def test_without_syncfs_there_is_no_background_flush(tmp_path, monkeypatch):
-    store = store_of(tmp_path, 1)
-    monkeypatch.setattr(background_flush, "syncfs_available", lambda: False)
-    assert store.begin_background_flush() is None
-    store.batched_flush = False
-    monkeypatch.undo()
-    assert store.begin_background_flush() is None
+@pytest.mark.parametrize("seed", range(4))
+def test_by_path_the_sync_covers_what_a_flush_would_sync(tmp_path, syncs, monkeypatch, seed):
+    # A log's handed-over files are the ones its flush syncs: each
+    # segment written to (appends, rolls), its transaction index after an
+    # abort, its leader-epoch file and its directory.
+    rng = random.Random(seed)
+    store = store_of(tmp_path, 3, "files")
+    logs = [store.get_log("t", p) for p in range(3)]
+    for log in logs:
+        log.flush()
+        for step in range(rng.randint(1, 6)):
+            op = rng.random()
+            if op < 0.5:
+                append(log, rng.randint(1, 3))
+            elif op < 0.7:
+                log.roll(2000 + step)
+                append(log)
+            elif op < 0.85:
+                log.leader_epochs.assign(rng.randint(1, 9) + step * 10, log.log_end_offset)
+            else:
+                end = log.log_end_offset
+                append(log)
+                log.append_aborted_txn(7, end, end, end)
+    flush = begin(store)
+    handed = {
+        id(log): {path for path, _data in mark.files}
+        for log, mark in flush.captured[str(tmp_path)]
+    }
+    flush.abandon()  # every log takes its part back, unsynced
+    for log in logs:
+        syncs["fsync"].clear()
+        log.flush()
+        assert set(syncs["fsync"]) == handed.get(id(log), set()), log
     store.close()
 
 
-def test_a_stop_during_the_capture_or_the_return_gives_every_mark_back(tmp_path, syncs):
-    store = store_of(tmp_path, 4)
+def test_a_stop_during_the_capture_or_the_return_gives_every_mark_back(tmp_path, syncs, mode):
+    store = store_of(tmp_path, 4, mode)
     logs = [store.get_log("t", p) for p in range(4)]
     flush = store.begin_background_flush()
     steps = flush.capture()
@@ -223,8 +286,8 @@ def test_a_stop_during_the_capture_or_the_return_gives_every_mark_back(tmp_path,
     store.close()
 
 
-def test_a_log_deleted_before_its_capture_is_skipped(tmp_path, syncs):
-    store = store_of(tmp_path, 3)
+def test_a_log_deleted_before_its_capture_is_skipped(tmp_path, syncs, mode):
+    store = store_of(tmp_path, 3, mode)
     flush = store.begin_background_flush()
     store.delete_log("t", 2)
     assert sum(1 for _ in flush.capture()) == 2
@@ -233,9 +296,11 @@ def test_a_log_deleted_before_its_capture_is_skipped(tmp_path, syncs):
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_random_work_around_the_sync_never_moves_a_recovery_point_past_it(tmp_path, syncs, seed):
+def test_random_work_around_the_sync_never_moves_a_recovery_point_past_it(
+    tmp_path, syncs, seed, mode
+):
     rng = random.Random(seed)
-    store = store_of(tmp_path, 4)
+    store = store_of(tmp_path, 4, mode)
     logs = [store.get_log("t", p) for p in range(4)]
     now = [2000]
 
@@ -342,11 +407,11 @@ class ThreadedClock(Clock):
         function(*args, **kwargs)
 
 
-def threaded_broker(tmp_path, partitions=3):
+def threaded_broker(tmp_path, partitions=3, mode="syncfs"):
     clock = ThreadedClock()
     clock.advance(1_000)
     broker = make_broker(tmp_path, clock, storage="segments", fsync="interval")
-    broker.storage.syncfs_min_logs = 1
+    broker.storage.syncfs_min_logs = 1 if mode == "syncfs" else 1000
     result_of(broker.create_topic("t", partitions, 1))
     clock.advance(0)
     parts = [broker.partition("t", i) for i in range(partitions)]
@@ -360,8 +425,8 @@ def checkpointed(broker, key):
     return read_checkpoint(path).get(key)
 
 
-def test_the_checkpoint_syncs_in_the_pool_and_the_loop_serves_meanwhile(tmp_path, syncs):
-    broker, clock, parts = threaded_broker(tmp_path)
+def test_the_checkpoint_syncs_in_the_pool_and_the_loop_serves_meanwhile(tmp_path, syncs, mode):
+    broker, clock, parts = threaded_broker(tmp_path, mode=mode)
     clock.pool.hold = True
     syncs["fsync"].clear()
     syncs["syncfs"].clear()  # the topic creation's
@@ -373,8 +438,12 @@ def test_the_checkpoint_syncs_in_the_pool_and_the_loop_serves_meanwhile(tmp_path
         part.append(make_batch(1), broker.now_ms(), acks=1)  # served meanwhile
     clock.pool.run()  # the sync, then the rest of the checkpoint
     assert not broker.checkpointer.running
-    assert syncs["syncfs"] == [broker.storage.data_dirs[0]]
-    assert segment_files(syncs["fsync"]) == []
+    if mode == "syncfs":
+        assert syncs["syncfs"] == [broker.storage.data_dirs[0]]
+        assert segment_files(syncs["fsync"]) == []
+    else:
+        assert syncs["syncfs"] == []
+        assert set(segment_files(syncs["fsync"])) == first_segments(p.log for p in parts)
     for part in parts:
         # The log end when the sync was handed over, not the one now.
         assert part.log.recovery_point == 1 and part.log.log_end_offset == 2
@@ -387,8 +456,8 @@ def test_the_checkpoint_syncs_in_the_pool_and_the_loop_serves_meanwhile(tmp_path
     result_of(broker.stop())
 
 
-def test_a_stop_while_the_sync_runs_leaves_the_flush_to_the_close(tmp_path, syncs):
-    broker, clock, parts = threaded_broker(tmp_path)
+def test_a_stop_while_the_sync_runs_leaves_the_flush_to_the_close(tmp_path, syncs, mode):
+    broker, clock, parts = threaded_broker(tmp_path, mode=mode)
     clock.pool.hold = True
     broker.checkpoint()
     broker.checkpointer.stop()
@@ -401,9 +470,10 @@ def test_a_stop_while_the_sync_runs_leaves_the_flush_to_the_close(tmp_path, sync
     result_of(broker.stop())
 
 
-def test_a_failed_sync_is_followed_by_the_flush_log_by_log(tmp_path, syncs, monkeypatch):
-    broker, clock, parts = threaded_broker(tmp_path)
+def test_a_failed_sync_is_followed_by_the_flush_log_by_log(tmp_path, syncs, monkeypatch, mode):
+    broker, clock, parts = threaded_broker(tmp_path, mode=mode)
     monkeypatch.setattr(background_flush, "syncfs", failing_syncfs)
+    monkeypatch.setattr(background_flush, "sync_files", failing_files)
     monkeypatch.setattr(batchsync, "syncfs", failing_syncfs)
     syncs["fsync"].clear()
     broker.checkpoint()
