@@ -226,6 +226,30 @@ def test_below_the_syncfs_minimum_each_file_is_synced_by_path(tmp_path, syncs):
     store.close()
 
 
+def test_each_log_dir_syncs_its_own_way(tmp_path, syncs):
+    # Log dir a has 3 logs to flush (syncfs), b has 1 (file by file).
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    store = SegmentLogStorage(dirs)
+    store.syncfs_min_logs = 3
+    for partition in range(6):
+        append(store.open_log("t", partition, TopicConfig()), 2)
+    by_dir = {
+        d: [store._logs[k] for k in sorted(store._logs) if store._dir_of[k] == d] for d in dirs
+    }
+    assert [len(by_dir[d]) for d in dirs] == [3, 3]  # spread evenly
+    by_dir[dirs[1]][0].flush()
+    by_dir[dirs[1]][1].flush()
+    flush = begin(store)
+    assert len(flush) == 4 and flush.syncfs_dirs == {dirs[0]}
+    syncs["fsync"].clear()
+    assert flush.sync() == {}
+    assert syncs["syncfs"][-1:] == [dirs[0]]
+    assert set(segment_files(syncs["fsync"])) == first_segments(by_dir[dirs[1]][2:])
+    assert finish(flush, {})
+    assert all(log.recovery_point == 2 for log in store._logs.values())
+    store.close()
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_by_path_the_sync_covers_what_a_flush_would_sync(tmp_path, syncs, monkeypatch, seed):
     # A log's handed-over files are the ones its flush syncs: each
