@@ -13,7 +13,9 @@ its stop, by generation), wraps the epoll reactor's poller, so a reactor
 turn is the time from one ``epoll_wait`` returning to the next one being
 called (the work the reactor does between two waits, during which no other
 request is read), and times ``os.fsync`` / ``os.fdatasync`` (what
-``--fsync always`` adds to a turn). SIGUSR2 writes what was seen since the
+``--fsync always`` adds to a turn): ``fsync`` counts those made on the
+reactor thread, ``fsync_threads`` those of other threads (the checkpoint's
+background sync), which hold no turn. SIGUSR2 writes what was seen since the
 last SIGUSR2 to the file (JSON) and starts over, so the bench brackets each
 load level with two signals. The hooks cost two clock reads per turn, collection and fsync.
 """
@@ -22,6 +24,7 @@ import gc
 import json
 import os
 import signal
+import threading
 import time
 from array import array
 
@@ -35,6 +38,7 @@ class Probe:
         self.gc = {0: array("q"), 1: array("q"), 2: array("q")}
         self.turns = array("q")
         self.syncs = array("q")
+        self.thread_syncs = array("q")
         self.collections = [g["collections"] for g in gc.get_stats()]
         self.since = time.monotonic()
         self._gc_start = 0
@@ -71,13 +75,15 @@ class Probe:
 
     def timed(self, function):
         probe = self
+        loop = threading.get_ident()  # install() runs on the reactor's thread
 
         def call(*args):
             began = time.perf_counter_ns()
             try:
                 return function(*args)
             finally:
-                probe.syncs.append(time.perf_counter_ns() - began)
+                into = probe.syncs if threading.get_ident() == loop else probe.thread_syncs
+                into.append(time.perf_counter_ns() - began)
 
         return call
 
@@ -89,6 +95,7 @@ class Probe:
             "gc": {str(gen): summary(v) for gen, v in self.gc.items()},
             "turns": summary(self.turns),
             "fsync": summary(self.syncs),
+            "fsync_threads": summary(self.thread_syncs),
             # the interpreter's own count, a check on the callback's
             "collections": [
                 g["collections"] - c for g, c in zip(gc.get_stats(), self.collections)

@@ -117,13 +117,16 @@ def main():
                 work.mkdir()
                 probe, cpu = one_run(codes[name], work, args, probe_path)
                 turns, syncs = probe["turns"], probe["fsync"]
+                threads = probe.get("fsync_threads") or {}
                 print(
                     f"run {run + 1} {name:5} {args.partitions} partitions, "
                     f"{probe['seconds']:.0f} s: turns p99 {turns['p99']} "
                     f"p99.9 {turns['p999']} max {turns['max']} ms, "
                     f"{turns['over_10ms']} over 10 ms, {turns['over_100ms']} over 100 ms"
                     f"; fsyncs in the loop {syncs.get('count', 0)} "
-                    f"({syncs.get('total_ms', 0)} ms, max {syncs.get('max', 0)} ms); "
+                    f"({syncs.get('total_ms', 0)} ms, max {syncs.get('max', 0)} ms), "
+                    f"in threads {threads.get('count', 0)} "
+                    f"({threads.get('total_ms', 0)} ms); "
                     f"broker CPU {cpu:.1f} s (load {os.getloadavg()[0]:.1f})",
                     flush=True,
                 )

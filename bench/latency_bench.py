@@ -234,6 +234,7 @@ def probe_lines(row):
         if not probe:
             continue
         turns, syncs = probe["turns"], probe["fsync"]
+        threads = probe.get("fsync_threads") or {}
         gcs = ", ".join(
             f"gen{gen} {s['count']}x max {s.get('max', 0):.1f} ms"
             for gen, s in probe["gc"].items()
@@ -242,8 +243,9 @@ def probe_lines(row):
             f"    broker {number + 1}: turns {turns.get('count', 0)}, "
             f"p99 {turns.get('p99', 0):.2f} "
             f"p99.9 {turns.get('p999', 0):.2f} max {turns.get('max', 0):.1f} ms, "
-            f"{turns.get('over_10ms', 0)} over 10 ms; fsyncs {syncs.get('count', 0)}, "
-            f"p99 {syncs.get('p99', 0):.2f} max {syncs.get('max', 0):.1f} ms; GC {gcs} "
+            f"{turns.get('over_10ms', 0)} over 10 ms; fsyncs in the loop {syncs.get('count', 0)}, "
+            f"p99 {syncs.get('p99', 0):.2f} max {syncs.get('max', 0):.1f} ms, "
+            f"in threads {threads.get('count', 0)}, max {threads.get('max', 0):.1f} ms; GC {gcs} "
             f"(interpreter's count {probe.get('collections')})"
         )
 
