@@ -42,8 +42,10 @@ Durability is unchanged: nothing moves a recovery point before the sync
 that covers it. One checkpoint at a time (one due while another runs is
 skipped); :meth:`Checkpointer.stop` abandons a running one before a clean
 stop, which flushes and snapshots everything itself. With few logs (tests,
-small brokers) or a reactor without ``callLater``, all of it runs in the
-calling turn, as before.
+small brokers) the steps are not spread over turns: the hand-over runs in
+the calling turn, the sync in the thread, and the rest in the turn the sync
+returns to. With a reactor without a thread pool (``getThreadPool``), all of
+it runs in the calling turn, as before.
 """
 
 import time
