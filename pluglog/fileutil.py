@@ -18,13 +18,16 @@ import sys
 TMP_SUFFIX = ".tmp"
 
 
-def fsync_path(path):
-    """fsync the file or directory at ``path`` (opened read-only: an fsync
-    through any descriptor syncs the inode, and a directory opens no other
-    way)."""
+def fsync_path(path, data_only=False):
+    """fsync (``data_only``: fdatasync) the file or directory at ``path``
+    (opened read-only: an fsync through any descriptor syncs the inode, and
+    a directory opens no other way)."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        if data_only:
+            os.fdatasync(fd)
+        else:
+            os.fsync(fd)
     finally:
         os.close(fd)
 

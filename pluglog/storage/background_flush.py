@@ -47,8 +47,8 @@ from collections import deque
 from twisted.logger import Logger
 
 from pluglog.errors import KafkaStorageError
-from pluglog.fileutil import syncfs, syncfs_available
-from pluglog.storage.batchsync import sync_logs
+from pluglog.fileutil import syncfs
+from pluglog.storage.batchsync import sync_logs, syncfs_applies
 from pluglog.storage.log_durability import sync_files
 
 _log = Logger()
@@ -198,9 +198,9 @@ class CheckpointFlushes:
         counts = {}
         for _key, _log, directory in pending:
             counts[directory] = counts.get(directory, 0) + 1
-        syncfs_dirs = ()
-        if syncfs_available():
-            syncfs_dirs = {d for d, count in counts.items() if count >= self.syncfs_min_logs}
+        syncfs_dirs = {
+            d for d, count in counts.items() if syncfs_applies(count, self.syncfs_min_logs)
+        }
         return BackgroundFlush(self, pending, syncfs_dirs)
 
     def flush_all(self):

@@ -123,7 +123,7 @@ def sync_new_logs(directories, min_logs, use_syncfs=True):
         by_parent.setdefault(os.path.dirname(directory), []).append(directory)
     rest = []
     for parent, dirs in sorted(by_parent.items()):
-        if use_syncfs and syncfs_available() and len(dirs) >= min_logs:
+        if syncfs_applies(len(dirs), min_logs, use_syncfs):
             try:
                 syncfs(parent)
                 continue
@@ -156,8 +156,12 @@ def _batched(directory, logs, write, mark, what):
     return True
 
 
-def _applies(logs, min_logs, use_syncfs):
-    return use_syncfs and syncfs_available() and len(logs) >= min_logs
+def syncfs_applies(count, min_logs, use_syncfs=True):
+    """Whether ``count`` logs of one log dir are synced with one syncfs
+    (where it reports errors, and at least ``min_logs`` of them: syncfs
+    also writes back every other program's dirty pages on the file system,
+    a cost the broker does not bound), not file by file."""
+    return use_syncfs and syncfs_available() and count >= min_logs
 
 
 def sync_logs(directory, logs, min_logs, use_syncfs=True):
@@ -166,7 +170,7 @@ def sync_logs(directory, logs, min_logs, use_syncfs=True):
     synced, then each is marked synced (its recovery point moves). False
     (nothing marked) when the batch does not apply or its sync failed: the
     caller flushes log by log."""
-    if not _applies(logs, min_logs, use_syncfs):
+    if not syncfs_applies(len(logs), min_logs, use_syncfs):
         return False
     return _batched(
         directory,
@@ -186,7 +190,7 @@ def close_logs(directory, logs, min_logs, use_syncfs=True):
     recovery points move) and their descriptors closed, with nothing left
     to write. False (nothing closed) when the batch does not apply or its
     sync failed: the caller closes log by log, with an fsync per file."""
-    if not _applies(logs, min_logs, use_syncfs) or not all(
+    if not syncfs_applies(len(logs), min_logs, use_syncfs) or not all(
         hasattr(log, "write_for_close") for log in logs
     ):
         return False

@@ -12,8 +12,9 @@ or the files the capture names): then the recovery point moves only to the
 log end at the capture, and only if no truncation happened since.
 """
 
-import os
 from typing import Any, NamedTuple
+
+from pluglog.fileutil import fsync_path
 
 FSYNC_NEVER = "never"
 FSYNC_INTERVAL = "interval"
@@ -230,16 +231,9 @@ class LogDurability:
 
 def sync_files(targets):
     """Any thread: sync each ``(path, data_only)`` of a :class:`FlushMark`'s
-    ``files`` (fdatasync or fsync, through a descriptor of its own: the
-    log's may be closed by the open-file budget meanwhile). OSError as the
-    calls raise it; FileNotFoundError when a file went since the capture (a
-    deleted segment or log)."""
+    ``files`` by path (a descriptor of its own: the log's may be closed by
+    the open-file budget meanwhile). OSError as the calls raise it;
+    FileNotFoundError when a file went since the capture (a deleted segment
+    or log)."""
     for path, data_only in targets:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            if data_only:
-                os.fdatasync(fd)
-            else:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(path, data_only)

@@ -420,7 +420,7 @@ class LogSegment(SegmentReads):
         writes (a batched flush: the caller syncs the file system, then
         calls :meth:`mark_synced`)."""
         try:
-            if sync and (self._unsynced or self._fd is not None):
+            if sync and self._log_unsynced:
                 # fsync covers the file's pages whichever descriptor wrote them.
                 os.fdatasync(self._file())
                 self._unsynced = False
@@ -434,12 +434,18 @@ class LogSegment(SegmentReads):
         except OSError as exc:
             raise KafkaStorageError(f"fsync of {self.log_path} failed: {exc}") from exc
 
+    @property
+    def _log_unsynced(self):
+        # Written since its last sync, or open (a write through it may be
+        # unsynced): what :meth:`flush` fdatasyncs.
+        return self._unsynced or self._fd is not None
+
     def sync_targets(self):
         """What :meth:`flush` would sync now, as ``(path, data_only)``s, for
         a sync by path in a thread (:func:`pluglog.storage.log_durability.sync_files`):
         the .log (fdatasync) and an unsynced transaction index (fsync)."""
         targets = []
-        if self._unsynced or self._fd is not None:
+        if self._log_unsynced:
             targets.append((self.log_path, True))
         if self.txn_index.unsynced:
             targets.append((self.txn_index.path, False))

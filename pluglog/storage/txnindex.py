@@ -130,7 +130,7 @@ class TxnIndex:
         self._unsynced = False
 
     def flush(self):
-        if self._unsynced and self._fd is not None:
+        if self.unsynced:
             os.fsync(self._fd)
         self._unsynced = False
 

@@ -250,6 +250,20 @@ def test_each_log_dir_syncs_its_own_way(tmp_path, syncs):
     store.close()
 
 
+def test_without_syncfs_every_dir_syncs_by_path_and_batched_flush_off_has_none(
+    tmp_path, monkeypatch
+):
+    store = store_of(tmp_path, 1)  # syncfs for any dir, where it exists
+    monkeypatch.setattr(batchsync, "syncfs_available", lambda: False)
+    flush = begin(store)
+    assert len(flush) == 1 and not flush.syncfs_dirs
+    flush.abandon()
+    store.batched_flush = False
+    monkeypatch.undo()
+    assert store.begin_background_flush() is None
+    store.close()
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_by_path_the_sync_covers_what_a_flush_would_sync(tmp_path, syncs, monkeypatch, seed):
     # A log's handed-over files are the ones its flush syncs: each
