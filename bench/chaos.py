@@ -20,6 +20,7 @@ brokers; exits 1 if any of those limits is broken.
 
     python3 bench/chaos.py --rounds 20 --seed 7
     python3 bench/chaos.py --rounds 20 --seed 7 --ensemble
+    python3 bench/chaos.py --rounds 6 --seed 7 --fetchers 2   # num.replica.fetchers
 
 The test suite runs a short version (tests/replication/test_chaos.py); the
 pieces live in tests/chaos.py.
@@ -56,10 +57,15 @@ def main():
         default=None,
         help="log.flush.offset.checkpoint.interval.ms (kills around checkpoints)",
     )
+    parser.add_argument(
+        "--fetchers", type=int, default=None, help="num.replica.fetchers of every broker"
+    )
     args = parser.parse_args()
     settings = {}
     if args.checkpoint_ms is not None:
         settings["log.flush.offset.checkpoint.interval.ms"] = str(args.checkpoint_ms)
+    if args.fetchers is not None:
+        settings["num.replica.fetchers"] = str(args.fetchers)
     session_s = int(FAST_SETTINGS["zookeeper.session.timeout.ms"]) / 1000.0
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pluglog-chaos-") as tmp:

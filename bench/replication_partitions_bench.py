@@ -2,7 +2,7 @@
 
     python3 bench/replication_partitions_bench.py [--n 1000000] [--partitions 1,10000]
         [--runs 3] [--phases catch-up,live] [--profile DIR] [--restart]
-        [--compare DIR | --code DIR] [--py-spy DIR]
+        [--compare DIR | --code DIR | --fetchers N[,N...]] [--py-spy DIR]
 
 One real ZooKeeper (tests/zookeeper.py) and, per topic size, a cluster of two
 ``twistd pluglog`` brokers (tests/cluster.py) with a topic of RF=2 whose
@@ -43,6 +43,11 @@ separate runs with ``--code DIR`` (brokers running DIR's code only) in
 alternating order are the cleaner comparison. ``--py-spy DIR``
 records both brokers with py-spy over each catch-up (raw format, one file
 per broker, size, code and run), without cProfile's cost per call.
+
+``--fetchers 2`` runs the follower with ``num.replica.fetchers=2`` (two
+connections and fetch sessions to the leader, so the leader answers one
+while the follower stores the other); ``--fetchers 1,2`` runs a cluster of
+each per size and measures them in turn, as ``--compare`` does.
 
 ``--restart`` finally stops the 10,000-partition cluster's follower
 (SIGTERM) and starts it again: time until it listens, until Metadata shows
@@ -236,14 +241,17 @@ def produce(bootstrap, n):
 class Setup:
     """One size's cluster."""
 
-    def __init__(self, root, zk, partitions, profile_dir, code=None, label="", spy_dir=None):
+    def __init__(
+        self, root, zk, partitions, profile_dir, code=None, label="", spy_dir=None, settings=None
+    ):
         self.partitions = partitions
         self.profile_dir = profile_dir
         self.spy_dir = spy_dir
         self.label = label
         BenchCluster.profiled = profile_dir is not None
         name = f"p{partitions}{label}"
-        self.cluster = BenchCluster(root / name, zk.connect_string(f"/{name}"), 2, SETTINGS)
+        settings = {**SETTINGS, **(settings or {})}
+        self.cluster = BenchCluster(root / name, zk.connect_string(f"/{name}"), 2, settings)
         self.cluster.code = code
         self.cluster.start()
         try:
@@ -416,7 +424,15 @@ def main():
         "--code", metavar="DIR", default=None, help="run the brokers with DIR's code only"
     )
     parser.add_argument("--py-spy", metavar="DIR", default=None)
+    parser.add_argument(
+        "--fetchers",
+        metavar="N[,N...]",
+        default=None,
+        help="the follower's num.replica.fetchers; several: a cluster each, compared",
+    )
     args = parser.parse_args()
+    if args.fetchers and (args.compare or args.code):
+        parser.error("--fetchers takes this checkout's code only")
     sizes = [int(p) for p in args.partitions.split(",")]
     phases = args.phases.split(",")
     if args.py_spy:
@@ -431,6 +447,12 @@ def main():
         codes = {"": os.path.abspath(args.code)}
     if args.compare:
         codes = {"after": None, "before": os.path.abspath(args.compare)}
+    # code label -> broker settings beside SETTINGS
+    variants = {}
+    if args.fetchers:
+        counts = args.fetchers.split(",")
+        codes = {(f"f{c}" if len(counts) > 1 else ""): None for c in counts}
+        variants = {label: {"num.replica.fetchers": c} for label, c in zip(codes, counts)}
     print(f"load average at start: {load_average()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="pluglog-rep-partitions-") as tmp:
         root = Path(tmp)
@@ -440,7 +462,14 @@ def main():
             for partitions in sizes:
                 for code, where in codes.items():
                     setups[(code, partitions)] = Setup(
-                        root, zk, partitions, args.profile, where, code, args.py_spy
+                        root,
+                        zk,
+                        partitions,
+                        args.profile,
+                        where,
+                        code,
+                        args.py_spy,
+                        variants.get(code),
                     )
             for setup in setups.values():
                 setup.wait_leaders()

@@ -179,6 +179,7 @@ class BrokerConfig:
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_max_bytes: int = 1048576
     replica_fetch_backoff_ms: int = 1000
+    num_replica_fetchers: int = 1
     replica_socket_timeout_ms: int = 30000
     controlled_shutdown_enable: bool = True
     controlled_shutdown_timeout_ms: int = 30000

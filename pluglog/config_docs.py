@@ -77,6 +77,10 @@ CONFIG_DOCS = {
     "replica.fetch.wait.max.ms": (_I, "Longest wait of a follower's fetch for new data."),
     "replica.fetch.max.bytes": (_I, "Bytes per partition a follower fetches at once."),
     "replica.fetch.backoff.ms": (_I, "A follower's pause after a failed fetch."),
+    "num.replica.fetchers": (
+        _I,
+        "Fetchers (connections and fetch sessions) a follower runs per leader broker.",
+    ),
     "replica.socket.timeout.ms": (_I, "A follower's connect and request timeout."),
     "controlled.shutdown.enable": (_B, "Move leaderships away before shutting down."),
     "controlled.shutdown.timeout.ms": (_L, "Longest wait for that move."),

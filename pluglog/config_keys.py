@@ -363,6 +363,7 @@ BROKER_KEYS = {
     "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", int_parser(0)),
     "replica.fetch.max.bytes": ("replica_fetch_max_bytes", int_parser(1)),
     "replica.fetch.backoff.ms": ("replica_fetch_backoff_ms", int_parser(0)),
+    "num.replica.fetchers": ("num_replica_fetchers", int_parser(1)),
     "replica.socket.timeout.ms": ("replica_socket_timeout_ms", int_parser(1)),
     "controlled.shutdown.enable": ("controlled_shutdown_enable", _parse_bool),
     "controlled.shutdown.timeout.ms": ("controlled_shutdown_timeout_ms", int_parser(0)),

@@ -1,7 +1,8 @@
 """LeaderFetcher: a follower's replication loop for the partitions one leader leads.
 
-One fetcher per leader broker, one connection each (Kafka's
-ReplicaFetcherThread, on the reactor instead of a thread). For each
+``num.replica.fetchers`` fetchers per leader broker, one connection and
+fetch session each (Kafka's ReplicaFetcherThread, on the reactor instead of
+a thread). For each
 partition handed to it, it first truncates the local log where it diverges
 from the leader's (OffsetForLeaderEpoch with the follower's latest epoch,
 then truncation to the smaller of the two end offsets for that epoch, as
@@ -56,12 +57,14 @@ EPOCH_VERSION = 3
 class LeaderFetcher:
     """Replicates every partition this broker follows from ``leader_id``."""
 
-    def __init__(self, manager, leader_id):
+    def __init__(self, manager, leader_id, fetcher_id=0):
         self.manager = manager
         self.broker = manager.broker
         self.reactor = manager.reactor
         self.config = manager.config
         self.leader_id = leader_id
+        #: this fetcher's place in ``manager.fetchers``: (leader, fetcher id)
+        self.key = (leader_id, fetcher_id)
         #: (topic, index) -> [Partition, needs_truncation, leader_epoch]
         self.partitions = {}
         #: keys whose entry needs truncation first / is fetched (entry[1] split)
@@ -185,8 +188,8 @@ class LeaderFetcher:
                 self._drop_connection()
                 yield task.deferLater(self.reactor, backoff, lambda: None)
         self.running = False
-        if self.manager.fetchers.get(self.leader_id) is self and not self.partitions:
-            del self.manager.fetchers[self.leader_id]
+        if self.manager.fetchers.get(self.key) is self and not self.partitions:
+            del self.manager.fetchers[self.key]
             self._drop_connection()
 
     # -- truncation ------------------------------------------------------------------

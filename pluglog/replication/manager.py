@@ -6,6 +6,12 @@ leader calls :meth:`Partition.become_leader`; every other replica becomes a
 follower and is handed to the :class:`~pluglog.replication.fetcher.LeaderFetcher`
 of its leader, which truncates it (OffsetForLeaderEpoch) and then fetches.
 
+A follower runs ``num.replica.fetchers`` fetchers per leader broker (Kafka's
+name and default, 1), each with its own connection and fetch session over
+the partitions :func:`fetcher_id` gives it. With more than one, the leader
+builds one fetcher's answer while this broker stores another's: the two
+processes work at once instead of in turn.
+
 On the leader it shrinks the ISR of followers that have not caught up within
 ``replica.lag.time.max.ms`` (checked every half of it, Kafka's schedule) and
 writes ISR changes through the coordinator's conditional ``alter_isr``; a
@@ -44,6 +50,23 @@ from pluglog.replication.throttle import ReplicationThrottle
 log = Logger()
 
 HW_CHECKPOINT = "replication-offset-checkpoint"
+
+
+def fetcher_id(topic, index, count):
+    """Which of a leader's ``count`` fetchers replicates ``topic``-``index``:
+    Kafka's ``AbstractFetcherManager.getFetcherId``, ``abs(31 *
+    topic.hashCode + partition) % count`` in Java's 32-bit arithmetic, so a
+    partition lands on the fetcher it would in Kafka."""
+    if count <= 1:
+        return 0
+    h = 0
+    units = topic.encode("utf-16-be")  # String.hashCode walks UTF-16 code units
+    for i in range(0, len(units), 2):
+        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+    n = (31 * h + index) & 0xFFFFFFFF
+    n = n - (1 << 32) if n >= 1 << 31 else n
+    # Kafka's Utils.abs: Integer.MIN_VALUE maps to 0.
+    return (0 if n == -(1 << 31) else abs(n)) % count
 
 
 class ReplicaManager:
@@ -187,12 +210,13 @@ class ReplicaManager:
             # An offline log (a failed log dir) has nothing to fetch into.
             self._unfollow(key)
             return
-        if current is not None and current.leader_id != state.leader:
+        slot = (state.leader, fetcher_id(topic, index, self.config.num_replica_fetchers))
+        if current is not None and current.key != slot:
             current.remove(key)
             current = None
-        fetcher = self.fetchers.get(state.leader)
+        fetcher = self.fetchers.get(slot)
         if fetcher is None:
-            fetcher = self.fetchers[state.leader] = LeaderFetcher(self, state.leader)
+            fetcher = self.fetchers[slot] = LeaderFetcher(self, *slot)
         fetcher.add(part)
 
     def _fetcher_of(self, key):

@@ -220,7 +220,7 @@ def test_in_controlled_shutdown_a_follower_fetches_only_in_sync_partitions(rt, c
     manager, parts = replica_manager(rt, follower, "cs", [0, 1, 2])
 
     def followed():
-        fetcher = manager.fetchers.get(1)
+        fetcher = manager.fetchers.get((1, 0))
         return set() if fetcher is None else {key[1] for key in fetcher.partitions}
 
     try:

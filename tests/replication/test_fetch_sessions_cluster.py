@@ -4,12 +4,15 @@ Three brokers, 60 partitions at RF=3: every follower keeps one session per
 leader it fetches from (the leaders' ``/metrics`` show follower sessions over
 the partitions they lead), records acknowledged with acks=all are all read
 back, a leader's loss moves the followers to new sessions, and the replicas'
-logs end up identical batch for batch.
+logs end up identical batch for batch. With ``num.replica.fetchers=2`` a
+follower keeps two sessions per leader (a fetcher each, over the partitions
+Kafka's fetcher id gives it), and the same holds.
 """
 
 import time
 import urllib.request
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.chaos import ProducerThread, compare_replicas, create_topic, read_all
@@ -47,22 +50,25 @@ def _ends(acked):
     return ends
 
 
-def test_followers_replicate_many_partitions_through_sessions(cluster):
-    c = cluster(3, http=True)
+@pytest.mark.parametrize("fetchers", [1, 2])
+def test_followers_replicate_many_partitions_through_sessions(cluster, fetchers):
+    c = cluster(3, http=True, settings={"num.replica.fetchers": str(fetchers)})
     topic = "sessions"
     create_topic(c.bootstrap, topic, partitions=PARTITIONS)
     c.wait_for_isr(topic, PARTITIONS, 3)
     leaders = {}
     for p in range(PARTITIONS):
         leaders.setdefault(c.leader(topic, p), []).append(p)
-    # Each leader holds one session per follower (two), over the partitions
-    # it leads (the coordinator's own topics may add more).
+    # Each leader holds one session per follower (two) and fetcher, over the
+    # partitions it leads (the coordinator's own topics may add more). Every
+    # leader leads partitions of both fetcher ids (consecutive partitions
+    # alternate), so two fetchers make four sessions.
     c.wait_for(
         lambda: all(
-            sessions == 2 and parts >= 2 * len(leaders.get(node, ()))
+            sessions == 2 * fetchers and parts >= 2 * len(leaders.get(node, ()))
             for node, (sessions, parts) in _follower_sessions(c).items()
         ),
-        what="two follower sessions on every leader",
+        what=f"{2 * fetchers} follower sessions on every leader",
     )
     # Sessions are kept, not reopened per fetch: with idle partitions the
     # followers fetch every replica.fetch.wait.max.ms, yet open nothing new.

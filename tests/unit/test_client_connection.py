@@ -1,5 +1,6 @@
 """KafkaClientProtocol with StringTransport, MemoryReactor and task.Clock."""
 
+import random
 import struct
 
 from twisted.internet import defer
@@ -18,7 +19,7 @@ from pluglog.client.errors import (
     RequestTimedOutError,
     UnsupportedApiVersionError,
 )
-from pluglog.protocol.api_keys import API_VERSIONS, METADATA
+from pluglog.protocol.api_keys import API_VERSIONS, FETCH, METADATA
 
 META_REQ = {"topics": None, "allow_auto_topic_creation": False}
 
@@ -270,3 +271,161 @@ def test_connections_send_up_to_4_mib_per_reactor_turn():
     assert transport.SEND_LIMIT == 4 << 20
     assert transport.no_delay
     assert tcp.Connection.SEND_LIMIT == 128 * 1024  # the class is left alone
+
+
+def _big_meta(prefix, topics):
+    body = meta_resp()
+    body["topics"] = [
+        dict(body["topics"][0], name=f"{prefix}-{i:05d}-" + "x" * 60) for i in range(topics)
+    ]
+    return body
+
+
+def test_big_frames_among_small_ones_in_any_split():
+    """Frames of >= BIG_FRAME go through their own buffer: pipelined answers
+    small, big, big, small, cut at random points (some reads holding the end
+    of one frame and the start of the next), decode as when read whole, and
+    the transport reads 1 MiB at a time only while a big frame comes in."""
+    from twisted.internet import tcp
+
+    from pluglog.client import connection
+
+    for seed in range(12):
+        rng = random.Random(seed)
+        transport = StringTransport()
+        transport.bufferSize = tcp.Connection.bufferSize  # 64 KiB, as Twisted's TCP
+        proto = KafkaClientProtocol(Clock(), request_timeout=0)
+        proto.makeConnection(transport)
+        ds = [proto.request(METADATA, 8, META_REQ) for _ in range(4)]
+        ids = [h.correlation_id for h in sent_requests(transport)]
+        bodies = [meta_resp("a"), _big_meta("b", 4000), _big_meta("c", 3600), meta_resp("d")]
+        frames = [answer(METADATA, 8, cid, body) for cid, body in zip(ids, bodies)]
+        assert [len(f) >= connection.BIG_FRAME for f in frames] == [False, True, True, False]
+        data = b"".join(frames)
+        cuts = sorted(rng.sample(range(1, len(data)), rng.randint(1, 60)))
+        sizes = []
+        for start, end in zip([0, *cuts], [*cuts, len(data)]):
+            proto.dataReceived(data[start:end])
+            sizes.append(transport.bufferSize)
+        got = [successResultOf(d) for d in ds]
+        assert [[t["name"] for t in g["topics"]] for g in got] == [
+            [t["name"] for t in b["topics"]] for b in bodies
+        ]
+        assert transport.bufferSize == tcp.Connection.bufferSize
+        # A big frame goes to its own buffer when a read ends inside it
+        # with its size known; only then is the read size raised.
+        starts = [sum(len(f) for f in frames[:k]) for k in range(4)]
+        inside = any(
+            starts[k] + 4 <= cut < starts[k] + len(frames[k]) for k in (1, 2) for cut in cuts
+        )
+        assert (connection.BIG_READ in sizes) == inside, seed
+        assert proto.in_flight == 0 and not proto.closed
+
+
+def test_a_connection_lost_inside_a_big_frame_fails_its_request():
+    proto = KafkaClientProtocol(Clock(), request_timeout=0)
+    transport = StringTransport()
+    proto.makeConnection(transport)
+    d = proto.request(METADATA, 8, META_REQ)
+    (header,) = sent_requests(transport)
+    frame = answer(METADATA, 8, header.correlation_id, _big_meta("b", 4000))
+    proto.dataReceived(frame[: len(frame) // 2])
+    assert proto._big is not None
+    proto.connectionLost(Failure(ConnectionDone()))
+    assert isinstance(failureResultOf(d).value, KafkaConnectionError)
+    assert proto._big is None
+
+
+def successResultOf(d):
+    out = []
+    d.addBoth(out.append)
+    assert out and not isinstance(out[0], Failure), out
+    return out[0]
+
+
+def failureResultOf(d):
+    out = []
+    d.addBoth(out.append)
+    assert out and isinstance(out[0], Failure), out
+    return out[0]
+
+
+def _fetch_answer(correlation_id, fill, size=400_000):
+    body = {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "session_id": 0,
+        "responses": [
+            {
+                "topic": "t",
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "error_code": 0,
+                        "high_watermark": 1,
+                        "last_stable_offset": 1,
+                        "log_start_offset": 0,
+                        "aborted_transactions": None,
+                        "preferred_read_replica": -1,
+                        "records": bytes([fill]) * size,
+                    }
+                ],
+            }
+        ],
+    }
+    return answer(FETCH, 11, correlation_id, body)
+
+
+FETCH_REQ = {
+    "replica_id": -1,
+    "max_wait_ms": 0,
+    "min_bytes": 1,
+    "max_bytes": 1 << 20,
+    "isolation_level": 0,
+    "session_id": 0,
+    "session_epoch": -1,
+    "topics": [],
+    "forgotten_topics_data": [],
+    "rack_id": "",
+}
+
+
+def _records(response):
+    return response["responses"][0]["partitions"][0]["records"]
+
+
+def test_a_big_frame_buffer_is_reused_only_when_nothing_refers_to_it():
+    proto = KafkaClientProtocol(Clock(), request_timeout=0)
+    transport = StringTransport()
+    proto.makeConnection(transport)
+    kept, seen = [], []
+
+    def receive(fill, keep=False):
+        d = proto.request(FETCH, 11, FETCH_REQ)
+        (header,) = sent_requests(transport)
+
+        def consume(response):  # as the replica fetcher: read, then drop
+            records = _records(response)
+            seen.append(bytes(records))
+            if keep:
+                kept.append(records)
+
+        d.addCallback(consume)
+        frame = _fetch_answer(header.correlation_id, fill)
+        for start in range(0, len(frame), 65536):  # never the whole frame at once
+            proto.dataReceived(frame[start : start + 65536])
+        assert seen[-1] == bytes([fill]) * 400_000
+
+    receive(1, keep=True)  # its records kept: its buffer stays theirs
+    assert proto._spare is None
+    receive(2)  # a new buffer, free again once read
+    # (ids, not references: a reference held here would keep it from reuse)
+    spare = id(proto._spare)
+    assert proto._spare is not None and spare != id(kept[0].obj)
+    receive(3)
+    assert id(proto._spare) == spare  # the same buffer served the third frame
+    receive(4, keep=True)
+    assert proto._spare is None and id(kept[1].obj) == spare
+    receive(5)
+    assert bytes(kept[0]) == b"\x01" * 400_000  # never overwritten
+    assert bytes(kept[1]) == b"\x04" * 400_000
