@@ -461,16 +461,8 @@ def main():
         try:
             for partitions in sizes:
                 for code, where in codes.items():
-                    setups[(code, partitions)] = Setup(
-                        root,
-                        zk,
-                        partitions,
-                        args.profile,
-                        where,
-                        code,
-                        args.py_spy,
-                        variants.get(code),
-                    )
+                    spec = (args.profile, where, code, args.py_spy, variants.get(code))
+                    setups[(code, partitions)] = Setup(root, zk, partitions, *spec)
             for setup in setups.values():
                 setup.wait_leaders()
             for run in range(args.runs):
