@@ -13,7 +13,10 @@ Kafka's names:
   ``log.cleaner.max.compaction.lag.ms``, ``compression.type``,
   ``message.max.bytes``, ...): every topic without its own override follows;
 * the static client quota defaults ``quota.producer.default`` and
-  ``quota.consumer.default`` (per-client quotas are AlterClientQuotas').
+  ``quota.consumer.default`` (per-client quotas are AlterClientQuotas');
+* ``num.replica.fetchers``: the replica manager moves each followed
+  partition to the fetcher the new count gives it (Kafka resizes its
+  fetcher pool the same way).
 
 Everything else is read-only (INVALID_CONFIG naming the key). Overrides are
 kept by the coordinator (``broker_configs()`` / ``alter_broker_configs()``;
@@ -37,8 +40,9 @@ CLEANER_KEYS = (
     "log.cleaner.dedupe.buffer.size",
 )
 QUOTA_KEYS = ("quota.producer.default", "quota.consumer.default")
+REPLICATION_KEYS = ("num.replica.fetchers",)
 DYNAMIC_KEYS = frozenset(
-    CLEANER_KEYS + QUOTA_KEYS + tuple(spec[3] for spec in TOPIC_KEYS.values())
+    CLEANER_KEYS + QUOTA_KEYS + REPLICATION_KEYS + tuple(spec[3] for spec in TOPIC_KEYS.values())
 ) - {"min.insync.replicas", "unclean.leader.election.enable"}
 
 
@@ -46,7 +50,7 @@ def describe_values(broker):
     """``{key: str}`` of the dynamic keys' effective values (DescribeConfigs)."""
     config = broker.config
     values = {}
-    for key in CLEANER_KEYS + QUOTA_KEYS + ("log.cleaner.enable",):
+    for key in CLEANER_KEYS + QUOTA_KEYS + REPLICATION_KEYS + ("log.cleaner.enable",):
         value = getattr(config, BROKER_KEYS[key][0])
         values[key] = str(value).lower() if isinstance(value, bool) else str(value)
     return values
@@ -92,6 +96,8 @@ def apply(broker, values=None):
         if name in topics:
             broker._open_topic(topics[name])
     broker.quotas.update(broker.quotas.quotas, config)
+    if getattr(broker, "replicas", None) is not None:
+        broker.replicas.reconfigure(config)
 
 
 def follow(broker):

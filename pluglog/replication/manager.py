@@ -7,8 +7,9 @@ follower and is handed to the :class:`~pluglog.replication.fetcher.LeaderFetcher
 of its leader, which truncates it (OffsetForLeaderEpoch) and then fetches.
 
 A follower runs ``num.replica.fetchers`` fetchers per leader broker (Kafka's
-name and default, 1), each with its own connection and fetch session over
-the partitions :func:`fetcher_id` gives it. With more than one, the leader
+name and default, 1; changed at run time as a dynamic broker config), each
+with its own connection and fetch session over the partitions
+:func:`fetcher_id` gives it. With more than one, the leader
 builds one fetcher's answer while this broker stores another's: the two
 processes work at once instead of in turn.
 
@@ -218,6 +219,29 @@ class ReplicaManager:
         if fetcher is None:
             fetcher = self.fetchers[slot] = LeaderFetcher(self, *slot)
         fetcher.add(part)
+
+    def reconfigure(self, config):
+        """The broker's config changed (a dynamic update): with another
+        ``num.replica.fetchers`` each followed partition moves to the fetcher
+        the new count gives it, as Kafka's fetcher manager resizes its pool.
+        A moved partition starts over in its new fetcher's session with the
+        truncation check (a no-op where the logs agree); a fetcher left with
+        none closes its connection, which ends its session on the leader."""
+        old = self.config.num_replica_fetchers
+        self.config = config
+        count = config.num_replica_fetchers
+        if count == old:
+            return
+        for fetcher in list(self.fetchers.values()):
+            for key, entry in list(fetcher.partitions.items()):
+                slot = (fetcher.leader_id, fetcher_id(key[0], key[1], count))
+                if slot == fetcher.key:
+                    continue
+                fetcher.remove(key)
+                target = self.fetchers.get(slot)
+                if target is None:
+                    target = self.fetchers[slot] = LeaderFetcher(self, *slot)
+                target.add(entry[0])
 
     def _fetcher_of(self, key):
         for fetcher in self.fetchers.values():

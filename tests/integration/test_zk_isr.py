@@ -11,6 +11,9 @@
   replicas are not eligible), and is once it registers again.
 * A broker in controlled shutdown fetches a partition only while it is in its
   ISR: fetching in the epoch of the shrink would have its leader add it back.
+* A new ``num.replica.fetchers`` (a dynamic config) moves each followed
+  partition to the fetcher Kafka's fetcher id gives it, and a fetcher left
+  with none goes away.
 """
 
 import threading
@@ -23,7 +26,7 @@ from pluglog.broker.partition import Partition
 from pluglog.config import TopicConfig
 from pluglog.coordination import zkdata as z
 from pluglog.coordination.state import StaleStateError
-from pluglog.replication.manager import ReplicaManager
+from pluglog.replication.manager import ReplicaManager, fetcher_id
 from pluglog.storage.memory import MemoryLogStorage
 from tests.integration.test_zk_coordinator import cluster, rt  # noqa: F401
 
@@ -235,5 +238,39 @@ def test_in_controlled_shutdown_a_follower_fetches_only_in_sync_partitions(rt, c
         zk.set(z.state_path("cs", 1), z.state_bytes(bumped), version=state.version)
         rt.wait(lambda: parts[1].leader_epoch == bumped.leader_epoch)
         assert rt.call(followed) == {0}
+    finally:
+        rt.call(lambda: defer.succeed(manager.stop()))
+
+
+def test_a_new_fetcher_count_moves_partitions_to_their_fetchers(rt, cluster):  # noqa: F811
+    leader, follower = cluster(1, 2)
+    leader.call("create_topic", "fx", 6, 2, {}, assignments={p: [1, 2] for p in range(6)})
+    for p in range(6):
+        rt.wait(lambda p=p: follower.co.partition_state("fx", p))
+    manager, _parts = replica_manager(rt, follower, "fx", list(range(6)))
+
+    def layout():
+        return {
+            slot: sorted(key[1] for key in fetcher.partitions)
+            for slot, fetcher in manager.fetchers.items()
+            if fetcher.partitions
+        }
+
+    try:
+        rt.wait(lambda: layout() == {(1, 0): [0, 1, 2, 3, 4, 5]})
+        rt.call(manager.reconfigure, manager.config.replace(num_replica_fetchers=2))
+        expected = {}
+        for p in range(6):
+            expected.setdefault((1, fetcher_id("fx", p, 2)), []).append(p)
+        assert len(expected) == 2  # the topic's partitions use both fetchers
+        assert rt.call(layout) == expected
+        assert all(
+            manager.fetchers[slot].key == slot and manager.fetchers[slot].running
+            for slot in expected
+        )
+        rt.call(manager.reconfigure, manager.config.replace(num_replica_fetchers=1))
+        assert rt.call(layout) == {(1, 0): [0, 1, 2, 3, 4, 5]}
+        # The emptied fetcher leaves once its loop comes round.
+        rt.wait(lambda: list(manager.fetchers) == [(1, 0)], timeout=30)
     finally:
         rt.call(lambda: defer.succeed(manager.stop()))

@@ -123,3 +123,28 @@ def test_read_only_and_bad_values_are_refused(tmp_path):
         assert entry["error_code"] == INVALID_CONFIG, name
         assert name in entry["error_message"]
     assert broker.config.broker_id == 0 and broker.config.log_cleaner_threads == 1
+
+
+def test_num_replica_fetchers_is_a_dynamic_broker_config(tmp_path):
+    broker = make_broker(tmp_path)
+    body = {
+        "resources": [
+            {
+                "resource_type": BROKER,
+                "resource_name": "",
+                "configs": [{"name": "num.replica.fetchers", "value": "3"}],
+            }
+        ],
+        "validate_only": False,
+    }
+    answer = result(handle_alter_configs(ctx(broker, 33), body))
+    assert answer["responses"][0]["error_code"] == 0
+    assert broker.config.num_replica_fetchers == 3
+    if broker.replicas is not None:
+        assert broker.replicas.config.num_replica_fetchers == 3
+    assert describe(broker, ["num.replica.fetchers"])["num.replica.fetchers"] == ("3", False, 2)
+    body["resources"][0]["configs"] = [{"name": "num.replica.fetchers", "value": "0"}]
+    answer = result(handle_alter_configs(ctx(broker, 33), body))
+    assert answer["responses"][0]["error_code"] == INVALID_CONFIG  # at least 1
+    assert broker.config.num_replica_fetchers == 3
+    result(broker.stop())
