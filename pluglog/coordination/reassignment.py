@@ -31,7 +31,11 @@ class ReassignmentMixin:
             raw, stat = client.get(z.REASSIGN, watch=watch)
         except NoNodeError:
             self.reassigning = set()
-            client.exists(z.REASSIGN, watch=watch)
+            if client.exists(z.REASSIGN, watch=watch) is not None:
+                # Created between the read and the watch (a request right
+                # after the last one finished): the watch set now fires only
+                # on its next change, so look at it now.
+                self.post(self.on_reassign)
             return
         entries = z.reassign_from_json(z.loads(raw))
         topics, _states = self.load()
