@@ -215,10 +215,7 @@ class ReplicaManager:
         if current is not None and current.key != slot:
             current.remove(key)
             current = None
-        fetcher = self.fetchers.get(slot)
-        if fetcher is None:
-            fetcher = self.fetchers[slot] = LeaderFetcher(self, *slot)
-        fetcher.add(part)
+        self._fetcher(slot).add(part)
 
     def reconfigure(self, config):
         """The broker's config changed (a dynamic update): with another
@@ -238,10 +235,14 @@ class ReplicaManager:
                 if slot == fetcher.key:
                     continue
                 fetcher.remove(key)
-                target = self.fetchers.get(slot)
-                if target is None:
-                    target = self.fetchers[slot] = LeaderFetcher(self, *slot)
-                target.add(entry[0])
+                self._fetcher(slot).add(entry[0])
+
+    def _fetcher(self, slot):
+        """The fetcher of ``slot`` (leader id, fetcher id), made if none yet."""
+        fetcher = self.fetchers.get(slot)
+        if fetcher is None:
+            fetcher = self.fetchers[slot] = LeaderFetcher(self, *slot)
+        return fetcher
 
     def _fetcher_of(self, key):
         for fetcher in self.fetchers.values():
