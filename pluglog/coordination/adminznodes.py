@@ -60,12 +60,10 @@ class AdminZnodesMixin:
         """Kafka tooling's /admin/preferred_replica_election."""
         if not self.active:
             return
-        watch = self._watcher(self.on_preferred_admin)
-        try:
-            raw, stat = self.client.get(z.PREFERRED_ELECTION, watch=watch)
-        except NoNodeError:
-            self.client.exists(z.PREFERRED_ELECTION, watch=watch)
+        read = self._read_watched(z.PREFERRED_ELECTION, self.on_preferred_admin)
+        if read is None:
             return
+        raw, stat = read
         data = z.loads(raw) or {}
         tps = [(e["topic"], int(e["partition"])) for e in data.get("partitions") or ()]
         self.elect_partitions(tps, preferred=True)
@@ -73,7 +71,7 @@ class AdminZnodesMixin:
             self.client.delete(z.PREFERRED_ELECTION, version=stat.version)
         except (NoNodeError, BadVersionError):
             pass
-        self.client.exists(z.PREFERRED_ELECTION, watch=watch)
+        self.client.exists(z.PREFERRED_ELECTION, watch=self._watcher(self.on_preferred_admin))
 
     def on_requests(self):
         """Answer request znodes under /pluglog/requests."""

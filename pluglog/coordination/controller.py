@@ -98,6 +98,21 @@ class Controller(AdminZnodesMixin, ReassignmentMixin, StateCreationMixin):
         else:
             self.elect()
 
+    def _read_watched(self, path, handler):
+        """``(raw, stat)`` of ``path`` with ``handler`` watching it, or None
+        when there is no node (then watching for its creation). ZooKeeper
+        leaves no watch on a read of a missing node, so a node created
+        between that read and the ``exists`` would be seen only at its next
+        change (a reassignment asked for just after another finished never
+        started): ``handler`` then runs again at once."""
+        watch = self._watcher(handler)
+        try:
+            return self.client.get(path, watch=watch)
+        except NoNodeError:
+            if self.client.exists(path, watch=watch) is not None:
+                self.post(handler)
+            return None
+
     def _watcher(self, handler):
         """One watcher object per handler (kazoo keeps a set per path)."""
         watcher = self._watchers.get(handler)

@@ -26,17 +26,11 @@ class ReassignmentMixin:
         if not self.active:
             return
         client = self.client
-        watch = self._watcher(self.on_reassign)
-        try:
-            raw, stat = client.get(z.REASSIGN, watch=watch)
-        except NoNodeError:
+        read = self._read_watched(z.REASSIGN, self.on_reassign)
+        if read is None:
             self.reassigning = set()
-            if client.exists(z.REASSIGN, watch=watch) is not None:
-                # Created between the read and the watch (a request right
-                # after the last one finished): the watch set now fires only
-                # on its next change, so look at it now.
-                self.post(self.on_reassign)
             return
+        raw, stat = read
         entries = z.reassign_from_json(z.loads(raw))
         topics, _states = self.load()
         done = {tp for tp, target in entries.items() if self._reassign_step(*tp, target, topics)}

@@ -11,6 +11,8 @@ controller must look at it at once.
 from kazoo.exceptions import NoNodeError
 
 from pluglog.coordination import zkdata as z
+from pluglog.coordination.adminznodes import AdminZnodesMixin
+from pluglog.coordination.controller import Controller
 from pluglog.coordination.reassignment import ReassignmentMixin
 
 
@@ -29,8 +31,9 @@ class _Client:
         return object() if self.created_meanwhile else None
 
 
-class _Controller(ReassignmentMixin):
+class _Controller(ReassignmentMixin, AdminZnodesMixin):
     active = True
+    _read_watched = Controller._read_watched
 
     def __init__(self, client):
         self.client = client
@@ -57,3 +60,10 @@ def test_no_request_leaves_only_the_watch():
     controller.on_reassign()
     assert controller.client.watched == [(z.REASSIGN, controller.on_reassign)]
     assert controller.posted == []
+
+
+def test_a_preferred_election_request_created_after_the_read_is_looked_at_at_once():
+    controller = _Controller(_Client(created_meanwhile=True))
+    controller.on_preferred_admin()
+    assert controller.client.watched == [(z.PREFERRED_ELECTION, controller.on_preferred_admin)]
+    assert controller.posted == [controller.on_preferred_admin]
